@@ -1,0 +1,52 @@
+package nvmlsim
+
+import (
+	"fmt"
+
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+)
+
+// PodResources is what the node's kubelet reports through its pod-resources
+// API: each running pod's containers with the GPU devices allocated to them,
+// named as the NVIDIA device plugin names them (a GPU UUID; a MIG UUID under
+// nvidia.com/mig-<profile>; <uuid>::<n> for a replica of a shared GPU).
+func (s *Sim) PodResources() []*podresourcesapi.PodResources {
+	s.mu.Lock()
+	removed := map[string]bool{}
+	for k, v := range s.removedPods {
+		removed[k] = v
+	}
+	s.mu.Unlock()
+
+	devices := map[string][]*podresourcesapi.ContainerDevices{}
+	for _, d := range s.devices {
+		shared := d.cfg.MPS || len(d.unit.cfg.Pods) > 1
+		for k, name := range d.unit.cfg.Pods {
+			id := d.uuid
+			if shared {
+				id = fmt.Sprintf("%s::%d", d.uuid, k)
+			}
+			devices[name] = append(devices[name], &podresourcesapi.ContainerDevices{ResourceName: "nvidia.com/gpu", DeviceIds: []string{id}})
+		}
+		for _, m := range d.migs {
+			for _, name := range m.unit.cfg.Pods {
+				devices[name] = append(devices[name], &podresourcesapi.ContainerDevices{ResourceName: "nvidia.com/mig-" + m.name, DeviceIds: []string{m.uuid}})
+			}
+		}
+	}
+	var out []*podresourcesapi.PodResources
+	for _, p := range s.sc.Pods {
+		if removed[p.Name] {
+			continue
+		}
+		out = append(out, &podresourcesapi.PodResources{
+			Name:      p.Name,
+			Namespace: p.Namespace,
+			Containers: []*podresourcesapi.ContainerResources{{
+				Name:    p.Container,
+				Devices: devices[p.Name],
+			}},
+		})
+	}
+	return out
+}
