@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/gpureclaim/gpureclaim/internal/podmeta"
 )
 
 // PodResources is what the node's kubelet reports through its pod-resources
@@ -46,6 +48,21 @@ func (s *Sim) PodResources() []*podresourcesapi.PodResources {
 				Name:    p.Container,
 				Devices: devices[p.Name],
 			}},
+		})
+	}
+	return out
+}
+
+// PodMeta is what the API server knows of the scenario's pods.
+func (s *Sim) PodMeta() []podmeta.Pod {
+	var out []podmeta.Pod
+	for _, p := range s.sc.Pods {
+		out = append(out, podmeta.Pod{
+			Namespace:  p.Namespace,
+			Name:       p.Name,
+			UID:        p.UID,
+			Keep:       podmeta.Kept(p.Labels, p.Annotations),
+			Containers: map[string]string{ContainerID(p.UID, p.Container): p.Container},
 		})
 	}
 	return out

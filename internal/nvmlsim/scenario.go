@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -335,8 +336,16 @@ func (v *validator) value(path string, val *Value, lo, hi float64) {
 	}
 	min, max := val.bounds()
 	if min < lo || max > hi {
-		v.errorf(path, "values must lie between %g and %g, got %g to %g", lo, hi, min, max)
+		v.errorf(path, "values must lie between %s and %s, got %s to %s", quantity(lo, hi), quantity(hi, hi), quantity(min, hi), quantity(max, hi))
 	}
+}
+
+// quantity prints a bound in GiB where the range is one of bytes.
+func quantity(v, scale float64) string {
+	if scale >= 1<<20 {
+		return fmt.Sprintf("%gGiB", math.Round(v/(1<<30)*100)/100)
+	}
+	return fmt.Sprintf("%g", v)
 }
 
 // stableUUID derives a UUID-shaped id from its parts, so that a scenario

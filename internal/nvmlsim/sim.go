@@ -23,14 +23,14 @@ type Sim struct {
 	now   func() time.Time
 	start time.Time
 
-	mu       sync.Mutex
-	devices  []*device
-	byUUID   map[string]nvml.Device
-	killed   map[int]bool
+	mu      sync.Mutex
+	devices []*device
+	byUUID  map[string]nvml.Device
+	killed  map[int]bool
 	// removedPods are pods the kubelet no longer runs (evicted, scaled down).
 	removedPods map[string]bool
-	procRoot string
-	calls    map[string]int
+	procRoot    string
+	calls       map[string]int
 }
 
 var _ nvml.Interface = (*Sim)(nil)
@@ -40,15 +40,15 @@ var _ nvml.Interface = (*Sim)(nil)
 func New(sc *Scenario, now func() time.Time) (*Sim, error) {
 	sys := systems[sc.System]
 	s := &Sim{
-		Server: sys.new(),
-		sc:     sc,
-		sys:    sys,
-		now:    now,
-		start:  sc.Start,
-		byUUID: map[string]nvml.Device{},
-		killed: map[int]bool{},
+		Server:      sys.new(),
+		sc:          sc,
+		sys:         sys,
+		now:         now,
+		start:       sc.Start,
+		byUUID:      map[string]nvml.Device{},
+		killed:      map[int]bool{},
 		removedPods: map[string]bool{},
-		calls:  map[string]int{},
+		calls:       map[string]int{},
 	}
 	if s.start.IsZero() {
 		s.start = now()
@@ -217,6 +217,9 @@ func mean(v *Value, from, to time.Duration) float64 {
 		return 0
 	}
 	const points = 16
+	if c, ok := v.Signal.(Constant); ok {
+		return float64(c)
+	}
 	if to <= from {
 		return v.At(to)
 	}

@@ -74,9 +74,9 @@ func LoadTrace(path string) (*Trace, error) {
 }
 
 type traceRow struct {
-	ts         int64
-	duty, mem  float64
-	workload   string
+	ts        int64
+	duty, mem float64
+	workload  string
 }
 
 // ReadTrace parses a trace CSV with a header row.

@@ -30,7 +30,7 @@ type Step struct {
 
 // Steps holds each value from its time until the next step, optionally repeating.
 type Steps struct {
-	Points []Step    `yaml:"points"`
+	Points []Step   `yaml:"points"`
 	Repeat Duration `yaml:"repeat"`
 }
 

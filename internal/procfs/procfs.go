@@ -169,7 +169,7 @@ func (fs *FS) boot() (time.Time, error) {
 			if err != nil {
 				return time.Time{}, err
 			}
-			fs.bootTime = time.Unix(s, 0)
+			fs.bootTime = time.Unix(s, 0).UTC()
 			return fs.bootTime, nil
 		}
 	}

@@ -56,7 +56,7 @@ func TestProcess(t *testing.T) {
 	require.Equal(t, 1000, p.UID)
 	require.Equal(t, "alice", p.User)
 	require.Equal(t, "9", p.SlurmJob)
-	require.Equal(t, time.Unix(1700000000, 0).Add(123450*time.Millisecond), p.StartTime)
+	require.Equal(t, time.Unix(1700000000, 0).UTC().Add(123450*time.Millisecond), p.StartTime)
 
 	_, err = fs.Process(43)
 	require.ErrorIs(t, err, ErrNoProcess)

@@ -1,0 +1,71 @@
+package collector
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// GPU exports per physical GPU values and the driver.
+type GPU struct {
+	src                                           Source
+	info, up, power, energy, temp                 *prometheus.Desc
+	migEnabled, migPending, gpm, mpsServer, mpsCl *prometheus.Desc
+	driver                                        *prometheus.Desc
+}
+
+// NewGPU returns the GPU collector.
+func NewGPU(src Source) *GPU {
+	l := []string{"gpu_uuid"}
+	return &GPU{
+		src:        src,
+		info:       desc("gpu", "info", "A physical GPU on the node; always 1.", "gpu_uuid", "gpu_index", "model", "pci_bus_id", "node"),
+		up:         desc("gpu", "up", "Whether the last sample could read the GPU (0 when it is lost or fails).", l...),
+		power:      desc("gpu", "power_watts", "Power drawn by the GPU.", l...),
+		energy:     prometheus.NewDesc("gpureclaim_gpu_energy_joules_total", "Energy used by the GPU since the driver loaded.", l, nil),
+		temp:       desc("gpu", "temperature_celsius", "GPU die temperature.", l...),
+		migEnabled: desc("gpu", "mig_mode_enabled", "Whether MIG mode is enabled now.", l...),
+		migPending: desc("gpu", "mig_mode_pending_enabled", "Whether MIG mode will be enabled after the next GPU reset.", l...),
+		gpm:        desc("gpu", "gpm_supported", "Whether the GPU supports GPM metrics (SM activity, occupancy, DRAM bandwidth, tensor activity).", l...),
+		mpsServer:  desc("gpu", "mps_server_running", "Whether an MPS server runs on the GPU.", l...),
+		mpsCl:      desc("gpu", "mps_clients", "Processes running on the GPU as MPS clients.", l...),
+		driver:     desc("", "driver_info", "The node's NVIDIA driver; always 1.", "driver_version", "cuda_driver_version", "nvml_version", "node"),
+	}
+}
+
+func (c *GPU) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.info, c.up, c.power, c.energy, c.temp, c.migEnabled, c.migPending, c.gpm, c.mpsServer, c.mpsCl, c.driver} {
+		ch <- d
+	}
+}
+
+func (c *GPU) Collect(ch chan<- prometheus.Metric) {
+	s := c.src.Latest()
+	if s == nil {
+		return
+	}
+	if s.Driver.Version != "" {
+		gauge(ch, c.driver, 1, s.Driver.Version, s.Driver.CUDAVersion, s.Driver.NVMLVersion, s.Node)
+	}
+	for i := range s.GPUs {
+		g := &s.GPUs[i]
+		if g.UUID == "" {
+			continue // no identity: nothing to label it with
+		}
+		gauge(ch, c.info, 1, g.UUID, strconv.Itoa(g.Index), g.Model, g.PCIBusID, s.Node)
+		gauge(ch, c.up, boolf(g.Up), g.UUID)
+		if !g.Up {
+			continue
+		}
+		emit(ch, c.power, g.PowerWatts, g.UUID)
+		if g.EnergyJoules.OK {
+			ch <- prometheus.MustNewConstMetric(c.energy, prometheus.CounterValue, g.EnergyJoules.V, g.UUID)
+		}
+		emit(ch, c.temp, g.TemperatureCelsius, g.UUID)
+		emit(ch, c.migEnabled, g.MIGEnabled, g.UUID)
+		emit(ch, c.migPending, g.MIGPendingEnabled, g.UUID)
+		gauge(ch, c.gpm, boolf(g.GPMSupported), g.UUID)
+		gauge(ch, c.mpsServer, boolf(g.MPSServerRunning), g.UUID)
+		gauge(ch, c.mpsCl, float64(g.MPSClients), g.UUID)
+	}
+}

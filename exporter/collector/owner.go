@@ -1,0 +1,62 @@
+package collector
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Owner exports who holds each unit. An owner is a pod's container
+// (namespace, pod, container) or, outside Kubernetes, a Unix user and Slurm
+// job; the labels that do not apply are empty. PIDs are never labels: they
+// churn, and the reclaimer asks the node for them when it acts.
+type Owner struct {
+	src                                  Source
+	info, memory, smUtil, procs, started *prometheus.Desc
+}
+
+var ownerLabels = []string{"uuid", "gpu_uuid", "namespace", "pod", "container", "user", "slurm_job"}
+
+// NewOwner returns the owner collector.
+func NewOwner(src Source) *Owner {
+	return &Owner{
+		src:    src,
+		info:   desc("unit_owner", "info", "Who holds the unit: a pod the device plugin allocated it to, or the owner of a process on it; always 1. keep is \"true\" when the pod is marked gpureclaim.io/keep.", append(ownerLabels, "keep")...),
+		memory: desc("unit_owner", "memory_used_bytes", "Device memory held by the owner's processes on the unit.", ownerLabels...),
+		smUtil: desc("unit_owner", "sm_utilization_ratio", "The owner's processes' share of the unit's SM time (NVML per-process utilization; not on MIG).", ownerLabels...),
+		procs:  desc("unit_owner", "processes", "The owner's processes on the unit.", ownerLabels...),
+		started: desc("unit_owner", "start_time_seconds",
+			"Start of the owner's oldest process on the unit, in Unix seconds; absent while none runs.", ownerLabels...),
+	}
+}
+
+func (c *Owner) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.info, c.memory, c.smUtil, c.procs, c.started} {
+		ch <- d
+	}
+}
+
+func (c *Owner) Collect(ch chan<- prometheus.Metric) {
+	s := c.src.Latest()
+	if s == nil {
+		return
+	}
+	for i := range s.GPUs {
+		for j := range s.GPUs[i].Units {
+			u := &s.GPUs[i].Units[j]
+			for k := range u.Owners {
+				o := &u.Owners[k]
+				l := []string{u.UUID, u.GPUUUID, o.Namespace, o.Pod, o.Container, o.User, o.SlurmJob}
+				keep := "false"
+				if o.Keep {
+					keep = "true"
+				}
+				gauge(ch, c.info, 1, append(l, keep)...)
+				gauge(ch, c.memory, float64(o.MemoryUsed), l...)
+				emit(ch, c.smUtil, o.SMUtil, l...)
+				gauge(ch, c.procs, float64(o.Processes), l...)
+				if !o.StartTime.IsZero() {
+					gauge(ch, c.started, float64(o.StartTime.Unix()), l...)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,236 @@
+// Command gpureclaim-exporter exports GPU, MIG, MPS and owner metrics from
+// NVML for Prometheus: on a real node through the NVIDIA driver, or on a
+// simulated node (--simulate) where there is none.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/promslog"
+	"github.com/prometheus/common/version"
+	"github.com/prometheus/exporter-toolkit/web"
+
+	"github.com/gpureclaim/gpureclaim/exporter/collector"
+	"github.com/gpureclaim/gpureclaim/exporter/sampler"
+	"github.com/gpureclaim/gpureclaim/internal/nvmlsim"
+	"github.com/gpureclaim/gpureclaim/internal/podmeta"
+	"github.com/gpureclaim/gpureclaim/internal/podresources"
+	"github.com/gpureclaim/gpureclaim/internal/procfs"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+type options struct {
+	listen, metricsPath, webConfig string
+	interval                       time.Duration
+	simulate, simulateDir          string
+	simulateSpeed                  float64
+	node                           string
+	procfs, passwd                 string
+	podResourcesSocket             string
+	logLevel, logFormat            string
+	printVersion                   bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("gpureclaim-exporter", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.listen, "web.listen-address", ":9847", "Address to serve metrics on.")
+	fs.StringVar(&o.metricsPath, "web.telemetry-path", "/metrics", "Path to serve metrics under.")
+	fs.StringVar(&o.webConfig, "web.config.file", "", "Path to a web configuration file (TLS, basic auth); see the Prometheus exporter-toolkit docs.")
+	fs.DurationVar(&o.interval, "sample.interval", 5*time.Second, "How often to read NVML. Scrapes are served from the last sample.")
+	fs.StringVar(&o.simulate, "simulate", "", "Run on simulated GPUs: a built-in scenario name ("+fmt.Sprint(nvmlsim.Builtin())+") or a scenario file.")
+	fs.Float64Var(&o.simulateSpeed, "simulate.speed", 0, "Run the scenario this many times faster than the wall clock (default: the scenario's speed).")
+	fs.StringVar(&o.simulateDir, "simulate.dir", "", "Where the simulated node writes its /proc tree and kubelet socket (default: a temporary folder).")
+	fs.StringVar(&o.node, "node-name", os.Getenv("NODE_NAME"), "Node name to report (default: $NODE_NAME, else the host name; the scenario's node when simulating).")
+	fs.StringVar(&o.procfs, "path.procfs", "/proc", "The /proc to read process owners from (the host's, from a container).")
+	fs.StringVar(&o.passwd, "path.passwd", "/etc/passwd", "The passwd file to name users by (the host's, from a container); empty keeps uids.")
+	fs.StringVar(&o.podResourcesSocket, "kubelet.pod-resources-socket", podresources.DefaultSocket, "The kubelet's pod-resources socket; empty turns pod attribution off.")
+	fs.StringVar(&o.logLevel, "log.level", "info", "Log level: debug, info, warn, error.")
+	fs.StringVar(&o.logFormat, "log.format", "logfmt", "Log format: logfmt or json.")
+	fs.BoolVar(&o.printVersion, "version", false, "Print the version and exit.")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if o.interval < time.Second {
+		return nil, fmt.Errorf("--sample.interval: %s is under 1s; NVML's averages and GPM need longer", o.interval)
+	}
+	if o.simulateSpeed < 0 {
+		return nil, errors.New("--simulate.speed: must not be negative")
+	}
+	return o, nil
+}
+
+func newLogger(o *options, w io.Writer) (*slog.Logger, error) {
+	lvl, fmtv := promslog.NewLevel(), promslog.NewFormat()
+	if err := lvl.Set(o.logLevel); err != nil {
+		return nil, fmt.Errorf("--log.level: %w", err)
+	}
+	if err := fmtv.Set(o.logFormat); err != nil {
+		return nil, fmt.Errorf("--log.format: %w", err)
+	}
+	return promslog.New(&promslog.Config{Level: lvl, Format: fmtv, Writer: w}), nil
+}
+
+// node is what the exporter samples: a real or a simulated node.
+type node struct {
+	nvml   nvml.Interface
+	sim    *nvmlsim.Sim
+	name   string
+	proc   *procfs.FS
+	allocs sampler.AllocationLister
+	pods   podmeta.Resolver
+	close  func()
+}
+
+const noDriverHelp = `NVML could not start (%s): this machine has no NVIDIA driver, or the exporter cannot load libnvidia-ml.so.1.
+To run on simulated GPUs instead:  gpureclaim-exporter --simulate=demo`
+
+func realNode(o *options, logger *slog.Logger) (*node, error) {
+	lib := nvml.New()
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		return nil, fmt.Errorf(noDriverHelp, ret.Error())
+	}
+	n := &node{nvml: lib, name: o.node, proc: procfs.New(o.procfs, o.passwd), close: func() { lib.Shutdown() }}
+	if n.name == "" {
+		n.name, _ = os.Hostname()
+	}
+	if o.podResourcesSocket != "" {
+		if _, err := os.Stat(o.podResourcesSocket); err != nil {
+			logger.Info("no kubelet pod-resources socket: owners come from processes only", "socket", o.podResourcesSocket)
+		} else {
+			c, err := podresources.Dial(o.podResourcesSocket, 5*time.Second)
+			if err != nil {
+				return nil, err
+			}
+			n.allocs = c
+			prev := n.close
+			n.close = func() { c.Close(); prev() }
+		}
+	}
+	return n, nil
+}
+
+func simulatedNode(o *options, logger *slog.Logger) (*node, error) {
+	sc, err := nvmlsim.Open(o.simulate)
+	if err != nil {
+		return nil, err
+	}
+	if o.simulateSpeed > 0 {
+		sc.Speed = o.simulateSpeed
+	}
+	sn, err := nvmlsim.StartNode(sc, o.simulateDir, time.Now)
+	if err != nil {
+		return nil, err
+	}
+	client, err := podresources.Dial(sn.Socket, 5*time.Second)
+	if err != nil {
+		sn.Close()
+		return nil, err
+	}
+	name := sc.Node
+	if o.node != "" {
+		name = o.node
+	}
+	logger.Info("running on simulated GPUs", "scenario", o.simulate, "system", sc.System, "speed", sc.Speed, "proc", sn.ProcRoot)
+	return &node{
+		nvml: sn, sim: sn.Sim, name: name,
+		proc:   procfs.New(sn.ProcRoot, sn.Passwd),
+		allocs: client,
+		pods:   podmeta.NewStatic(sn.PodMeta()),
+		close:  func() { client.Close(); sn.Close() },
+	}, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "gpureclaim-exporter:", err)
+		return 2
+	}
+	if o.printVersion {
+		fmt.Fprintln(stdout, version.Print("gpureclaim-exporter"))
+		return 0
+	}
+	logger, err := newLogger(o, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "gpureclaim-exporter:", err)
+		return 2
+	}
+	var n *node
+	if o.simulate != "" {
+		n, err = simulatedNode(o, logger)
+	} else {
+		n, err = realNode(o, logger)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "gpureclaim-exporter:", err)
+		return 1
+	}
+	defer n.close()
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	smp := sampler.New(sampler.Config{NVML: n.nvml, Node: n.name, Proc: n.proc, Allocations: n.allocs, Pods: n.pods, Logger: logger})
+	go smp.Run(ctx, o.interval)
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collector.All(smp, time.Now)...)
+	reg.MustRegister(
+		versioncollector.NewCollector("gpureclaim_exporter"),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	mux := http.NewServeMux()
+	mux.Handle(o.metricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelError), MaxRequestsInFlight: 10}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprintf(w, "<html><head><title>gpureclaim exporter</title></head><body><h1>gpureclaim exporter</h1><p>Node %s. <a href=%q>Metrics</a></p></body></html>\n", n.name, o.metricsPath)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() {
+		errc <- web.ListenAndServe(srv, &web.FlagConfig{WebListenAddresses: &[]string{o.listen}, WebConfigFile: &o.webConfig}, logger)
+	}()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("serving HTTP", "err", err)
+			return 1
+		}
+	case <-ctx.Done():
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}
+	return 0
+}

@@ -1,0 +1,202 @@
+package sampler
+
+import (
+	"errors"
+	"sort"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpureclaim/gpureclaim/internal/podresources"
+	"github.com/gpureclaim/gpureclaim/internal/procfs"
+)
+
+// mpsServerName is the comm of the MPS server process: nvidia-cuda-mps-server
+// cut to the kernel's 15 characters.
+const mpsServerName = "nvidia-cuda-mps"
+
+// noInstance is the GPU/compute instance id NVML gives processes outside MIG.
+const noInstance = 0xFFFFFFFF
+
+// processes lists the processes on each unit and reads /proc for each.
+func (c *cycle) processes(dev nvml.Device, g *GPU) error {
+	var errs []error
+	procs, ret := dev.GetComputeRunningProcesses()
+	if err := c.check("nvmlDeviceGetComputeRunningProcesses", g.UUID, ret); err != nil {
+		return err
+	}
+	var clients []nvml.ProcessInfo
+	if g.MIGEnabled.V != 1 {
+		var ret nvml.Return
+		clients, ret = dev.GetMPSComputeRunningProcesses()
+		if err := c.check("nvmlDeviceGetMPSComputeRunningProcesses", g.UUID, ret); err != nil && !errors.Is(err, errNotSupported) {
+			errs = append(errs, err)
+		}
+	}
+	smUtil := map[uint32]float64{}
+	if g.MIGEnabled.V != 1 {
+		if err := c.processUtilization(dev, g, smUtil); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	unitOf := func(p nvml.ProcessInfo) *Unit {
+		if g.MIGEnabled.V != 1 {
+			return &g.Units[0]
+		}
+		for i := range g.Units {
+			m := g.Units[i].MIG
+			if uint32(m.GPUInstanceID) == p.GpuInstanceId && uint32(m.ComputeInstanceID) == p.ComputeInstanceId {
+				return &g.Units[i]
+			}
+		}
+		return nil
+	}
+	add := func(p nvml.ProcessInfo, mpsClient bool) {
+		u := unitOf(p)
+		if u == nil {
+			return // an instance created since the layout was read
+		}
+		pr := Process{PID: int(p.Pid), MemoryUsed: p.UsedGpuMemory, MPSClient: mpsClient}
+		if v, ok := smUtil[p.Pid]; ok {
+			pr.SMUtil = some(v)
+		}
+		if c.s.cfg.Proc != nil {
+			info, err := c.s.cfg.Proc.Process(int(p.Pid))
+			switch {
+			case errors.Is(err, procfs.ErrNoProcess):
+				return // exited since NVML listed it
+			case err != nil:
+				errs = append(errs, err)
+			default:
+				pr.Name, pr.User, pr.StartTime = info.Name, info.User, info.StartTime
+				pr.PodUID, pr.ContainerID, pr.SlurmJob = info.PodUID, info.ContainerID, info.SlurmJob
+			}
+		}
+		if pr.Name == mpsServerName {
+			g.MPSServerRunning = true
+		}
+		u.Processes = append(u.Processes, pr)
+	}
+	for _, p := range procs {
+		add(p, false)
+	}
+	for _, p := range clients {
+		add(p, true)
+	}
+	g.MPSClients = len(clients)
+	for i := range g.Units {
+		ps := g.Units[i].Processes
+		sort.Slice(ps, func(a, b int) bool { return ps[a].PID < ps[b].PID })
+	}
+	return errors.Join(errs...)
+}
+
+// processUtilization reads each process's share of SM time since the last
+// cycle, keeping the newest sample per process.
+func (c *cycle) processUtilization(dev nvml.Device, g *GPU, out map[uint32]float64) error {
+	samples, ret := dev.GetProcessUtilization(c.s.procUtilSeen[g.UUID])
+	if ret == nvml.ERROR_NOT_FOUND {
+		return nil // no process ran since the last cycle
+	}
+	if err := c.check("nvmlDeviceGetProcessUtilization", g.UUID, ret); err != nil {
+		if errors.Is(err, errNotSupported) {
+			return nil
+		}
+		return err
+	}
+	newest := map[uint32]uint64{}
+	for _, s := range samples {
+		if s.TimeStamp >= newest[s.Pid] {
+			newest[s.Pid] = s.TimeStamp
+			out[s.Pid] = clamp01(float64(s.SmUtil) / 100)
+		}
+		if s.TimeStamp > c.s.procUtilSeen[g.UUID] {
+			c.s.procUtilSeen[g.UUID] = s.TimeStamp
+		}
+	}
+	return nil
+}
+
+type ownerKey struct {
+	namespace, pod, container, user, slurmJob string
+}
+
+// owners says who holds a unit: the containers the kubelet allocated it to,
+// and the owners of its processes. A process in a pod counts for its pod's
+// container; a process outside any pod for its Unix user and Slurm job.
+func (c *cycle) owners(u *Unit) []Owner {
+	allocated := c.s.allocs[u.UUID]
+	byKey := map[ownerKey]*Owner{}
+	var order []ownerKey
+	get := func(k ownerKey) *Owner {
+		o, ok := byKey[k]
+		if !ok {
+			o = &Owner{Namespace: k.namespace, Pod: k.pod, Container: k.container, User: k.user, SlurmJob: k.slurmJob}
+			if k.pod != "" && c.s.cfg.Pods != nil {
+				if m, ok := c.s.cfg.Pods.PodByName(k.namespace, k.pod); ok {
+					o.Keep = m.Keep
+				}
+			}
+			byKey[k] = o
+			order = append(order, k)
+		}
+		return o
+	}
+	for _, a := range allocated {
+		get(ownerKey{namespace: a.Namespace, pod: a.Pod, container: a.Container})
+	}
+	for _, p := range u.Processes {
+		if p.Name == mpsServerName {
+			continue // infrastructure, not a tenant
+		}
+		o := get(c.processOwner(p, allocated))
+		o.Processes++
+		o.MemoryUsed += p.MemoryUsed
+		if p.SMUtil.OK {
+			o.SMUtil = some(clamp01(o.SMUtil.V + p.SMUtil.V))
+		}
+		if !p.StartTime.IsZero() && (o.StartTime.IsZero() || p.StartTime.Before(o.StartTime)) {
+			o.StartTime = p.StartTime
+		}
+	}
+	sort.Slice(order, func(i, j int) bool {
+		a, b := order[i], order[j]
+		if a.namespace != b.namespace {
+			return a.namespace < b.namespace
+		}
+		if a.pod != b.pod {
+			return a.pod < b.pod
+		}
+		if a.container != b.container {
+			return a.container < b.container
+		}
+		if a.user != b.user {
+			return a.user < b.user
+		}
+		return a.slurmJob < b.slurmJob
+	})
+	out := make([]Owner, 0, len(order))
+	for _, k := range order {
+		out = append(out, *byKey[k])
+	}
+	return out
+}
+
+func (c *cycle) processOwner(p Process, allocated []podresources.Container) ownerKey {
+	if p.PodUID != "" {
+		if c.s.cfg.Pods != nil {
+			if m, ok := c.s.cfg.Pods.PodByUID(p.PodUID); ok {
+				container := m.Containers[p.ContainerID]
+				if container == "" && len(allocated) == 1 && allocated[0].Pod == m.Name {
+					container = allocated[0].Container
+				}
+				return ownerKey{namespace: m.Namespace, pod: m.Name, container: container}
+			}
+		}
+		// Without pod metadata, a unit held by one container is that container's.
+		if len(allocated) == 1 {
+			a := allocated[0]
+			return ownerKey{namespace: a.Namespace, pod: a.Pod, container: a.Container}
+		}
+	}
+	return ownerKey{user: p.User, slurmJob: p.SlurmJob}
+}

@@ -1,0 +1,259 @@
+package sampler_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpureclaim/gpureclaim/exporter/sampler"
+	"github.com/gpureclaim/gpureclaim/internal/nvmlsim"
+	"github.com/gpureclaim/gpureclaim/internal/podmeta"
+	"github.com/gpureclaim/gpureclaim/internal/simtest"
+)
+
+func step(t *testing.T, s *sampler.Snapshot, name string) sampler.Step {
+	t.Helper()
+	for _, st := range s.Steps {
+		if st.Name == name {
+			return st
+		}
+	}
+	t.Fatalf("no step %s", name)
+	return sampler.Step{}
+}
+
+func TestMIGUnitsAndTheirOwners(t *testing.T) {
+	n := simtest.Start(t, simtest.Scenario(t, `
+node: n1
+system: dgxa100
+pods:
+  - {name: a, namespace: team-a, container: c}
+  - {name: b, namespace: team-b, container: c}
+gpus:
+  - index: 0
+    mig:
+      - profile: 3g.20gb
+        pods: [a]
+        processes: [{pid: 100, pod: a, memory_used: 9GiB}]
+      - profile: 2g.10gb
+        pods: [b]
+      - profile: 1g.5gb
+        processes: [{pid: 101, user: root, memory_used: 1GiB}]
+`), nil)
+	s := n.SampleAt(t, time.Minute, 5*time.Second)
+	g := s.GPUs[0]
+	require.Equal(t, 1.0, g.MIGEnabled.V)
+	require.Len(t, g.Units, 3)
+	for _, u := range g.Units {
+		require.Equal(t, "mig", u.Kind())
+		require.Regexp(t, `^MIG-`, u.UUID)
+		require.Equal(t, g.UUID, u.GPUUUID)
+		require.False(t, u.Utilization.OK, "NVML has no utilization for MIG instances")
+		require.False(t, u.SMActive.OK, "an A100 has no GPM")
+	}
+	require.Equal(t, "3g.20gb", g.Units[0].MIG.Profile)
+	require.Equal(t, 3, g.Units[0].MIG.Slices)
+	require.Equal(t, []sampler.Owner{{Namespace: "team-a", Pod: "a", Container: "c", MemoryUsed: 9 << 30, Processes: 1, StartTime: simtest.T0.Add(0)}}, g.Units[0].Owners)
+	require.Equal(t, []sampler.Owner{{Namespace: "team-b", Pod: "b", Container: "c"}}, g.Units[1].Owners, "allocated, no process: held all the same")
+	require.Equal(t, "root", g.Units[2].Owners[0].User)
+	var names []string
+	for _, p := range g.Profiles {
+		names = append(names, p.Name)
+	}
+	require.Equal(t, []string{"1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb", "1g.10gb"}, names)
+}
+
+func TestMPSClientsAreTheTenants(t *testing.T) {
+	n := simtest.Start(t, simtest.Builtin(t, "demo"), nil)
+	s := n.SampleAt(t, 20*time.Minute, 5*time.Second)
+	g := s.GPUs[5]
+	require.True(t, g.MPSServerRunning)
+	require.Equal(t, 3, g.MPSClients)
+	u := g.Units[0]
+	require.Len(t, u.Processes, 4, "the server and three clients")
+	require.Len(t, u.Owners, 3, "the server is no tenant")
+	for _, o := range u.Owners {
+		require.Equal(t, "serving", o.Namespace)
+		require.Equal(t, 1, o.Processes)
+		require.False(t, o.SMUtil.OK, "NVML reports MPS utilization for the server only")
+	}
+}
+
+// A time-sliced GPU shared by two pods: the kubelet says both hold it, and
+// only each process's cgroup says which memory and SM time is whose.
+const sharedScenario = `
+node: n1
+system: dgxh100
+users: {alice: 1000}
+pods:
+  - {name: p1, namespace: ns1, container: web}
+  - {name: p2, namespace: ns2, container: worker}
+gpus:
+  - index: 2
+    sm_active: 0.5
+    pods: [p1, p2]
+    processes:
+      - {pid: 200, pod: p1, memory_used: 10GiB, sm_util: 0.4}
+      - {pid: 201, pod: p2, memory_used: 20GiB, sm_util: 0.1}
+      - {pid: 202, pod: p2, memory_used: 1GiB, sm_util: 0.05, started: -1h}
+      - {pid: 203, user: alice, memory_used: 2GiB}
+`
+
+func TestSharedGPUAttributionThroughCgroups(t *testing.T) {
+	n := simtest.Start(t, simtest.Scenario(t, sharedScenario), nil)
+	s := n.SampleAt(t, time.Minute, 5*time.Second)
+	u := s.GPUs[2].Units[0]
+	require.Len(t, u.Owners, 3)
+	alice, p1, p2 := u.Owners[0], u.Owners[1], u.Owners[2] // sorted: no namespace first
+	require.Equal(t, sampler.Owner{Namespace: "ns1", Pod: "p1", Container: "web", MemoryUsed: 10 << 30, SMUtil: sampler.Gauge{V: 0.4, OK: true}, Processes: 1, StartTime: simtest.T0}, p1)
+	require.Equal(t, "ns2", p2.Namespace)
+	require.Equal(t, "worker", p2.Container)
+	require.EqualValues(t, 21<<30, p2.MemoryUsed)
+	require.InDelta(t, 0.15, p2.SMUtil.V, 1e-9)
+	require.Equal(t, 2, p2.Processes)
+	require.Equal(t, simtest.T0.Add(-time.Hour), p2.StartTime, "the oldest process")
+	require.Equal(t, sampler.Owner{User: "alice", MemoryUsed: 2 << 30, Processes: 1, StartTime: simtest.T0}, alice, "outside any pod")
+}
+
+func TestSharedGPUWithoutPodMetadataFallsBackToUsers(t *testing.T) {
+	n := simtest.Start(t, simtest.Scenario(t, sharedScenario), func(s *nvmlsim.Sim) sampler.Config {
+		return sampler.Config{NVML: s, Pods: podmeta.NewStatic(nil)}
+	})
+	s := n.SampleAt(t, time.Minute, 5*time.Second)
+	u := s.GPUs[2].Units[0]
+	var pods, users []string
+	for _, o := range u.Owners {
+		if o.Pod != "" {
+			pods = append(pods, o.Pod)
+			require.Zero(t, o.Processes, "two pods share the GPU: a process cannot be told apart without its pod's UID")
+		} else {
+			users = append(users, o.User)
+		}
+	}
+	require.Equal(t, []string{"p1", "p2"}, pods)
+	require.Equal(t, []string{"alice", "root"}, users)
+}
+
+func TestKeepMarkFromPodMetadata(t *testing.T) {
+	n := simtest.Start(t, simtest.Scenario(t, `
+node: n1
+system: dgxh100
+pods:
+  - {name: keepme, namespace: ns, labels: {gpureclaim.io/keep: "true"}}
+  - {name: other, namespace: ns}
+gpus:
+  - {index: 0, pods: [keepme]}
+  - {index: 1, pods: [other]}
+`), nil)
+	s := n.SampleAt(t, time.Minute, 5*time.Second)
+	require.True(t, s.GPUs[0].Units[0].Owners[0].Keep)
+	require.False(t, s.GPUs[1].Units[0].Owners[0].Keep)
+}
+
+func TestAGPULostMidRunLeavesTheOthers(t *testing.T) {
+	n := simtest.Start(t, simtest.Scenario(t, `
+node: n1
+system: dgxh100
+gpus:
+  - {index: 3, lost_after: 2m, sm_active: 0.5}
+  - {index: 4, sm_active: 0.7}
+`), nil)
+	s := n.SampleAt(t, time.Minute, 5*time.Second)
+	require.True(t, s.GPUs[3].Up)
+	require.True(t, step(t, s, sampler.StepDevice).Success)
+
+	s = n.SampleAt(t, 3*time.Minute, 5*time.Second)
+	lost := s.GPUs[3]
+	require.False(t, lost.Up)
+	require.NotEmpty(t, lost.UUID, "a lost GPU keeps its identity")
+	require.Equal(t, "NVIDIA H100 80GB HBM3", lost.Model, "from before it was lost")
+	require.Empty(t, lost.Units)
+	require.False(t, step(t, s, sampler.StepDevice).Success)
+	require.NotZero(t, s.NVMLErrors[sampler.ErrorKey{Call: "nvmlDeviceGetMemoryInfo", UUID: lost.UUID, Error: "ERROR_GPU_IS_LOST"}])
+	for i, g := range s.GPUs {
+		if i == 3 {
+			continue
+		}
+		require.True(t, g.Up, "GPU %d", i)
+	}
+	require.InDelta(t, 0.7, s.GPUs[4].Units[0].SMActive.V, 1e-9)
+}
+
+// noGPM is an NVML on which GPM is not supported, as on Ampere and older or
+// under some virtualization.
+type noGPM struct{ *nvmlsim.Sim }
+
+func (noGPM) GpmQueryDeviceSupport(nvml.Device) (nvml.GpmSupport, nvml.Return) {
+	return nvml.GpmSupport{}, nvml.ERROR_NOT_SUPPORTED
+}
+
+func TestGPMNotSupportedFallsBackToUtilization(t *testing.T) {
+	n := simtest.Start(t, simtest.Builtin(t, "demo"), func(s *nvmlsim.Sim) sampler.Config {
+		return sampler.Config{NVML: noGPM{s}}
+	})
+	s := n.SampleAt(t, 20*time.Minute, 5*time.Second)
+	u := s.GPUs[3].Units[0]
+	require.False(t, s.GPUs[3].GPMSupported)
+	require.False(t, u.SMActive.OK)
+	require.True(t, u.Utilization.OK, "the fallback")
+	require.Equal(t, 1.0, u.Utilization.V)
+	require.True(t, step(t, s, sampler.StepGPM).Success, "not supported is not a failure")
+	require.Empty(t, s.NVMLErrors)
+}
+
+// panicky panics on one GPU's power reading, as a driver bug might.
+type panicky struct {
+	*nvmlsim.Sim
+}
+
+type panickyDevice struct{ nvml.Device }
+
+func (panickyDevice) GetPowerUsage() (uint32, nvml.Return) { panic("driver bug") }
+
+func (p panicky) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
+	d, ret := p.Sim.DeviceGetHandleByIndex(i)
+	if i == 1 {
+		return panickyDevice{d}, ret
+	}
+	return d, ret
+}
+
+func TestAPanicOnOneGPUDoesNotBlankTheOthers(t *testing.T) {
+	n := simtest.Start(t, simtest.Builtin(t, "demo"), func(s *nvmlsim.Sim) sampler.Config {
+		return sampler.Config{NVML: panicky{s}}
+	})
+	s := n.SampleAt(t, 20*time.Minute, 5*time.Second)
+	require.False(t, s.GPUs[1].Up)
+	require.True(t, s.GPUs[0].Up)
+	require.True(t, s.GPUs[2].Up)
+	require.False(t, step(t, s, sampler.StepDevice).Success)
+}
+
+func TestKilledProcessLeavesItsOwnerBehind(t *testing.T) {
+	n := simtest.Start(t, simtest.Builtin(t, "demo"), nil)
+	s := n.SampleAt(t, 20*time.Minute, 5*time.Second)
+	require.Equal(t, 1, s.GPUs[2].Units[0].Owners[0].Processes)
+	require.True(t, n.Kill(61234))
+	s = n.SampleAt(t, 21*time.Minute, 5*time.Second)
+	u := s.GPUs[2].Units[0]
+	require.Empty(t, u.Processes)
+	require.Equal(t, "notebook-carol", u.Owners[0].Pod, "the pod still holds the GPU until it is evicted")
+	require.Zero(t, u.Owners[0].Processes)
+	require.Zero(t, u.MemoryUsedBytes.V)
+
+	require.True(t, n.RemovePod("notebook-carol"))
+	s = n.SampleAt(t, 22*time.Minute, 5*time.Second)
+	require.Empty(t, s.GPUs[2].Units[0].Owners, "evicted: the GPU is free")
+}
+
+func TestPodResourcesOutageKeepsTheLastAnswer(t *testing.T) {
+	n := simtest.Start(t, simtest.Builtin(t, "demo"), nil)
+	s := n.SampleAt(t, 20*time.Minute, 5*time.Second)
+	require.True(t, step(t, s, sampler.StepPodResources).Success)
+	n.Node.Close() // the kubelet goes away
+	s = n.SampleAt(t, 21*time.Minute, 5*time.Second)
+	require.False(t, step(t, s, sampler.StepPodResources).Success)
+	require.Equal(t, "notebook-carol", s.GPUs[2].Units[0].Owners[0].Pod)
+}

@@ -1,0 +1,148 @@
+package sampler
+
+import (
+	"time"
+
+	"github.com/gpureclaim/gpureclaim/internal/mig"
+)
+
+// Snapshot is one sampling cycle's view of the node. It is never changed
+// after it is published: scrapes read it without locks.
+type Snapshot struct {
+	Time   time.Time
+	Node   string
+	Driver Driver
+	GPUs   []GPU
+	// Steps reports each part of the cycle, for per-collector health.
+	Steps []Step
+	// NVMLErrors counts failed NVML calls since start.
+	NVMLErrors map[ErrorKey]uint64
+}
+
+// Driver is the node's NVIDIA driver.
+type Driver struct {
+	Version     string
+	CUDAVersion string // e.g. "12.4"
+	NVMLVersion string
+}
+
+// Step is the outcome of one part of the sampling cycle.
+type Step struct {
+	Name     string
+	Success  bool
+	Duration time.Duration
+}
+
+// ErrorKey identifies a kind of NVML failure.
+type ErrorKey struct {
+	Call  string // the NVML function, e.g. nvmlDeviceGetPowerUsage
+	UUID  string // the GPU or MIG unit, "" for calls on no device
+	Error string // the return code, e.g. ERROR_GPU_IS_LOST
+}
+
+// Gauge is a value NVML may not give.
+type Gauge struct {
+	V  float64
+	OK bool
+}
+
+func some(v float64) Gauge { return Gauge{V: v, OK: true} }
+
+// GPU is a physical GPU.
+type GPU struct {
+	Index    int
+	UUID     string
+	Model    string
+	PCIBusID string
+	// Up is false when this cycle could not read the GPU (e.g. it is lost).
+	Up                 bool
+	PowerWatts         Gauge
+	EnergyJoules       Gauge
+	TemperatureCelsius Gauge
+	MIGEnabled         Gauge // 1 or 0
+	MIGPendingEnabled  Gauge
+	GPMSupported       bool
+	MPSServerRunning   bool
+	MPSClients         int
+	// Profiles are the MIG profiles this GPU offers for right-sizing.
+	Profiles []mig.Profile
+	Units    []Unit
+}
+
+// Unit is what a workload can hold: a whole GPU, or a MIG instance.
+type Unit struct {
+	UUID    string
+	GPUUUID string
+	MIG     *MIGInstance // nil for a whole GPU
+
+	SMActive             Gauge // GPM SM_UTIL, 0-1
+	SMOccupancy          Gauge // GPM SM_OCCUPANCY
+	DRAMBandwidth        Gauge // GPM DRAM_BW_UTIL
+	TensorActive         Gauge // GPM ANY_TENSOR_UTIL
+	Utilization          Gauge // nvmlDeviceGetUtilizationRates .gpu
+	MemoryControllerBusy Gauge // nvmlDeviceGetUtilizationRates .memory
+	MemoryUsedBytes      Gauge
+	MemoryTotalBytes     Gauge
+
+	Processes []Process
+	Owners    []Owner
+}
+
+// Kind is "gpu" or "mig".
+func (u *Unit) Kind() string {
+	if u.MIG != nil {
+		return "mig"
+	}
+	return "gpu"
+}
+
+// MIGInstance describes a MIG unit.
+type MIGInstance struct {
+	Profile           string
+	GPUInstanceID     int
+	ComputeInstanceID int
+	Slices            int
+}
+
+// Process is a process with a context on a unit. PIDs are never metric
+// labels; the node action endpoint uses them.
+type Process struct {
+	PID         int
+	Name        string
+	User        string
+	MemoryUsed  uint64
+	SMUtil      Gauge
+	StartTime   time.Time
+	PodUID      string
+	ContainerID string
+	SlurmJob    string
+	MPSClient   bool
+}
+
+// Owner is who holds a unit: a pod's container, or a Unix user (and Slurm
+// job) on bare metal.
+type Owner struct {
+	Namespace, Pod, Container string
+	User, SlurmJob            string
+	// Keep is set when the pod is marked to be kept.
+	Keep bool
+	// MemoryUsed sums the owner's processes on the unit.
+	MemoryUsed uint64
+	// SMUtil sums the owner's processes' share of SM time, where NVML gives it.
+	SMUtil    Gauge
+	Processes int
+	// StartTime is the earliest start of the owner's processes; zero when none runs.
+	StartTime time.Time
+}
+
+// Unit finds a unit by UUID.
+func (s *Snapshot) Unit(uuid string) (*GPU, *Unit) {
+	for i := range s.GPUs {
+		for j := range s.GPUs[i].Units {
+			if s.GPUs[i].Units[j].UUID == uuid {
+				return &s.GPUs[i], &s.GPUs[i].Units[j]
+			}
+		}
+	}
+	return nil, nil
+}

@@ -1,0 +1,111 @@
+// Package simtest builds simulated nodes and samplers for tests and
+// benchmarks: a scenario, its /proc tree, a kubelet pod-resources socket
+// served over gRPC, and a clock the test moves.
+package simtest
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpureclaim/gpureclaim/exporter/sampler"
+	"github.com/gpureclaim/gpureclaim/internal/nvmlsim"
+	"github.com/gpureclaim/gpureclaim/internal/podmeta"
+	"github.com/gpureclaim/gpureclaim/internal/podresources"
+	"github.com/gpureclaim/gpureclaim/internal/procfs"
+)
+
+// T0 is the scenario time 0 of every test node.
+var T0 = time.Date(2026, 1, 5, 9, 0, 0, 0, time.UTC)
+
+// Clock is a settable clock.
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewClock starts a clock at t.
+func NewClock(t time.Time) *Clock { return &Clock{now: t} }
+
+// Now reads the clock.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Set moves the clock to t.
+func (c *Clock) Set(t time.Time) {
+	c.mu.Lock()
+	c.now = t
+	c.mu.Unlock()
+}
+
+// Advance moves the clock forward.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// Node is a simulated node with a sampler reading it.
+type Node struct {
+	*nvmlsim.Node
+	Sampler *sampler.Sampler
+	Clock   *Clock
+}
+
+// Scenario parses a scenario given inline.
+func Scenario(t testing.TB, yaml string) *nvmlsim.Scenario {
+	t.Helper()
+	sc, err := nvmlsim.Parse([]byte(yaml), ".")
+	require.NoError(t, err)
+	return sc
+}
+
+// Builtin opens a built-in scenario.
+func Builtin(t testing.TB, name string) *nvmlsim.Scenario {
+	t.Helper()
+	sc, err := nvmlsim.Open(name)
+	require.NoError(t, err)
+	return sc
+}
+
+// Start runs a scenario from T0 with the given NVML in front of it (nil: the
+// simulator itself), connected to the sampler as the exporter connects them.
+func Start(t testing.TB, sc *nvmlsim.Scenario, wrap func(*nvmlsim.Sim) sampler.Config) *Node {
+	t.Helper()
+	sc.Start = T0
+	clock := NewClock(T0)
+	sn, err := nvmlsim.StartNode(sc, t.TempDir(), clock.Now)
+	require.NoError(t, err)
+	t.Cleanup(sn.Close)
+	client, err := podresources.Dial(sn.Socket, 5*time.Second)
+	require.NoError(t, err)
+	t.Cleanup(func() { client.Close() })
+	cfg := sampler.Config{NVML: sn.Sim}
+	if wrap != nil {
+		cfg = wrap(sn.Sim)
+	}
+	cfg.Node = sc.Node
+	cfg.Proc = procfs.New(sn.ProcRoot, sn.Passwd)
+	cfg.Allocations = client
+	if cfg.Pods == nil {
+		cfg.Pods = podmeta.NewStatic(sn.PodMeta())
+	}
+	cfg.Clock = clock.Now
+	return &Node{Node: sn, Sampler: sampler.New(cfg), Clock: clock}
+}
+
+// SampleAt takes two samples, gap apart, ending at scenario time at, so that
+// GPM values cover [at-gap, at].
+func (n *Node) SampleAt(t testing.TB, at, gap time.Duration) *sampler.Snapshot {
+	t.Helper()
+	n.Clock.Set(T0.Add(at - gap))
+	n.Sampler.Sample(context.Background())
+	n.Clock.Set(T0.Add(at))
+	return n.Sampler.Sample(context.Background())
+}
