@@ -163,6 +163,38 @@ func simulatedNode(o *options, logger *slog.Logger) (*node, error) {
 	}, nil
 }
 
+// gatherer serves the snapshot's metrics from a cache refreshed once per
+// sample, and the health, version and runtime metrics live.
+func gatherer(src collector.Source, clock func() time.Time) (prometheus.Gatherer, error) {
+	cached, err := collector.NewSnapshotGatherer(src, collector.FromSnapshot(src)...)
+	if err != nil {
+		return nil, err
+	}
+	live := prometheus.NewRegistry()
+	if err := registerAll(live, liveCollectors(src, clock)...); err != nil {
+		return nil, err
+	}
+	return prometheus.Gatherers{cached, live}, nil
+}
+
+func liveCollectors(src collector.Source, clock func() time.Time) []prometheus.Collector {
+	return []prometheus.Collector{
+		collector.NewHealth(src, clock),
+		versioncollector.NewCollector("gpureclaim_exporter"),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	}
+}
+
+func registerAll(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -199,15 +231,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	smp := sampler.New(sampler.Config{NVML: n.nvml, Node: n.name, Proc: n.proc, Allocations: n.allocs, Pods: n.pods, Logger: logger})
 	go smp.Run(ctx, o.interval)
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collector.All(smp, time.Now)...)
-	reg.MustRegister(
-		versioncollector.NewCollector("gpureclaim_exporter"),
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
+	g, err := gatherer(smp, time.Now)
+	if err != nil {
+		logger.Error("registering collectors", "err", err)
+		return 1
+	}
 	mux := http.NewServeMux()
-	mux.Handle(o.metricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelError), MaxRequestsInFlight: 10}))
+	mux.Handle(o.metricsPath, promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelError), MaxRequestsInFlight: 10}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {

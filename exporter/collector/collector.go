@@ -21,13 +21,13 @@ type Source interface {
 
 // All returns every collector of the exporter.
 func All(src Source, clock func() time.Time) []prometheus.Collector {
-	return []prometheus.Collector{
-		NewGPU(src),
-		NewUnit(src),
-		NewMIG(src),
-		NewOwner(src),
-		NewHealth(src, clock),
-	}
+	return append(FromSnapshot(src), NewHealth(src, clock))
+}
+
+// FromSnapshot returns the collectors that read nothing but the snapshot,
+// which a SnapshotGatherer may cache.
+func FromSnapshot(src Source) []prometheus.Collector {
+	return []prometheus.Collector{NewGPU(src), NewUnit(src), NewMIG(src), NewOwner(src)}
 }
 
 func desc(subsystem, name, help string, labels ...string) *prometheus.Desc {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/stretchr/testify/require"
 
@@ -149,4 +150,35 @@ func TestDemoShowsEveryCase(t *testing.T) {
 		require.Zero(t, value("gpureclaim_unit_processes", map[string]string{"uuid": uuid(i)}))
 		require.Empty(t, snap.GPUs[i].Units[0].Owners)
 	}
+}
+
+func TestSnapshotGathererRefreshesOncePerSample(t *testing.T) {
+	n := simtest.Start(t, simtest.Builtin(t, "demo"), nil)
+	n.SampleAt(t, demoAt, 10*time.Second)
+	g, err := collector.NewSnapshotGatherer(n.Sampler, collector.FromSnapshot(n.Sampler)...)
+	require.NoError(t, err)
+	first, err := g.Gather()
+	require.NoError(t, err)
+	again, err := g.Gather()
+	require.NoError(t, err)
+	require.Same(t, first[0], again[0], "same snapshot, same families")
+
+	require.True(t, n.Kill(61234))
+	n.SampleAt(t, demoAt+time.Minute, 10*time.Second)
+	fresh, err := g.Gather()
+	require.NoError(t, err)
+	require.NotSame(t, first[0], fresh[0])
+	count := func(mfs []*dto.MetricFamily, name string) float64 {
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				sum := 0.0
+				for _, m := range mf.Metric {
+					sum += m.Gauge.GetValue()
+				}
+				return sum
+			}
+		}
+		return -1
+	}
+	require.Equal(t, count(first, "gpureclaim_unit_processes")-1, count(fresh, "gpureclaim_unit_processes"))
 }

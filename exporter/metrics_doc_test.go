@@ -1,0 +1,85 @@
+package main
+
+import (
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpureclaim/gpureclaim/exporter/collector"
+	"github.com/gpureclaim/gpureclaim/internal/simtest"
+)
+
+var docRow = regexp.MustCompile("^\\| `([a-z_]+)` \\| (gauge|counter|histogram|summary) \\|.*\\| ([^|]*) \\|$")
+
+// documented reads METRICS.md's table: metric name → (type, availability).
+func documented(t *testing.T) map[string][2]string {
+	b, err := os.ReadFile("../METRICS.md")
+	require.NoError(t, err)
+	out := map[string][2]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if m := docRow.FindStringSubmatch(line); m != nil {
+			require.NotContains(t, out, m[1], "listed twice")
+			out[m[1]] = [2]string{m[2], strings.TrimSpace(m[3])}
+		}
+	}
+	require.NotEmpty(t, out)
+	return out
+}
+
+var descName = regexp.MustCompile(`fqName: "([^"]+)"`)
+
+func TestMetricsDocMatchesTheExporter(t *testing.T) {
+	doc := documented(t)
+	n := simtest.Start(t, simtest.Builtin(t, "demo"), nil)
+	n.SampleAt(t, 20*time.Minute, 10*time.Second)
+	reg, err := gatherer(n.Sampler, n.Clock.Now)
+	require.NoError(t, err)
+
+	// Everything a collector can emit is documented...
+	descs := make(chan *prometheus.Desc, 1000)
+	for _, c := range append(collector.FromSnapshot(n.Sampler), liveCollectors(n.Sampler, n.Clock.Now)...) {
+		c.Describe(descs)
+	}
+	close(descs)
+	described := map[string]bool{}
+	for d := range descs {
+		name := descName.FindStringSubmatch(d.String())[1]
+		if strings.HasPrefix(name, "go_") || strings.HasPrefix(name, "process_") {
+			continue
+		}
+		described[name] = true
+		require.Contains(t, doc, name, "add %s to METRICS.md", name)
+	}
+	// ...and everything documented exists.
+	for name := range doc {
+		require.True(t, described[name], "METRICS.md lists %s, which no collector emits", name)
+	}
+
+	// The demo scrape emits every documented metric, with its documented type,
+	// except those that appear only on failure.
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	scraped := map[string]bool{}
+	for _, mf := range mfs {
+		name := mf.GetName()
+		if strings.HasPrefix(name, "go_") || strings.HasPrefix(name, "process_") {
+			continue
+		}
+		scraped[name] = true
+		require.Equal(t, doc[name][0], strings.ToLower(mf.GetType().String()), "type of %s", name)
+	}
+	var missing []string
+	for name, d := range doc {
+		if !scraped[name] && !strings.Contains(d[1], "fail") {
+			missing = append(missing, name)
+		}
+	}
+	sort.Strings(missing)
+	require.Empty(t, missing, "documented but not in the demo scrape")
+}
