@@ -130,7 +130,7 @@ func TestDemoShowsEveryCase(t *testing.T) {
 	require.Equal(t, float64(30<<30), value("gpureclaim_unit_owner_memory_used_bytes", map[string]string{"uuid": uuid(2), "namespace": "data-science", "pod": "notebook-carol", "container": "notebook"}))
 	// wasted: utilization says busy, SM activity says otherwise
 	require.Equal(t, 1.0, value("gpureclaim_unit_utilization_ratio", map[string]string{"uuid": uuid(3)}))
-	require.InDelta(t, 0.03, value("gpureclaim_unit_sm_active_ratio", map[string]string{"uuid": uuid(3)}), 1e-9)
+	require.InDelta(t, 0.08, value("gpureclaim_unit_sm_active_ratio", map[string]string{"uuid": uuid(3)}), 1e-9)
 	// MIG: four instances, the 3g.40gb holding 7 GiB
 	require.Equal(t, 1.0, value("gpureclaim_gpu_mig_mode_enabled", map[string]string{"gpu_uuid": uuid(4)}))
 	require.Len(t, snap.GPUs[4].Units, 4)

@@ -8,8 +8,8 @@ import (
 
 // MIG exports MIG instances and the profiles each could be moved to.
 type MIG struct {
-	src                     Source
-	info, slices, candidate *prometheus.Desc
+	src                                         Source
+	info, slices, candidate, candidateSlices *prometheus.Desc
 }
 
 // NewMIG returns the MIG collector.
@@ -20,6 +20,8 @@ func NewMIG(src Source) *MIG {
 		slices: desc("mig_instance", "slices", "Compute slices of the MIG instance's GPU instance (a GPU has 7).", "uuid", "gpu_uuid"),
 		candidate: desc("mig", "profile_memory_bytes",
 			"Memory of each MIG profile the instance's GPU offers, per instance: the candidates for right-sizing it.", "uuid", "gpu_uuid", "profile"),
+		candidateSlices: desc("mig", "profile_slices",
+			"Compute slices of each MIG profile the instance's GPU offers, per instance.", "uuid", "gpu_uuid", "profile"),
 	}
 }
 
@@ -27,6 +29,7 @@ func (c *MIG) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.info
 	ch <- c.slices
 	ch <- c.candidate
+	ch <- c.candidateSlices
 }
 
 func (c *MIG) Collect(ch chan<- prometheus.Metric) {
@@ -50,6 +53,7 @@ func (c *MIG) Collect(ch chan<- prometheus.Metric) {
 				}
 				seen[p.Name] = true
 				gauge(ch, c.candidate, float64(p.MemoryBytes), u.UUID, u.GPUUUID, p.Name)
+				gauge(ch, c.candidateSlices, float64(p.Slices), u.UUID, u.GPUUUID, p.Name)
 			}
 		}
 	}

@@ -1,0 +1,218 @@
+// Package rules generates gpureclaim's Prometheus recording and alerting
+// rules from a typed config of thresholds and durations, so that a fleet (or
+// the demo, on a compressed clock) can change them and keep one source.
+package rules
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"regexp"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"go.yaml.in/yaml/v3"
+)
+
+// Config holds every threshold and duration of the rules. Defaults are the
+// design's seed values; see DefaultConfig.
+type Config struct {
+	Idle       Idle       `yaml:"idle"`
+	Wasted     Wasted     `yaml:"wasted"`
+	Overcommit Overcommit `yaml:"overcommit"`
+	MIG        MIG        `yaml:"mig"`
+	Exporter   Exporter   `yaml:"exporter"`
+	Cost       Cost       `yaml:"cost"`
+	Links      Links      `yaml:"links"`
+}
+
+// Idle: a held unit whose activity stays below Threshold for For.
+type Idle struct {
+	// Threshold is the activity (SM activity, else utilization) under which a unit is idle. Default 0.05.
+	Threshold float64 `yaml:"threshold"`
+	// For is how long a unit must stay idle before GPUIdle fires. Default 10m.
+	For model.Duration `yaml:"for"`
+	// Lookback is how far back each evaluation looks for a burst of work, so
+	// that bursts between evaluations are not missed. Default 2m.
+	Lookback model.Duration `yaml:"lookback"`
+}
+
+// Wasted: a held unit with low average activity that holds much of its memory.
+type Wasted struct {
+	// ActivityBelow is the average activity under which a unit is underused. Default 0.2.
+	ActivityBelow float64 `yaml:"activity_below"`
+	// MemoryAbove is the share of the unit's memory held above which the waste matters. Default 0.5.
+	MemoryAbove float64 `yaml:"memory_above"`
+	// Window averages the activity. Default 30m.
+	Window model.Duration `yaml:"window"`
+	// For is how long the unit must stay wasted before GPUWasted fires. Default 15m.
+	For model.Duration `yaml:"for"`
+}
+
+// Overcommit: a shared unit whose tenants are about to run out of memory or SMs.
+type Overcommit struct {
+	// MinTenants is the number of owners that makes a unit shared. Default 2.
+	MinTenants int `yaml:"min_tenants"`
+	// MemoryAbove is the share of memory in use that risks an out-of-memory error. Default 0.95.
+	MemoryAbove float64 `yaml:"memory_above"`
+	// ActivityAbove is the average activity at which the SMs are saturated. Default 0.95.
+	ActivityAbove float64 `yaml:"activity_above"`
+	// Window averages the activity. Default 5m.
+	Window model.Duration `yaml:"window"`
+	// For is how long before GPUOvercommitted fires. Default 5m.
+	For model.Duration `yaml:"for"`
+}
+
+// MIG: right-sizing of MIG instances.
+type MIG struct {
+	// PeakWindow is how far back the peak memory and activity are taken. Default 1d.
+	PeakWindow model.Duration `yaml:"peak_window"`
+	// Headroom is added to the peaks before looking for a smaller profile. Default 0.1.
+	Headroom float64 `yaml:"headroom"`
+	// For is how long an instance must stay oversized before MIGInstanceOversized fires. Default 1h.
+	For model.Duration `yaml:"for"`
+}
+
+// Exporter: health of the exporters.
+type Exporter struct {
+	// Job is the Prometheus job that scrapes the exporters. Default gpureclaim-exporter.
+	Job string `yaml:"job"`
+	// DownFor is how long a target may be down. Default 5m.
+	DownFor model.Duration `yaml:"down_for"`
+	// StaleAfter is the sample age past which an exporter's data is stale. Default 1m.
+	StaleAfter model.Duration `yaml:"stale_after"`
+	// FailingFor is how long a collector or GPU may fail. Default 10m.
+	FailingFor model.Duration `yaml:"failing_for"`
+}
+
+// Cost turns idle GPU-hours into money.
+type Cost struct {
+	// PricePerGPUHour is what one whole GPU costs an hour. Default 2.5.
+	PricePerGPUHour float64 `yaml:"price_per_gpu_hour"`
+	// Currency labels the cost series. Default USD.
+	Currency string `yaml:"currency"`
+	// Window is the span of the idle GPU-hours and cost series. Default 1d.
+	Window model.Duration `yaml:"window"`
+	// Step is the resolution the idle GPUs are summed at. Default 1m.
+	Step model.Duration `yaml:"step"`
+}
+
+// Links are put into alert annotations.
+type Links struct {
+	// Runbook is the runbook's URL; alerts link to its sections (#gpuidle).
+	Runbook string `yaml:"runbook"`
+	// Grafana is Grafana's base URL, for dashboard links. Default http://localhost:3000; empty leaves them out.
+	Grafana string `yaml:"grafana"`
+}
+
+// DefaultConfig returns the seed defaults.
+func DefaultConfig() Config {
+	return Config{
+		Idle:       Idle{Threshold: 0.05, For: dur(10 * time.Minute), Lookback: dur(2 * time.Minute)},
+		Wasted:     Wasted{ActivityBelow: 0.2, MemoryAbove: 0.5, Window: dur(30 * time.Minute), For: dur(15 * time.Minute)},
+		Overcommit: Overcommit{MinTenants: 2, MemoryAbove: 0.95, ActivityAbove: 0.95, Window: dur(5 * time.Minute), For: dur(5 * time.Minute)},
+		MIG:        MIG{PeakWindow: dur(24 * time.Hour), Headroom: 0.1, For: dur(time.Hour)},
+		Exporter:   Exporter{Job: "gpureclaim-exporter", DownFor: dur(5 * time.Minute), StaleAfter: dur(time.Minute), FailingFor: dur(10 * time.Minute)},
+		Cost:       Cost{PricePerGPUHour: 2.5, Currency: "USD", Window: dur(24 * time.Hour), Step: dur(time.Minute)},
+		Links:      Links{Runbook: "https://github.com/gpureclaim/gpureclaim/blob/main/rules/runbook.md", Grafana: "http://localhost:3000"},
+	}
+}
+
+func dur(d time.Duration) model.Duration { return model.Duration(d) }
+
+// Load reads a config file; fields it leaves out keep their defaults.
+func Load(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, err
+	}
+	c, err := Parse(b)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse reads and validates a config.
+func Parse(b []byte) (Config, error) {
+	c := DefaultConfig()
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	// Decoding over the defaults keeps every field the file leaves out.
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, err
+	}
+	return c, c.Validate()
+}
+
+var jobName = regexp.MustCompile(`^[a-zA-Z0-9_.:-]+$`)
+
+// Validate checks every field and names the first one that is wrong.
+func (c *Config) Validate() error {
+	var errs []error
+	ratio := func(field string, v float64) {
+		if v <= 0 || v >= 1 {
+			errs = append(errs, fmt.Errorf("%s: %g must be between 0 and 1 (exclusive)", field, v))
+		}
+	}
+	positive := func(field string, d model.Duration) {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s: must be a positive duration (e.g. 10m)", field))
+		}
+	}
+	ratio("idle.threshold", c.Idle.Threshold)
+	positive("idle.for", c.Idle.For)
+	positive("idle.lookback", c.Idle.Lookback)
+	if c.Idle.Lookback > c.Idle.For {
+		errs = append(errs, fmt.Errorf("idle.lookback: %s is longer than idle.for (%s)", c.Idle.Lookback, c.Idle.For))
+	}
+	ratio("wasted.activity_below", c.Wasted.ActivityBelow)
+	if c.Wasted.ActivityBelow <= c.Idle.Threshold {
+		errs = append(errs, fmt.Errorf("wasted.activity_below: %g must be above idle.threshold (%g), or no unit is ever wasted but not idle", c.Wasted.ActivityBelow, c.Idle.Threshold))
+	}
+	ratio("wasted.memory_above", c.Wasted.MemoryAbove)
+	positive("wasted.window", c.Wasted.Window)
+	positive("wasted.for", c.Wasted.For)
+	if c.Overcommit.MinTenants < 2 {
+		errs = append(errs, fmt.Errorf("overcommit.min_tenants: %d; a unit is shared by 2 or more", c.Overcommit.MinTenants))
+	}
+	ratio("overcommit.memory_above", c.Overcommit.MemoryAbove)
+	ratio("overcommit.activity_above", c.Overcommit.ActivityAbove)
+	positive("overcommit.window", c.Overcommit.Window)
+	positive("overcommit.for", c.Overcommit.For)
+	positive("mig.peak_window", c.MIG.PeakWindow)
+	if c.MIG.Headroom < 0 || c.MIG.Headroom > 1 {
+		errs = append(errs, fmt.Errorf("mig.headroom: %g must be between 0 and 1", c.MIG.Headroom))
+	}
+	positive("mig.for", c.MIG.For)
+	if !jobName.MatchString(c.Exporter.Job) {
+		errs = append(errs, fmt.Errorf("exporter.job: %q is not a job name", c.Exporter.Job))
+	}
+	positive("exporter.down_for", c.Exporter.DownFor)
+	positive("exporter.stale_after", c.Exporter.StaleAfter)
+	positive("exporter.failing_for", c.Exporter.FailingFor)
+	if c.Cost.PricePerGPUHour < 0 {
+		errs = append(errs, fmt.Errorf("cost.price_per_gpu_hour: %g must not be negative", c.Cost.PricePerGPUHour))
+	}
+	if !regexp.MustCompile(`^[A-Z]{3}$`).MatchString(c.Cost.Currency) {
+		errs = append(errs, fmt.Errorf("cost.currency: %q is not an ISO 4217 code (e.g. USD)", c.Cost.Currency))
+	}
+	positive("cost.window", c.Cost.Window)
+	positive("cost.step", c.Cost.Step)
+	if c.Cost.Step > c.Cost.Window {
+		errs = append(errs, fmt.Errorf("cost.step: %s is longer than cost.window (%s)", c.Cost.Step, c.Cost.Window))
+	}
+	for _, l := range []struct{ field, url string }{{"links.runbook", c.Links.Runbook}, {"links.grafana", c.Links.Grafana}} {
+		field, u := l.field, l.url
+		if u == "" && field == "links.grafana" {
+			continue
+		}
+		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			errs = append(errs, fmt.Errorf("%s: %q is not an http(s) URL", field, u))
+		}
+	}
+	return errors.Join(errs...)
+}
