@@ -19,7 +19,7 @@ LDFLAGS  := -X github.com/prometheus/common/version.Version=$(VERSION) \
 
 TOOLS := $(BIN)/promtool $(BIN)/prometheus
 
-.PHONY: all build run run-exporter test unit bench lint tools clean device-check
+.PHONY: all build run test bench lint tools rules clean device-check
 
 all: build
 
@@ -39,6 +39,10 @@ run: build
 ## test: vet, then every test with the pinned tools required.
 test: tools lint
 	GPURECLAIM_REQUIRE_TOOLS=1 $(GO) test -count=1 ./...
+
+## rules: regenerate the committed rules from the default config.
+rules:
+	$(GO) run ./rules/gen -o rules/gpureclaim.rules.yml
 
 ## bench: benchmarks with allocations.
 bench:

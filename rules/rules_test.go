@@ -1,0 +1,151 @@
+package rules
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/gpureclaim/gpureclaim/internal/tooltest"
+)
+
+func TestCommittedRulesMatchTheGenerator(t *testing.T) {
+	want, err := Render(DefaultConfig())
+	require.NoError(t, err)
+	got, err := os.ReadFile("gpureclaim.rules.yml")
+	require.NoError(t, err)
+	require.Equal(t, string(want), string(got), "run `make rules` and commit the result")
+}
+
+func TestPromtoolCheckAndTest(t *testing.T) {
+	promtool := tooltest.Bin(t, "promtool")
+	out, err := exec.Command(promtool, "check", "rules", "gpureclaim.rules.yml").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	tests, err := filepath.Glob("tests/*.test.yml")
+	require.NoError(t, err)
+	require.NotEmpty(t, tests)
+	out, err = exec.Command(promtool, append([]string{"test", "rules"}, tests...)...).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+}
+
+func TestEveryConfigRendersValidRules(t *testing.T) {
+	promtool := tooltest.Bin(t, "promtool")
+	for _, path := range []string{"testdata/conf.good.yml", "demo.yaml"} {
+		c, err := Load(path)
+		require.NoError(t, err, path)
+		b, err := Render(c)
+		require.NoError(t, err)
+		f := filepath.Join(t.TempDir(), "rules.yml")
+		require.NoError(t, os.WriteFile(f, b, 0o644))
+		out, err := exec.Command(promtool, "check", "rules", f).CombinedOutput()
+		require.NoError(t, err, "%s: %s", path, out)
+	}
+}
+
+func TestGoodConfigChangesEveryField(t *testing.T) {
+	c, err := Load("testdata/conf.good.yml")
+	require.NoError(t, err)
+	// A field the file forgot would keep its default and hide a parsing bug.
+	var walk func(path string, a, b map[string]any)
+	walk = func(path string, a, b map[string]any) {
+		for k, v := range a {
+			if sub, ok := v.(map[string]any); ok {
+				walk(path+k+".", sub, b[k].(map[string]any))
+				continue
+			}
+			require.NotEqual(t, v, b[k], "%s%s keeps its default", path, k)
+		}
+	}
+	walk("", asMap(t, DefaultConfig()), asMap(t, c))
+}
+
+func asMap(t *testing.T, c Config) map[string]any {
+	b, err := yaml.Marshal(c)
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, yaml.Unmarshal(b, &m))
+	return m
+}
+
+func TestBadConfigsNameTheField(t *testing.T) {
+	files, err := filepath.Glob("testdata/conf.*.bad.yml")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			b, err := os.ReadFile(f)
+			require.NoError(t, err)
+			first, _, _ := strings.Cut(string(b), "\n")
+			want, ok := strings.CutPrefix(first, "# error: ")
+			require.True(t, ok, "the first line says the expected error")
+			_, err = Load(f)
+			require.ErrorContains(t, err, want)
+			require.ErrorContains(t, err, f, "the error names the file")
+		})
+	}
+}
+
+func TestEmptyConfigIsTheDefault(t *testing.T) {
+	c, err := Parse(nil)
+	require.NoError(t, err)
+	require.Equal(t, DefaultConfig(), c)
+	c, err = Parse([]byte("idle: {for: 20m}\n"))
+	require.NoError(t, err)
+	require.Equal(t, model.Duration(20*60e9), c.Idle.For)
+	require.Equal(t, DefaultConfig().Idle.Threshold, c.Idle.Threshold, "a field left out keeps its default")
+}
+
+// Every alert has what people need (kubernetes-mixin's checks): a severity,
+// a summary, a description, a runbook section that exists, and the labels
+// the reclaimer needs.
+func TestAlertsCarryWhatPeopleAndTheReclaimerNeed(t *testing.T) {
+	runbook, err := os.ReadFile("runbook.md")
+	require.NoError(t, err)
+	anchors := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^## (\w+)$`).FindAllStringSubmatch(string(runbook), -1) {
+		anchors[strings.ToLower(m[1])] = true
+	}
+	c := DefaultConfig()
+	alerts := 0
+	for _, g := range Generate(c).Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			alerts++
+			require.Contains(t, []string{"critical", "warning", "info"}, r.Labels["severity"], r.Alert)
+			require.NotEmpty(t, r.Annotations["summary"], r.Alert)
+			require.NotEmpty(t, r.Annotations["description"], r.Alert)
+			anchor := strings.TrimPrefix(r.Annotations["runbook_url"], c.Links.Runbook+"#")
+			require.Equal(t, strings.ToLower(r.Alert), anchor, r.Alert)
+			require.True(t, anchors[anchor], "runbook.md has no section ## %s", r.Alert)
+			if g.Name == "gpureclaim.units" {
+				require.Contains(t, r.Annotations, "dashboard_url", r.Alert)
+				require.True(t, r.Labels["action"] != "" || strings.Contains(string(r.Expr), `"action"`), "%s says what to do", r.Alert)
+			}
+		}
+	}
+	require.Equal(t, 8, alerts)
+	require.Len(t, anchors, alerts, "runbook.md has a section for each alert and no other")
+}
+
+func TestRecordingRulesAreNamedLevelMetricOperations(t *testing.T) {
+	name := regexp.MustCompile(`^[a-z_]+:gpureclaim_[a-z_]+:[a-z_0-9]+$`)
+	seen := map[string]bool{}
+	for _, g := range Generate(DefaultConfig()).Groups {
+		for _, r := range g.Rules {
+			if r.Record == "" {
+				continue
+			}
+			require.Regexp(t, name, r.Record)
+			require.False(t, seen[r.Record], "%s recorded twice", r.Record)
+			seen[r.Record] = true
+		}
+	}
+}
