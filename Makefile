@@ -19,7 +19,7 @@ LDFLAGS  := -X github.com/prometheus/common/version.Version=$(VERSION) \
 
 TOOLS := $(BIN)/promtool $(BIN)/prometheus
 
-.PHONY: all build run test bench lint tools rules clean device-check
+.PHONY: all build run test bench lint tools rules dashboards clean device-check
 
 all: build
 
@@ -43,6 +43,10 @@ test: tools lint
 ## rules: regenerate the committed rules from the default config.
 rules:
 	$(GO) run ./rules/gen -o rules/gpureclaim.rules.yml
+
+## dashboards: regenerate the committed Grafana dashboards.
+dashboards:
+	$(GO) run ./dashboards/gen -o dashboards
 
 ## bench: benchmarks with allocations.
 bench:

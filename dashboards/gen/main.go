@@ -1,0 +1,28 @@
+// Command gen writes gpureclaim's Grafana dashboards into a folder.
+//
+//	go run ./dashboards/gen -o dashboards
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/gpureclaim/gpureclaim/dashboards"
+)
+
+func main() {
+	out := flag.String("o", "dashboards", "folder to write the dashboards into")
+	flag.Parse()
+	for name, d := range dashboards.All() {
+		b, err := dashboards.Marshal(d)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(*out, name), b, 0o644)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "gen:", err)
+			os.Exit(1)
+		}
+	}
+}
