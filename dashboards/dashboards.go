@@ -115,7 +115,7 @@ func f(v float64) *float64 { return &v }
 // layout places panels left to right, wrapping at 24 columns.
 type layout struct {
 	x, y, rowH, id int
-	panels        []Panel
+	panels         []Panel
 }
 
 func (l *layout) add(p Panel, w, h int) {

@@ -8,7 +8,7 @@ import (
 
 // MIG exports MIG instances and the profiles each could be moved to.
 type MIG struct {
-	src                                         Source
+	src                                      Source
 	info, slices, candidate, candidateSlices *prometheus.Desc
 }
 
