@@ -1,0 +1,528 @@
+// Package config loads and validates the reclaimer's configuration. Every
+// field has a default or is required; an error names the field and says
+// what is wrong. Secrets are read from files (*_file), never inlined.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"text/template"
+	"time"
+
+	amlabels "github.com/prometheus/alertmanager/pkg/labels"
+	"github.com/prometheus/common/model"
+	"go.yaml.in/yaml/v3"
+)
+
+// Actions a policy can take.
+const (
+	ActionAuto      = "auto" // the action the alert suggests (its action label)
+	ActionNotify    = "notify"
+	ActionKill      = "kill"
+	ActionEvict     = "evict"
+	ActionScaleDown = "scale_down"
+)
+
+// Config is the reclaimer's configuration file.
+type Config struct {
+	// DryRun records and logs every decision but never kills, evicts or
+	// scales, and sends no owner warnings.
+	DryRun         bool           `yaml:"dry_run"`
+	Webhook        Webhook        `yaml:"webhook"`
+	Alertmanager   Alertmanager   `yaml:"alertmanager"`
+	Kubernetes     Kubernetes     `yaml:"kubernetes"`
+	Nodes          Nodes          `yaml:"nodes"`
+	Notifiers      []Notifier     `yaml:"notifiers"`
+	Exemptions     Exemptions     `yaml:"exemptions"`
+	RateLimits     RateLimits     `yaml:"rate_limits"`
+	CircuitBreaker CircuitBreaker `yaml:"circuit_breaker"`
+	Policies       []Policy       `yaml:"policies"`
+	// StatusPageURL is where people reach the status page, for links in messages.
+	StatusPageURL string `yaml:"status_page_url"`
+
+	dir string
+}
+
+// Webhook is how Alertmanager authenticates to POST /webhook: a bearer
+// token, basic auth, or both (either one passes).
+type Webhook struct {
+	BearerTokenFile string     `yaml:"bearer_token_file"`
+	BasicAuth       *BasicAuth `yaml:"basic_auth"`
+	// MaxBodyBytes bounds a notification's size. Default 4MiB.
+	MaxBodyBytes Bytes `yaml:"max_body_bytes"`
+
+	BearerToken string `yaml:"-"`
+}
+
+// BasicAuth is a username and a password read from a file.
+type BasicAuth struct {
+	Username     string `yaml:"username"`
+	PasswordFile string `yaml:"password_file"`
+
+	Password string `yaml:"-"`
+}
+
+// Alertmanager is where the reclaimer re-checks alerts and creates silences.
+type Alertmanager struct {
+	// URL of Alertmanager (its API v2 is under /api/v2). Required.
+	URL             string     `yaml:"url"`
+	BearerTokenFile string     `yaml:"bearer_token_file"`
+	BasicAuth       *BasicAuth `yaml:"basic_auth"`
+	// Timeout of one API call. Default 10s.
+	Timeout model.Duration `yaml:"timeout"`
+
+	BearerToken string `yaml:"-"`
+}
+
+// Kubernetes is the cluster the reclaimer evicts and scales in.
+type Kubernetes struct {
+	// Enabled turns the Kubernetes actions and checks on. Default true.
+	Enabled *bool `yaml:"enabled"`
+	// Kubeconfig is a kubeconfig file; empty uses the in-cluster config.
+	Kubeconfig string `yaml:"kubeconfig"`
+	// EvictionDeadline is how long an eviction a PodDisruptionBudget refuses is retried. Default 10m.
+	EvictionDeadline model.Duration `yaml:"eviction_deadline"`
+	// Events writes Kubernetes Events on the pod or workload. Default true.
+	Events *bool `yaml:"events"`
+}
+
+// On says whether Kubernetes is used.
+func (k Kubernetes) On() bool { return k.Enabled == nil || *k.Enabled }
+
+// EventsOn says whether Events are written.
+func (k Kubernetes) EventsOn() bool { return k.Events == nil || *k.Events }
+
+// Nodes is how the reclaimer reaches the exporters' action endpoints.
+type Nodes struct {
+	// URLTemplate builds a node's action endpoint from its name, e.g.
+	// "http://{{ .Node }}:9848". Default "http://{{ .Node }}:9848".
+	URLTemplate string `yaml:"url_template"`
+	// Addresses override the template per node.
+	Addresses       map[string]string `yaml:"addresses"`
+	BearerTokenFile string            `yaml:"bearer_token_file"`
+	// Timeout of one call; a kill waits out the node's checkpoint grace. Default 2m.
+	Timeout model.Duration `yaml:"timeout"`
+
+	BearerToken string             `yaml:"-"`
+	tmpl        *template.Template `yaml:"-"`
+}
+
+// URL is the action endpoint of a node.
+func (n Nodes) URL(node string) (string, error) {
+	if a, ok := n.Addresses[node]; ok {
+		return a, nil
+	}
+	var b strings.Builder
+	if err := n.tmpl.Execute(&b, struct{ Node string }{node}); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+// Notifier sends messages to owners and admins.
+type Notifier struct {
+	// Type is log, webhook or slack.
+	Type string `yaml:"type"`
+	// URL receives a JSON POST per message (webhook).
+	URL             string `yaml:"url"`
+	BearerTokenFile string `yaml:"bearer_token_file"`
+	// Slack holds the Slack notifier's settings (type slack).
+	Slack *Slack `yaml:"slack"`
+
+	BearerToken string `yaml:"-"`
+}
+
+// Exemptions are never reclaimed, whatever the policy says.
+type Exemptions struct {
+	Namespaces []string `yaml:"namespaces"`
+	Users      []string `yaml:"users"`
+}
+
+// RateLimits bound how many actions are taken per window.
+type RateLimits struct {
+	Global       *Limit `yaml:"global"`
+	PerNamespace *Limit `yaml:"per_namespace"`
+}
+
+// Limit is at most Max actions per Per.
+type Limit struct {
+	Max int            `yaml:"max"`
+	Per model.Duration `yaml:"per"`
+}
+
+// CircuitBreaker stops all actions while too many targets are pending at
+// once (a broken exporter or rule would otherwise empty the cluster) and
+// tells the admins.
+type CircuitBreaker struct {
+	// MaxPending opens the breaker. 0 turns it off. Default 50.
+	MaxPending *int `yaml:"max_pending"`
+}
+
+// Policy decides what happens to the targets whose alerts it matches.
+type Policy struct {
+	Name string `yaml:"name"`
+	// Matchers select alerts by label, in Alertmanager's syntax
+	// (alertname="GPUIdle", namespace=~"team-.*"). All must match.
+	Matchers []string `yaml:"matchers"`
+	// Action is auto (the alert's action label), notify, kill, evict or scale_down.
+	Action string `yaml:"action"`
+	// Grace is the time between the warning and the action. Default 5m.
+	Grace model.Duration `yaml:"grace"`
+	// MinRuntime spares workloads younger than this, from their start. Default 30m.
+	MinRuntime model.Duration `yaml:"min_runtime"`
+	// DryRun for this policy alone.
+	DryRun bool `yaml:"dry_run"`
+	// ScaleDownTo is the replica count scale_down sets. Default 0.
+	ScaleDownTo int32 `yaml:"scale_down_to"`
+	// Windows restrict actions to these times; none means any time.
+	Windows []Window `yaml:"windows"`
+
+	matchers amlabels.Matchers
+}
+
+// Matches says whether the policy applies to an alert's labels.
+func (p *Policy) Matches(lset model.LabelSet) bool { return p.matchers.Matches(lset) }
+
+// Window is a time of day (and days of the week) when actions may run.
+// From after To spans midnight (22:00-06:00).
+type Window struct {
+	Days     []string `yaml:"days"`
+	From     string   `yaml:"from"`
+	To       string   `yaml:"to"`
+	Timezone string   `yaml:"timezone"`
+
+	Loc      *time.Location        `yaml:"-"`
+	FromMin  int                   `yaml:"-"`
+	ToMin    int                   `yaml:"-"`
+	Weekdays map[time.Weekday]bool `yaml:"-"`
+}
+
+// Bytes is a size in bytes; YAML takes 4MiB, 512KB, 1048576.
+type Bytes int64
+
+func (b *Bytes) UnmarshalYAML(n *yaml.Node) error {
+	s := strings.TrimSpace(n.Value)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}} {
+		if v, ok := strings.CutSuffix(s, u.suffix); ok {
+			var f float64
+			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%g", &f); err != nil {
+				return fmt.Errorf("%q is not a size (e.g. 4MiB)", n.Value)
+			}
+			*b = Bytes(f * float64(u.mult))
+			return nil
+		}
+	}
+	var i int64
+	if _, err := fmt.Sscanf(s, "%d", &i); err != nil {
+		return fmt.Errorf("%q is not a size (e.g. 4MiB)", n.Value)
+	}
+	*b = Bytes(i)
+	return nil
+}
+
+// DefaultPolicies apply when the file has none: act on GPUIdle as the
+// alert suggests, notify on everything else.
+func DefaultPolicies() []Policy {
+	return []Policy{
+		{Name: "idle", Matchers: []string{`alertname="GPUIdle"`}, Action: ActionAuto},
+		{Name: "notify", Matchers: []string{`alertname=~"GPUWasted|GPUOvercommitted|MIGInstanceOversized"`}, Action: ActionNotify},
+	}
+}
+
+// Load reads a config file; relative secret files resolve against its folder.
+func Load(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := Parse(b, filepath.Dir(path))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse reads, defaults and validates a config; it reads the secret files.
+func Parse(b []byte, dir string) (*Config, error) {
+	c := &Config{dir: dir}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+var (
+	dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	hhmm     = regexp.MustCompile(`^([01][0-9]|2[0-3]):([0-5][0-9])$`)
+	weekdays = map[string]time.Weekday{"sun": time.Sunday, "mon": time.Monday, "tue": time.Tuesday, "wed": time.Wednesday, "thu": time.Thursday, "fri": time.Friday, "sat": time.Saturday}
+)
+
+type checker struct {
+	errs []error
+	dir  string
+}
+
+func (c *checker) errorf(field, format string, args ...any) {
+	c.errs = append(c.errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+}
+
+// secret reads a secret file; the value must not be empty.
+func (c *checker) secret(field, path string) string {
+	if path == "" {
+		return ""
+	}
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(c.dir, path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		c.errorf(field, "%v", err)
+		return ""
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		c.errorf(field, "%s is empty", path)
+	}
+	return s
+}
+
+func (c *checker) url(field, u string, required bool) {
+	if u == "" {
+		if required {
+			c.errorf(field, "is required")
+		}
+		return
+	}
+	p, err := url.Parse(u)
+	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+		c.errorf(field, "%q is not an http(s) URL", u)
+	}
+}
+
+func (c *checker) basicAuth(field string, b *BasicAuth) {
+	if b == nil {
+		return
+	}
+	if b.Username == "" {
+		c.errorf(field+".username", "is required")
+	}
+	if b.PasswordFile == "" {
+		c.errorf(field+".password_file", "is required")
+	}
+	b.Password = c.secret(field+".password_file", b.PasswordFile)
+}
+
+func (c *checker) duration(field string, d *model.Duration, def time.Duration) {
+	if *d == 0 {
+		*d = model.Duration(def)
+	}
+	if *d < 0 {
+		c.errorf(field, "must not be negative")
+	}
+}
+
+func (cfg *Config) validate() error {
+	c := &checker{dir: cfg.dir}
+
+	w := &cfg.Webhook
+	if w.BearerTokenFile == "" && w.BasicAuth == nil {
+		c.errorf("webhook", "needs bearer_token_file or basic_auth: the webhook never accepts unauthenticated notifications")
+	}
+	w.BearerToken = c.secret("webhook.bearer_token_file", w.BearerTokenFile)
+	c.basicAuth("webhook.basic_auth", w.BasicAuth)
+	if w.MaxBodyBytes == 0 {
+		w.MaxBodyBytes = 4 << 20
+	}
+	if w.MaxBodyBytes < 1024 {
+		c.errorf("webhook.max_body_bytes", "%d is too small for one notification (at least 1KiB)", w.MaxBodyBytes)
+	}
+
+	am := &cfg.Alertmanager
+	c.url("alertmanager.url", am.URL, true)
+	am.BearerToken = c.secret("alertmanager.bearer_token_file", am.BearerTokenFile)
+	c.basicAuth("alertmanager.basic_auth", am.BasicAuth)
+	c.duration("alertmanager.timeout", &am.Timeout, 10*time.Second)
+
+	k := &cfg.Kubernetes
+	c.duration("kubernetes.eviction_deadline", &k.EvictionDeadline, 10*time.Minute)
+	if k.Kubeconfig != "" {
+		if !filepath.IsAbs(k.Kubeconfig) {
+			k.Kubeconfig = filepath.Join(c.dir, k.Kubeconfig)
+		}
+		if _, err := os.Stat(k.Kubeconfig); err != nil {
+			c.errorf("kubernetes.kubeconfig", "%v", err)
+		}
+	}
+
+	n := &cfg.Nodes
+	if n.URLTemplate == "" {
+		n.URLTemplate = "http://{{ .Node }}:9848"
+	}
+	if t, err := template.New("node").Option("missingkey=error").Parse(n.URLTemplate); err != nil {
+		c.errorf("nodes.url_template", "%v", err)
+	} else {
+		n.tmpl = t
+		if u, err := n.URL("node-1"); err != nil {
+			c.errorf("nodes.url_template", "%v", err)
+		} else {
+			c.url("nodes.url_template", u, true)
+		}
+	}
+	for node, a := range n.Addresses {
+		c.url("nodes.addresses."+node, a, true)
+	}
+	n.BearerToken = c.secret("nodes.bearer_token_file", n.BearerTokenFile)
+	c.duration("nodes.timeout", &n.Timeout, 2*time.Minute)
+
+	if len(cfg.Notifiers) == 0 {
+		cfg.Notifiers = []Notifier{{Type: "log"}}
+	}
+	for i := range cfg.Notifiers {
+		nf := &cfg.Notifiers[i]
+		field := fmt.Sprintf("notifiers[%d]", i)
+		switch nf.Type {
+		case "log":
+		case "webhook":
+			c.url(field+".url", nf.URL, true)
+			nf.BearerToken = c.secret(field+".bearer_token_file", nf.BearerTokenFile)
+		case "slack":
+			if nf.Slack == nil {
+				c.errorf(field+".slack", "is required for a slack notifier")
+			} else {
+				nf.Slack.validate(c, field+".slack")
+			}
+		default:
+			c.errorf(field+".type", "%q is not one of log, webhook, slack", nf.Type)
+		}
+		if nf.Type != "slack" && nf.Slack != nil {
+			c.errorf(field+".slack", "is only for type slack")
+		}
+	}
+
+	for i, ns := range cfg.Exemptions.Namespaces {
+		if !dnsLabel.MatchString(ns) {
+			c.errorf(fmt.Sprintf("exemptions.namespaces[%d]", i), "%q is not a namespace name", ns)
+		}
+	}
+	for _, lim := range []struct {
+		name string
+		l    *Limit
+	}{{"rate_limits.global", cfg.RateLimits.Global}, {"rate_limits.per_namespace", cfg.RateLimits.PerNamespace}} {
+		name, l := lim.name, lim.l
+		if l == nil {
+			continue
+		}
+		if l.Max < 1 {
+			c.errorf(name+".max", "%d; allow at least 1 action (or leave the limit out)", l.Max)
+		}
+		if l.Per <= 0 {
+			c.errorf(name+".per", "must be a positive duration (e.g. 1h)")
+		}
+	}
+	if cfg.CircuitBreaker.MaxPending == nil {
+		def := 50
+		cfg.CircuitBreaker.MaxPending = &def
+	}
+	if *cfg.CircuitBreaker.MaxPending < 0 {
+		c.errorf("circuit_breaker.max_pending", "must not be negative (0 turns the breaker off)")
+	}
+	c.url("status_page_url", cfg.StatusPageURL, false)
+
+	if len(cfg.Policies) == 0 {
+		cfg.Policies = DefaultPolicies()
+	}
+	names := map[string]bool{}
+	for i := range cfg.Policies {
+		cfg.Policies[i].validate(c, fmt.Sprintf("policies[%d]", i), names)
+	}
+	return errors.Join(c.errs...)
+}
+
+func (p *Policy) validate(c *checker, field string, names map[string]bool) {
+	if p.Name == "" {
+		c.errorf(field+".name", "is required")
+	} else if names[p.Name] {
+		c.errorf(field+".name", "%q is used by another policy", p.Name)
+	}
+	names[p.Name] = true
+	if len(p.Matchers) == 0 {
+		c.errorf(field+".matchers", "is required (a policy for every alert is too broad to be safe)")
+	}
+	p.matchers = nil
+	for j, m := range p.Matchers {
+		lm, err := amlabels.ParseMatcher(m)
+		if err != nil {
+			c.errorf(fmt.Sprintf("%s.matchers[%d]", field, j), "%v", err)
+			continue
+		}
+		p.matchers = append(p.matchers, lm)
+	}
+	switch p.Action {
+	case ActionAuto, ActionNotify, ActionKill, ActionEvict, ActionScaleDown:
+	case "":
+		c.errorf(field+".action", "is required: auto, notify, kill, evict or scale_down")
+	default:
+		c.errorf(field+".action", "%q is not one of auto, notify, kill, evict, scale_down", p.Action)
+	}
+	c.duration(field+".grace", &p.Grace, 5*time.Minute)
+	c.duration(field+".min_runtime", &p.MinRuntime, 30*time.Minute)
+	if p.ScaleDownTo < 0 {
+		c.errorf(field+".scale_down_to", "must not be negative")
+	}
+	for j := range p.Windows {
+		p.Windows[j].validate(c, fmt.Sprintf("%s.windows[%d]", field, j))
+	}
+}
+
+func (w *Window) validate(c *checker, field string) {
+	tz := w.Timezone
+	if tz == "" {
+		tz = "UTC"
+	}
+	loc, err := time.LoadLocation(tz)
+	if err != nil {
+		c.errorf(field+".timezone", "%q is not a time zone (e.g. Europe/Berlin)", w.Timezone)
+	}
+	w.Loc = loc
+	for _, f := range []struct {
+		name string
+		v    string
+		out  *int
+	}{{"from", w.From, &w.FromMin}, {"to", w.To, &w.ToMin}} {
+		m := hhmm.FindStringSubmatch(f.v)
+		if m == nil {
+			c.errorf(field+"."+f.name, "%q is not a time of day (HH:MM)", f.v)
+			continue
+		}
+		var h, mi int
+		fmt.Sscanf(m[1], "%d", &h)
+		fmt.Sscanf(m[2], "%d", &mi)
+		*f.out = h*60 + mi
+	}
+	if w.From != "" && w.From == w.To {
+		c.errorf(field, "from and to are both %s: an empty window", w.From)
+	}
+	w.Weekdays = map[time.Weekday]bool{}
+	for k, d := range w.Days {
+		wd, ok := weekdays[strings.ToLower(d)]
+		if !ok {
+			c.errorf(fmt.Sprintf("%s.days[%d]", field, k), "%q is not a day (mon, tue, ...)", d)
+		}
+		w.Weekdays[wd] = true
+	}
+}

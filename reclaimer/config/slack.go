@@ -1,0 +1,91 @@
+package config
+
+import (
+	"fmt"
+	"regexp"
+)
+
+// Slack is the Slack notifier: who to tell, with which token, and who may
+// press the buttons.
+type Slack struct {
+	// TokenFile holds the bot token (xoxb-...).
+	TokenFile string `yaml:"token_file"`
+	// SigningSecretFile holds the app's signing secret, for /slack/interactions.
+	SigningSecretFile string `yaml:"signing_secret_file"`
+	// APIURL is Slack's Web API. Default https://slack.com/api/.
+	APIURL string `yaml:"api_url"`
+	// DefaultChannel gets what no owner or namespace channel can be found for.
+	DefaultChannel string `yaml:"default_channel"`
+	// AdminChannel gets failures, the circuit breaker and undeliverable warnings.
+	AdminChannel string `yaml:"admin_channel"`
+	// NamespaceChannels post a namespace's messages to its channel too.
+	NamespaceChannels map[string]string `yaml:"namespace_channels"`
+	// Users maps Unix users (bare metal) to Slack user ids or e-mail addresses.
+	Users map[string]string `yaml:"users"`
+	// EmailDomain turns a Unix user without a mapping into user@domain.
+	EmailDomain string `yaml:"email_domain"`
+	// Admins are Slack user ids that may press any button, not only their own.
+	Admins []string `yaml:"admins"`
+	// RequireDelivered holds a reclaim until the owner's warning was
+	// delivered (to the owner, or to a channel). Default true.
+	RequireDelivered *bool `yaml:"require_delivered"`
+	// MaxRequestsPerMinute stays inside Slack's rate tiers. Default 50 (tier 3).
+	MaxRequestsPerMinute int `yaml:"max_requests_per_minute"`
+
+	Token         string `yaml:"-"`
+	SigningSecret string `yaml:"-"`
+}
+
+// MustDeliver says whether a reclaim waits for a delivered warning.
+func (s *Slack) MustDeliver() bool { return s.RequireDelivered == nil || *s.RequireDelivered }
+
+var (
+	slackChannel = regexp.MustCompile(`^([CGD][A-Z0-9]{2,}|#[a-z0-9][a-z0-9._-]{0,79})$`)
+	slackUser    = regexp.MustCompile(`^[UW][A-Z0-9]{2,}$`)
+	email        = regexp.MustCompile(`^[^@\s]+@[^@\s]+\.[^@\s]+$`)
+	domain       = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$`)
+)
+
+func (s *Slack) validate(c *checker, field string) {
+	if s.TokenFile == "" {
+		c.errorf(field+".token_file", "is required")
+	}
+	if s.SigningSecretFile == "" {
+		c.errorf(field+".signing_secret_file", "is required: button presses must be verified")
+	}
+	s.Token = c.secret(field+".token_file", s.TokenFile)
+	s.SigningSecret = c.secret(field+".signing_secret_file", s.SigningSecretFile)
+	if s.APIURL == "" {
+		s.APIURL = "https://slack.com/api/"
+	}
+	c.url(field+".api_url", s.APIURL, true)
+	for name, ch := range map[string]string{"default_channel": s.DefaultChannel, "admin_channel": s.AdminChannel} {
+		if ch != "" && !slackChannel.MatchString(ch) {
+			c.errorf(field+"."+name, "%q is not a channel id (C…) or #name", ch)
+		}
+	}
+	for ns, ch := range s.NamespaceChannels {
+		if !slackChannel.MatchString(ch) {
+			c.errorf(fmt.Sprintf("%s.namespace_channels.%s", field, ns), "%q is not a channel id (C…) or #name", ch)
+		}
+	}
+	for u, who := range s.Users {
+		if !slackUser.MatchString(who) && !email.MatchString(who) {
+			c.errorf(fmt.Sprintf("%s.users.%s", field, u), "%q is neither a Slack user id (U…) nor an e-mail address", who)
+		}
+	}
+	if s.EmailDomain != "" && !domain.MatchString(s.EmailDomain) {
+		c.errorf(field+".email_domain", "%q is not a domain", s.EmailDomain)
+	}
+	for i, a := range s.Admins {
+		if !slackUser.MatchString(a) {
+			c.errorf(fmt.Sprintf("%s.admins[%d]", field, i), "%q is not a Slack user id (U…)", a)
+		}
+	}
+	if s.MaxRequestsPerMinute == 0 {
+		s.MaxRequestsPerMinute = 50
+	}
+	if s.MaxRequestsPerMinute < 0 {
+		c.errorf(field+".max_requests_per_minute", "must be positive")
+	}
+}

@@ -1,0 +1,104 @@
+package reclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// AlertStatus is what Alertmanager says of an alert episode now.
+type AlertStatus int
+
+const (
+	// AlertActive: still firing and neither silenced nor inhibited.
+	AlertActive AlertStatus = iota
+	// AlertSilenced: firing, but a silence (a snooze, a keep) mutes it.
+	AlertSilenced
+	// AlertGone: resolved, or a new episode has started.
+	AlertGone
+)
+
+// AlertChecker asks Alertmanager about an alert before acting on it.
+type AlertChecker interface {
+	Check(ctx context.Context, r *Reclaim) (AlertStatus, string, error)
+}
+
+// Inspector looks up what the alert does not say.
+type Inspector interface {
+	// Kept says whether the target is marked to be kept (a pod's label or
+	// annotation), and why.
+	Kept(ctx context.Context, t Target) (bool, string, error)
+	// Started is when the workload started: the pod's start, or the oldest
+	// process's on bare metal.
+	Started(ctx context.Context, t Target) (time.Time, error)
+}
+
+// Actor carries out an action. Acting twice on the same reclaim must have
+// the effect of acting once: a crash between acting and recording it
+// repeats the action.
+type Actor interface {
+	Act(ctx context.Context, action string, r *Reclaim) (Result, error)
+}
+
+// Result is what an action did.
+type Result struct {
+	Workload *Workload
+	Killed   []int
+	Detail   string
+}
+
+// ErrGone says the target was already gone (evicted, exited, scaled):
+// the unit is free, and nothing more is to be done.
+var ErrGone = errors.New("already gone")
+
+// RefusedError says the target is no longer what the alert said (the node
+// found the unit busy, or other processes on it): the reclaim is cancelled.
+type RefusedError struct{ Reason string }
+
+func (e *RefusedError) Error() string { return "refused: " + e.Reason }
+
+// RetryError asks to try again later (a PodDisruptionBudget refused an
+// eviction, a node was unreachable).
+type RetryError struct {
+	After time.Duration
+	Err   error
+}
+
+func (e *RetryError) Error() string { return fmt.Sprintf("%v (retry in %s)", e.Err, e.After) }
+func (e *RetryError) Unwrap() error { return e.Err }
+
+// MessageKind says what a message tells.
+type MessageKind string
+
+const (
+	MsgWarning   MessageKind = "warning"   // the unit is idle and will be reclaimed at ActAt
+	MsgNotice    MessageKind = "notice"    // the policy only notifies (wasted, oversized, ...)
+	MsgReclaimed MessageKind = "reclaimed" // done
+	MsgCancelled MessageKind = "cancelled" // resolved, silenced, busy again
+	MsgFailed    MessageKind = "failed"    // the action failed for good
+	MsgExempt    MessageKind = "exempt"    // kept: nothing will happen
+	MsgRestored  MessageKind = "restored"  // a scale-down was undone
+	MsgAdmin     MessageKind = "admin"     // for admins: breaker, undeliverable warnings
+)
+
+// Message is what a notifier sends. For the owner's messages Reclaim is a
+// copy of the reclaim as it is now.
+type Message struct {
+	Kind    MessageKind
+	Reclaim *Reclaim
+	Text    string
+}
+
+// Notifier tells owners and admins.
+type Notifier interface {
+	Name() string
+	// Send delivers a message. For the owner's messages it returns
+	// references to update the message later (kept in the reclaim) and
+	// where it went; prev holds the references of this notifier's earlier
+	// messages about the same reclaim.
+	Send(ctx context.Context, m Message, prev map[string]string) (refs map[string]string, channels []string, err error)
+	// Blocking says whether a reclaim waits until this notifier has
+	// delivered the owner's warning.
+	Blocking() bool
+}

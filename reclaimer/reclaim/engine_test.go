@@ -1,0 +1,474 @@
+package reclaim_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/alertmanager/template"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+	. "github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/store"
+)
+
+type fixture struct {
+	t         *testing.T
+	clock     *Clock
+	notifier  *Notifier
+	actor     *Actor
+	checker   *Checker
+	inspector *Inspector
+	cfg       *config.Config
+	path      string
+	st        *store.Bolt
+	eng       *reclaim.Engine
+	metrics   *reclaim.Metrics
+	reg       *prometheus.Registry
+}
+
+func newFixture(t *testing.T, cfgYAML string) *fixture {
+	f := &fixture{t: t, clock: NewClock(), notifier: NewNotifier("test"), actor: &Actor{}, checker: &Checker{}, inspector: &Inspector{},
+		cfg: Config(t, cfgYAML), path: filepath.Join(t.TempDir(), "state.db")}
+	f.open()
+	return f
+}
+
+// open starts an engine on the fixture's store, as after a restart.
+func (f *fixture) open() {
+	var err error
+	f.st, err = store.Open(f.path, time.Second)
+	require.NoError(f.t, err)
+	f.t.Cleanup(func() { f.st.Close() })
+	f.reg = prometheus.NewRegistry()
+	f.metrics = reclaim.NewMetrics(f.reg)
+	f.eng, err = reclaim.New(reclaim.Options{
+		Config: f.cfg, Store: f.st, Checker: f.checker, Inspector: f.inspector, Actor: f.actor,
+		Notifiers: []reclaim.Notifier{f.notifier}, Clock: f.clock.Now, Metrics: f.metrics,
+	})
+	require.NoError(f.t, err)
+}
+
+func (f *fixture) restart() {
+	require.NoError(f.t, f.st.Close())
+	f.open()
+}
+
+func (f *fixture) ingest(alerts ...template.Alert) reclaim.IngestResult {
+	f.t.Helper()
+	res, err := f.eng.Ingest(alerts)
+	require.NoError(f.t, err)
+	return res
+}
+
+// at moves the clock to T0+d and steps.
+func (f *fixture) at(d time.Duration) {
+	f.clock.Set(T0.Add(d))
+	f.eng.Step(context.Background())
+}
+
+func (f *fixture) only() *reclaim.Reclaim {
+	f.t.Helper()
+	rs := f.eng.List()
+	require.Len(f.t, rs, 1)
+	return rs[0]
+}
+
+func (f *fixture) of(owner string) *reclaim.Reclaim {
+	f.t.Helper()
+	for _, r := range f.eng.List() {
+		if r.Target.Owner() == owner {
+			return r
+		}
+	}
+	f.t.Fatalf("no reclaim for %s", owner)
+	return nil
+}
+
+func (f *fixture) metric(name string, labels ...string) float64 {
+	f.t.Helper()
+	mfs, err := f.reg.Gather()
+	require.NoError(f.t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.Metric {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.Label {
+					found = found || (lp.GetName() == labels[i] && lp.GetValue() == labels[i+1])
+				}
+				if !found {
+					continue next
+				}
+			}
+			if m.Counter != nil {
+				return m.Counter.GetValue()
+			}
+			return m.Gauge.GetValue()
+		}
+	}
+	return 0
+}
+
+func TestWarnGraceAct(t *testing.T) {
+	f := newFixture(t, "")
+	require.Equal(t, 1, f.ingest(IdlePod("firing", T0, "ml", "nb-0")).New)
+	f.at(0)
+	r := f.only()
+	require.Equal(t, reclaim.Pending, r.State)
+	require.True(t, r.Warning.Sent)
+	require.Equal(t, T0.Add(5*time.Minute), r.ActAt, "the default grace")
+	require.Equal(t, []reclaim.MessageKind{reclaim.MsgWarning}, f.notifier.Kinds())
+
+	f.at(5*time.Minute - time.Second)
+	require.Zero(t, f.actor.Count(), "not before the grace ends")
+	f.at(5 * time.Minute)
+	require.Equal(t, []string{"evict ml/nb-0"}, f.actor.Calls)
+	r = f.only()
+	require.Equal(t, reclaim.Done, r.State)
+	require.Equal(t, T0.Add(5*time.Minute), r.ActedAt)
+	f.at(5*time.Minute + time.Second)
+	require.Equal(t, []reclaim.MessageKind{reclaim.MsgWarning, reclaim.MsgReclaimed}, f.notifier.Kinds())
+	require.True(t, f.only().Final.Sent)
+	require.Equal(t, 1.0, f.metric("gpureclaim_reclaimer_actions_total", "action", "evict", "result", "done"))
+	require.Equal(t, 1.0, f.metric("gpureclaim_reclaimer_reclaimed_gpus_total"))
+	require.Equal(t, 1.0, f.metric("gpureclaim_reclaimer_reclaims", "state", "done"))
+
+	events, err := f.eng.Audit(10)
+	require.NoError(t, err)
+	var kinds []string
+	for _, e := range events {
+		kinds = append([]string{e.Kind}, kinds...)
+	}
+	require.Equal(t, []string{"decided", "warned", "acting", "done"}, kinds, "the audit trail, oldest first")
+}
+
+func TestResolvedBeforeTheGraceEndsCancels(t *testing.T) {
+	f := newFixture(t, "")
+	f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	f.at(0)
+	f.clock.Set(T0.Add(3 * time.Minute))
+	require.Equal(t, 1, f.ingest(IdlePod("resolved", T0, "ml", "nb-0")).Cancelled)
+	f.at(10 * time.Minute)
+	require.Zero(t, f.actor.Count())
+	r := f.only()
+	require.Equal(t, reclaim.Cancelled, r.State)
+	require.Contains(t, r.Reason, "resolved")
+	require.Equal(t, []reclaim.MessageKind{reclaim.MsgWarning, reclaim.MsgCancelled}, f.notifier.Kinds(), "the warned owner hears it is off")
+}
+
+func TestDuplicateAndOutOfOrderDeliveries(t *testing.T) {
+	f := newFixture(t, "")
+	a := IdlePod("firing", T0, "ml", "nb-0")
+	// An HA pair delivers twice; retries deliver again.
+	require.Equal(t, 1, f.ingest(a, a).New)
+	require.Equal(t, 1, f.ingest(a).Duplicate)
+	f.at(0)
+	f.at(time.Second)
+	require.Equal(t, []reclaim.MessageKind{reclaim.MsgWarning}, f.notifier.Kinds())
+	f.at(5 * time.Minute)
+	f.ingest(a)
+	f.at(6 * time.Minute)
+	require.Equal(t, 1, f.actor.Count(), "acted once")
+
+	// Resolved before its firing notification: the late firing one is ignored.
+	b := IdlePod("resolved", T0.Add(time.Hour), "ml", "nb-1")
+	f.clock.Set(T0.Add(time.Hour))
+	f.ingest(b)
+	b.Status = "firing"
+	require.Equal(t, 1, f.ingest(b).Duplicate)
+	f.at(2 * time.Hour)
+	require.Equal(t, 1, f.actor.Count())
+	require.Equal(t, reclaim.Resolved, f.of("ml/nb-1").State)
+}
+
+func TestRefiringWithANewStartsAtStartsOver(t *testing.T) {
+	f := newFixture(t, "")
+	f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	f.at(0)
+	// The resolved notification was lost; the alert fires again as a new episode.
+	f.clock.Set(T0.Add(4 * time.Minute))
+	f.ingest(IdlePod("firing", T0.Add(4*time.Minute), "ml", "nb-0"))
+	f.at(4 * time.Minute)
+	f.at(5 * time.Minute)
+	require.Zero(t, f.actor.Count(), "the first episode's grace no longer counts")
+	f.at(9 * time.Minute)
+	require.Equal(t, 1, f.actor.Count())
+	f.at(9*time.Minute + time.Second)
+	var states []reclaim.State
+	for _, r := range f.eng.List() {
+		states = append(states, r.State)
+	}
+	require.ElementsMatch(t, []reclaim.State{reclaim.Cancelled, reclaim.Done}, states)
+	require.Equal(t, []reclaim.MessageKind{reclaim.MsgWarning, reclaim.MsgWarning, reclaim.MsgReclaimed}, f.notifier.Kinds())
+}
+
+func TestExemptions(t *testing.T) {
+	f := newFixture(t, "exemptions: {namespaces: [prod], users: [svc-infer]}\n")
+	f.inspector.Keep = map[string]bool{"ml/annotated": true}
+	f.ingest(
+		IdlePod("firing", T0, "ml", "labelled", "keep", "true"),
+		IdlePod("firing", T0, "prod", "api"),
+		IdleProcess("firing", T0, "svc-infer"),
+		IdlePod("firing", T0, "ml", "annotated"),
+		IdlePod("firing", T0, "ml", "plain"),
+	)
+	f.at(0)
+	f.at(10 * time.Minute)
+	f.at(11 * time.Minute)
+	require.Equal(t, []string{"evict ml/plain"}, f.actor.Calls)
+	for owner, why := range map[string]string{
+		"ml/labelled":  "marked gpureclaim.io/keep",
+		"prod/api":     "namespace prod is exempt",
+		"svc-infer":    "user svc-infer is exempt",
+		"ml/annotated": "the pod is annotated gpureclaim.io/keep",
+	} {
+		r := f.of(owner)
+		require.Equal(t, reclaim.Exempt, r.State, owner)
+		require.Equal(t, why, r.Reason, owner)
+	}
+	require.Len(t, f.notifier.Sent, 2, "only the plain pod's owner is warned and told")
+}
+
+func TestMinimumRuntime(t *testing.T) {
+	f := newFixture(t, "")
+	f.inspector.Start = map[string]time.Time{"ml/young": T0.Add(-10 * time.Minute)}
+	f.ingest(IdlePod("firing", T0, "ml", "young"))
+	f.at(0)
+	f.at(5 * time.Minute)
+	r := f.only()
+	require.Zero(t, f.actor.Count())
+	require.Equal(t, T0.Add(20*time.Minute), r.ActAt, "30 minutes from its start")
+	require.Contains(t, r.Reason, "spares it until it has run 30m0s")
+	f.at(20 * time.Minute)
+	require.Equal(t, 1, f.actor.Count())
+}
+
+func TestScheduleWindows(t *testing.T) {
+	// T0 is Monday 10:00 UTC; the window opens at 22:00.
+	f := newFixture(t, `policies:
+  - name: nightly
+    matchers: ['alertname="GPUIdle"']
+    action: auto
+    windows: [{from: "22:00", to: "06:00", days: [mon, tue, wed, thu, fri]}]
+`)
+	f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	f.at(0)
+	f.at(5 * time.Minute)
+	require.Zero(t, f.actor.Count())
+	require.Equal(t, time.Date(2026, 3, 2, 22, 0, 0, 0, time.UTC), f.only().ActAt)
+	f.at(12 * time.Hour)
+	require.Equal(t, 1, f.actor.Count())
+}
+
+func TestRateLimits(t *testing.T) {
+	f := newFixture(t, "rate_limits: {global: {max: 3, per: 1h}, per_namespace: {max: 1, per: 1h}}\n")
+	f.ingest(
+		IdlePod("firing", T0, "a", "p1"), IdlePod("firing", T0, "a", "p2"),
+		IdlePod("firing", T0, "b", "p1"), IdlePod("firing", T0, "c", "p1"), IdlePod("firing", T0, "d", "p1"),
+	)
+	f.at(0)
+	f.at(5 * time.Minute)
+	require.Equal(t, 3, f.actor.Count(), "the global limit")
+	counts := map[string]int{}
+	for _, c := range f.actor.Calls {
+		counts[c[len("evict "):len("evict ")+1]]++
+	}
+	require.LessOrEqual(t, counts["a"], 1, "one per namespace")
+	require.Equal(t, 2.0, f.metric("gpureclaim_reclaimer_reclaims", "state", "pending"))
+	f.at(65 * time.Minute)
+	require.Equal(t, 5, f.actor.Count(), "an hour later, the rest")
+}
+
+func TestCircuitBreaker(t *testing.T) {
+	f := newFixture(t, "circuit_breaker: {max_pending: 3}\n")
+	var burst []template.Alert
+	for i := range 4 {
+		burst = append(burst, IdlePod("firing", T0, "ml", fmt.Sprint("p", i)))
+	}
+	f.ingest(burst...)
+	f.at(0)
+	require.True(t, f.eng.BreakerOpen())
+	require.Equal(t, 1.0, f.metric("gpureclaim_reclaimer_circuit_breaker_open"))
+	f.at(10 * time.Minute)
+	require.Zero(t, f.actor.Count(), "nothing while the breaker is open")
+	var admin []string
+	for _, m := range f.notifier.Sent {
+		if m.Kind == reclaim.MsgAdmin {
+			admin = append(admin, m.Text)
+		}
+	}
+	require.Len(t, admin, 1)
+	require.Contains(t, admin[0], "Circuit breaker open: 4 targets are pending")
+
+	// Two resolve: the breaker closes and the rest proceed.
+	f.ingest(IdlePod("resolved", T0, "ml", "p0"), IdlePod("resolved", T0, "ml", "p1"))
+	f.at(11 * time.Minute)
+	require.False(t, f.eng.BreakerOpen())
+	f.at(12 * time.Minute)
+	require.Equal(t, 2, f.actor.Count())
+}
+
+func TestDryRun(t *testing.T) {
+	for name, cfg := range map[string]string{
+		"global": "dry_run: true\n",
+		"policy": "policies: [{name: p, matchers: ['alertname=\"GPUIdle\"'], action: auto, dry_run: true}]\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, cfg)
+			f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+			f.at(0)
+			f.at(5 * time.Minute)
+			f.at(6 * time.Minute)
+			require.Zero(t, f.actor.Count())
+			r := f.only()
+			require.Equal(t, reclaim.DryRun, r.State)
+			require.Equal(t, "dry run: would have run evict", r.Reason)
+			require.Equal(t, []reclaim.MessageKind{reclaim.MsgAdmin}, f.notifier.Kinds(), "owners are not warned in a dry run; admins see the outcome")
+			require.Equal(t, 1.0, f.metric("gpureclaim_reclaimer_actions_total", "action", "evict", "result", "dry_run"))
+		})
+	}
+}
+
+func TestAlertmanagerRecheck(t *testing.T) {
+	for _, tc := range []struct {
+		status reclaim.AlertStatus
+		err    error
+		want   string
+	}{
+		{reclaim.AlertSilenced, nil, "the alert is silenced: snoozed by alice"},
+		{reclaim.AlertGone, nil, "the alert no longer fires"},
+	} {
+		f := newFixture(t, "")
+		f.checker.Status, f.checker.Why = tc.status, "snoozed by alice"
+		f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+		f.at(0)
+		f.at(5 * time.Minute)
+		require.Zero(t, f.actor.Count())
+		require.Equal(t, reclaim.Cancelled, f.only().State)
+		require.Contains(t, f.only().Reason, tc.want)
+	}
+	f := newFixture(t, "")
+	f.checker.Err = errors.New("connection refused")
+	f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	f.at(0)
+	f.at(5 * time.Minute)
+	require.Zero(t, f.actor.Count(), "never act on a belief that cannot be checked")
+	require.Equal(t, reclaim.Pending, f.only().State)
+	f.checker.Err = nil
+	f.at(6 * time.Minute)
+	require.Equal(t, 1, f.actor.Count())
+}
+
+func TestActionOutcomes(t *testing.T) {
+	t.Run("retry later (a PodDisruptionBudget)", func(t *testing.T) {
+		f := newFixture(t, "")
+		f.actor.Err, f.actor.Once = &reclaim.RetryError{After: time.Minute, Err: errors.New("blocked by a PodDisruptionBudget")}, true
+		f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+		f.at(0)
+		f.at(5 * time.Minute)
+		require.Equal(t, reclaim.Acting, f.only().State)
+		require.Contains(t, f.only().Reason, "PodDisruptionBudget")
+		f.at(6 * time.Minute)
+		require.Equal(t, reclaim.Done, f.only().State)
+		require.Equal(t, 2, f.actor.Count())
+	})
+	t.Run("refused by the node", func(t *testing.T) {
+		f := newFixture(t, "")
+		f.actor.Err = &reclaim.RefusedError{Reason: "the unit is busy again"}
+		f.ingest(IdleProcess("firing", T0, "bob"))
+		f.at(0)
+		f.at(5 * time.Minute)
+		require.Equal(t, reclaim.Cancelled, f.only().State)
+		require.Equal(t, "the unit is busy again", f.only().Reason)
+	})
+	t.Run("already gone", func(t *testing.T) {
+		f := newFixture(t, "")
+		f.actor.Err = reclaim.ErrGone
+		f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+		f.at(0)
+		f.at(5 * time.Minute)
+		require.Equal(t, reclaim.Done, f.only().State)
+		require.Equal(t, 1.0, f.metric("gpureclaim_reclaimer_actions_total", "result", "gone"))
+	})
+	t.Run("fails for good", func(t *testing.T) {
+		f := newFixture(t, "")
+		f.actor.Err = errors.New("forbidden")
+		f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+		f.at(0)
+		for i := 0; i < 10; i++ {
+			f.at(5*time.Minute + time.Duration(i)*10*time.Minute)
+		}
+		require.Equal(t, reclaim.Failed, f.only().State)
+		require.Equal(t, 5, f.actor.Count())
+		require.Contains(t, f.notifier.Kinds(), reclaim.MsgFailed)
+	})
+}
+
+func TestNotifyPolicyOnlyTells(t *testing.T) {
+	f := newFixture(t, "")
+	f.ingest(Alert("firing", T0, "alertname", "GPUWasted", "uuid", "GPU-1", "node", "n1", "namespace", "ml", "pod", "p", "action", "notify"))
+	f.at(0)
+	f.at(time.Hour)
+	require.Zero(t, f.actor.Count())
+	require.Equal(t, reclaim.Notified, f.only().State)
+	require.Equal(t, []reclaim.MessageKind{reclaim.MsgNotice}, f.notifier.Kinds())
+}
+
+func TestNoActionUntilTheWarningIsDelivered(t *testing.T) {
+	f := newFixture(t, "")
+	f.notifier.Fail = errors.New("slack is down")
+	f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	for m := 0; m <= 30; m++ {
+		f.at(time.Duration(m) * time.Minute)
+	}
+	require.Zero(t, f.actor.Count())
+	require.False(t, f.only().Warning.Sent)
+	require.Contains(t, f.only().Reason, "slack is down")
+	f.notifier.Fail = nil
+	f.at(36 * time.Minute) // the next retry, with backoff
+	require.True(t, f.only().Warning.Sent)
+	f.at(37 * time.Minute)
+	require.Equal(t, 1, f.actor.Count(), "the grace ran while the warning waited; the action follows the delivery")
+}
+
+func TestRestartResumesEveryTimer(t *testing.T) {
+	f := newFixture(t, "")
+	f.ingest(IdlePod("firing", T0, "ml", "a"))
+	f.at(0)
+	f.clock.Set(T0.Add(2 * time.Minute))
+	f.ingest(IdlePod("firing", T0.Add(2*time.Minute), "ml", "b"))
+	f.at(2 * time.Minute)
+	f.restart()
+	f.at(5 * time.Minute)
+	require.Equal(t, []string{"evict ml/a"}, f.actor.Calls)
+	f.restart()
+	f.at(5*time.Minute + time.Second)
+	f.at(7 * time.Minute)
+	require.Equal(t, []string{"evict ml/a", "evict ml/b"}, f.actor.Calls)
+	f.at(8 * time.Minute)
+	require.Equal(t, 2, count(f.notifier.Kinds(), reclaim.MsgWarning), "no warning twice across restarts")
+	require.Equal(t, 2, count(f.notifier.Kinds(), reclaim.MsgReclaimed))
+}
+
+func count(ks []reclaim.MessageKind, k reclaim.MessageKind) int {
+	n := 0
+	for _, x := range ks {
+		if x == k {
+			n++
+		}
+	}
+	return n
+}
+
+var _ = testutil.ToFloat64

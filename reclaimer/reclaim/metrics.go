@@ -1,0 +1,61 @@
+package reclaim
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Metrics of the reclaimer's lifecycle.
+type Metrics struct {
+	alertsReceived  *prometheus.CounterVec
+	decisions       *prometheus.CounterVec
+	messages        *prometheus.CounterVec
+	actions         *prometheus.CounterVec
+	actionDuration  *prometheus.HistogramVec
+	idleToAction    prometheus.Histogram
+	reclaims        *prometheus.GaugeVec
+	reclaimedGPUs   prometheus.Counter
+	reclaimedIdle   prometheus.Counter
+	errors          *prometheus.CounterVec
+	breakerOpen     prometheus.Gauge
+	lastStepSeconds prometheus.Gauge
+}
+
+// NewMetrics registers the lifecycle metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	f := promauto.With(reg)
+	m := &Metrics{
+		alertsReceived: f.NewCounterVec(prometheus.CounterOpts{Name: "gpureclaim_reclaimer_alerts_received_total",
+			Help: "Alerts received in Alertmanager notifications, by their status (firing, resolved)."}, []string{"status"}),
+		decisions: f.NewCounterVec(prometheus.CounterOpts{Name: "gpureclaim_reclaimer_decisions_total",
+			Help: "Decisions on received alerts and pending reclaims."}, []string{"decision"}),
+		messages: f.NewCounterVec(prometheus.CounterOpts{Name: "gpureclaim_reclaimer_messages_total",
+			Help: "Messages sent to owners and admins, by notifier, kind and result."}, []string{"notifier", "kind", "result"}),
+		actions: f.NewCounterVec(prometheus.CounterOpts{Name: "gpureclaim_reclaimer_actions_total",
+			Help: "Actions carried out, by action and result (done, dry_run, gone, refused, retry, failed)."}, []string{"action", "result"}),
+		actionDuration: f.NewHistogramVec(prometheus.HistogramOpts{Name: "gpureclaim_reclaimer_action_duration_seconds",
+			Help: "Time one action took.", Buckets: []float64{.01, .05, .1, .5, 1, 5, 10, 30, 60, 120}}, []string{"action"}),
+		idleToAction: f.NewHistogram(prometheus.HistogramOpts{Name: "gpureclaim_reclaimer_idle_to_action_seconds",
+			Help:    "Time from the unit going idle to its reclaim.",
+			Buckets: []float64{60, 300, 600, 900, 1200, 1800, 3600, 7200, 14400, 43200, 86400}}),
+		reclaims: f.NewGaugeVec(prometheus.GaugeOpts{Name: "gpureclaim_reclaimer_reclaims",
+			Help: "Reclaims the reclaimer knows of, by state."}, []string{"state"}),
+		reclaimedGPUs: f.NewCounter(prometheus.CounterOpts{Name: "gpureclaim_reclaimer_reclaimed_gpus_total",
+			Help: "GPUs reclaimed, MIG instances by their share of a GPU (a 1g slice is 1/7)."}),
+		reclaimedIdle: f.NewCounter(prometheus.CounterOpts{Name: "gpureclaim_reclaimer_reclaimed_gpu_seconds_total",
+			Help: "Idle holding ended by reclaims: each reclaimed unit's share of a GPU times how long it had been idle."}),
+		errors: f.NewCounterVec(prometheus.CounterOpts{Name: "gpureclaim_reclaimer_errors_total",
+			Help: "Errors, by component (store, alertmanager, kubernetes, node, notifier)."}, []string{"component"}),
+		breakerOpen: f.NewGauge(prometheus.GaugeOpts{Name: "gpureclaim_reclaimer_circuit_breaker_open",
+			Help: "1 while the circuit breaker holds every action because too many targets are pending."}),
+		lastStepSeconds: f.NewGauge(prometheus.GaugeOpts{Name: "gpureclaim_reclaimer_last_step_timestamp_seconds",
+			Help: "When the lifecycle last ran, in Unix seconds."}),
+	}
+	for _, s := range []State{Pending, Acting, Done, DryRun, Notified, Cancelled, Exempt, Failed} {
+		m.reclaims.WithLabelValues(string(s))
+	}
+	return m
+}
+
+// Error counts an error of a component.
+func (m *Metrics) Error(component string) { m.errors.WithLabelValues(component).Inc() }

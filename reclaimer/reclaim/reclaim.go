@@ -1,0 +1,201 @@
+// Package reclaim is the reclaimer's lifecycle: an alert becomes a target,
+// the policy decides, the owner is warned, the grace runs out, the target
+// is checked again, then acted on, recorded and the owner told. Every step
+// is written to the store before it is carried out, so a restart resumes
+// where it stopped and nothing happens twice.
+package reclaim
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// State is where a reclaim is in its lifecycle.
+type State string
+
+const (
+	// Pending: the owner is (being) warned; the action waits for the grace
+	// period and the checks.
+	Pending State = "pending"
+	// Acting: the action has started; after a crash it is run again, which
+	// every action allows (acting twice has the effect of acting once).
+	Acting State = "acting"
+	// Done: the GPU was reclaimed.
+	Done State = "done"
+	// DryRun: the GPU would have been reclaimed.
+	DryRun State = "dry_run"
+	// Notified: the policy only tells the owner.
+	Notified State = "notified"
+	// Cancelled: resolved, silenced or snoozed, or found busy before the action.
+	Cancelled State = "cancelled"
+	// Exempt: kept, or in an exempt namespace or user.
+	Exempt State = "exempt"
+	// Failed: the action failed for good.
+	Failed State = "failed"
+	// Resolved: a resolved notification came before any firing one for the
+	// same alert; a late firing notification is ignored.
+	Resolved State = "resolved"
+)
+
+// Terminal says whether nothing more will be done, beyond telling the owner.
+func (s State) Terminal() bool {
+	return s != Pending && s != Acting
+}
+
+// Target is what an alert is about: a unit and who holds it.
+type Target struct {
+	Alertname  string `json:"alertname"`
+	UUID       string `json:"uuid"`
+	GPUUUID    string `json:"gpu_uuid"`
+	Node       string `json:"node"`
+	Kind       string `json:"kind"`
+	MIGProfile string `json:"mig_profile,omitempty"`
+	Namespace  string `json:"namespace,omitempty"`
+	Pod        string `json:"pod,omitempty"`
+	Container  string `json:"container,omitempty"`
+	User       string `json:"user,omitempty"`
+	SlurmJob   string `json:"slurm_job,omitempty"`
+	Keep       bool   `json:"keep,omitempty"`
+	// Suggested is the alert's action label.
+	Suggested string `json:"suggested,omitempty"`
+}
+
+// TargetFrom reads a target from an alert's labels; false when the alert
+// is not about a unit (exporter health alerts).
+func TargetFrom(l map[string]string) (Target, bool) {
+	t := Target{
+		Alertname: l["alertname"], UUID: l["uuid"], GPUUUID: l["gpu_uuid"], Node: l["node"], Kind: l["kind"],
+		MIGProfile: l["mig_profile"], Namespace: l["namespace"], Pod: l["pod"], Container: l["container"],
+		User: l["user"], SlurmJob: l["slurm_job"], Keep: l["keep"] == "true", Suggested: l["action"],
+	}
+	return t, t.UUID != "" && t.Node != ""
+}
+
+// Owner names who holds the unit, for people.
+func (t Target) Owner() string {
+	if t.Pod != "" {
+		return t.Namespace + "/" + t.Pod
+	}
+	if t.SlurmJob != "" {
+		return fmt.Sprintf("%s (Slurm job %s)", t.User, t.SlurmJob)
+	}
+	return t.User
+}
+
+// Unit names the unit, for people.
+func (t Target) Unit() string {
+	if t.Kind == "mig" {
+		return fmt.Sprintf("MIG %s %s on %s", t.MIGProfile, t.UUID, t.Node)
+	}
+	return fmt.Sprintf("GPU %s on %s", t.UUID, t.Node)
+}
+
+var gpuSlices = regexp.MustCompile(`(?:^|\.)(\d)g\.`)
+
+// Size is the unit's share of a GPU (a 1g slice is 1/7).
+func (t Target) Size() float64 {
+	if t.Kind == "mig" {
+		if m := gpuSlices.FindStringSubmatch(t.MIGProfile); m != nil {
+			return float64(m[1][0]-'0') / 7
+		}
+	}
+	return 1
+}
+
+// Delivery is the state of one message to the owner.
+type Delivery struct {
+	Sent     bool      `json:"sent"`
+	At       time.Time `json:"at,omitzero"`
+	Attempts int       `json:"attempts,omitempty"`
+	Error    string    `json:"error,omitempty"`
+	// Refs lets a notifier update its message later (a Slack channel and ts).
+	Refs map[string]string `json:"refs,omitempty"`
+	// Channels says where it went (a DM, a channel, the log).
+	Channels []string `json:"channels,omitempty"`
+}
+
+// Workload is the controller a scale-down scaled, to be restored.
+type Workload struct {
+	Kind             string `json:"kind"`
+	Namespace        string `json:"namespace"`
+	Name             string `json:"name"`
+	PreviousReplicas int32  `json:"previous_replicas"`
+	ScaledTo         int32  `json:"scaled_to"`
+}
+
+// Reclaim is one alert episode (fingerprint and startsAt) and what was
+// decided and done about it.
+type Reclaim struct {
+	ID          string            `json:"id"`
+	Fingerprint string            `json:"fingerprint"`
+	StartsAt    time.Time         `json:"starts_at"`
+	Labels      map[string]string `json:"labels"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	Target      Target            `json:"target"`
+
+	Policy string `json:"policy,omitempty"`
+	Action string `json:"action,omitempty"`
+	DryRun bool   `json:"dry_run,omitempty"`
+
+	State  State  `json:"state"`
+	Reason string `json:"reason,omitempty"`
+
+	Created time.Time `json:"created"`
+	Updated time.Time `json:"updated"`
+	// ActAt is when the action is due (after the grace, and any deferral).
+	ActAt   time.Time `json:"act_at,omitzero"`
+	ActedAt time.Time `json:"acted_at,omitzero"`
+	Closed  time.Time `json:"closed,omitzero"`
+
+	Warning Delivery `json:"warning"`
+	// Final is the message that tells the owner what happened.
+	Final Delivery `json:"final"`
+
+	Attempts  int       `json:"attempts,omitempty"`
+	LastError string    `json:"last_error,omitempty"`
+	NextTry   time.Time `json:"next_try,omitzero"`
+
+	Workload *Workload `json:"workload,omitempty"`
+	Killed   []int     `json:"killed,omitempty"`
+	Detail   string    `json:"detail,omitempty"`
+	Restored time.Time `json:"restored,omitzero"`
+	// Silence is the Alertmanager silence a snooze or keep created.
+	Silence string `json:"silence,omitempty"`
+	// SnoozedBy and SnoozedUntil say who snoozed or kept it, and until when.
+	SnoozedBy    string    `json:"snoozed_by,omitempty"`
+	SnoozedUntil time.Time `json:"snoozed_until,omitzero"`
+}
+
+// ID is the key of an alert episode: Alertmanager's fingerprint of the
+// labels, and when the episode started. Every action is idempotent per ID.
+func ID(fingerprint string, startsAt time.Time) string {
+	if fingerprint == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s-%d", fingerprint, startsAt.Unix())
+}
+
+// Fingerprint stands in for Alertmanager's when a payload lacks one.
+func Fingerprint(labels map[string]string) string {
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	sortStrings(keys)
+	h := sha256.New()
+	for _, k := range keys {
+		fmt.Fprintf(h, "%s\xff%s\xff", k, labels[k])
+	}
+	return fmt.Sprintf("%x", h.Sum(nil))[:16]
+}
+
+// IdleSince estimates when the unit went idle: the alert fired after its
+// for duration (annotation idle_for, when the rules set one).
+func (r *Reclaim) IdleSince() time.Time {
+	if d, err := time.ParseDuration(r.Annotations["idle_for"]); err == nil {
+		return r.StartsAt.Add(-d)
+	}
+	return r.StartsAt
+}

@@ -1,0 +1,33 @@
+package reclaim
+
+import (
+	"sort"
+	"time"
+)
+
+func sortStrings(s []string) { sort.Strings(s) }
+
+// Store keeps reclaims and the audit log durably. Writes are atomic and
+// durable when they return: the engine writes a decision before it carries
+// it out. A shared store for a highly available pair implements the same.
+type Store interface {
+	// Load returns every reclaim, for the engine's index at start.
+	Load() ([]*Reclaim, error)
+	// Write stores reclaims and appends audit events in one transaction.
+	Write(rs []*Reclaim, events []Event) error
+	// Audit returns the newest events first, at most limit.
+	Audit(limit int) ([]Event, error)
+	// Prune deletes terminal reclaims and events older than before.
+	Prune(before time.Time) (int, error)
+	Close() error
+}
+
+// Event is one line of the audit trail.
+type Event struct {
+	Time    time.Time `json:"time"`
+	Reclaim string    `json:"reclaim"`
+	Kind    string    `json:"kind"`
+	Target  string    `json:"target"`
+	Detail  string    `json:"detail,omitempty"`
+	Actor   string    `json:"actor,omitempty"`
+}

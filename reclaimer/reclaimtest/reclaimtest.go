@@ -1,0 +1,177 @@
+// Package reclaimtest holds builders for the reclaimer's tests: a clock, a
+// notifier and an actor that record what they are asked, alerts as
+// Alertmanager sends them, and configs.
+package reclaimtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/alertmanager/template"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+)
+
+// T0 is the start of every test's clock.
+var T0 = time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
+
+// Clock is a settable clock.
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func NewClock() *Clock { return &Clock{now: T0} }
+
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func (c *Clock) Set(t time.Time) {
+	c.mu.Lock()
+	c.now = t
+	c.mu.Unlock()
+}
+
+// Config parses a config, with secrets written to a temporary folder; the
+// webhook token is "t0ken".
+func Config(t testing.TB, yaml string) *config.Config {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "token"), []byte("t0ken\n"), 0o600))
+	c, err := config.Parse([]byte("webhook: {bearer_token_file: token}\nalertmanager: {url: \"http://127.0.0.1:9093\"}\n"+yaml), dir)
+	require.NoError(t, err)
+	return c
+}
+
+// Alert builds an alert as Alertmanager sends it. labels are pairs.
+func Alert(status string, startsAt time.Time, labels ...string) template.Alert {
+	l := template.KV{}
+	for i := 0; i+1 < len(labels); i += 2 {
+		l[labels[i]] = labels[i+1]
+	}
+	return template.Alert{Status: status, Labels: l, Annotations: template.KV{"summary": "s", "description": "d"}, StartsAt: startsAt, Fingerprint: reclaim.Fingerprint(l)}
+}
+
+// IdlePod is GPUIdle for a pod on a whole GPU.
+func IdlePod(status string, startsAt time.Time, ns, pod string, extra ...string) template.Alert {
+	return Alert(status, startsAt, append([]string{"alertname", "GPUIdle", "uuid", "GPU-" + pod, "gpu_uuid", "GPU-" + pod, "node", "n1", "kind", "gpu",
+		"namespace", ns, "pod", pod, "container", "c", "keep", "false", "action", "evict", "signal", "sm_active", "severity", "warning"}, extra...)...)
+}
+
+// IdleProcess is GPUIdle for a bare-metal user's process.
+func IdleProcess(status string, startsAt time.Time, user string, extra ...string) template.Alert {
+	return Alert(status, startsAt, append([]string{"alertname", "GPUIdle", "uuid", "GPU-" + user, "gpu_uuid", "GPU-" + user, "node", "n1", "kind", "gpu",
+		"user", user, "keep", "false", "action", "kill", "signal", "sm_active", "severity", "warning"}, extra...)...)
+}
+
+// Notifier records messages; Fail makes it fail.
+type Notifier struct {
+	mu       sync.Mutex
+	Sent     []reclaim.Message
+	Fail     error
+	NotBlock bool
+	name     string
+}
+
+func NewNotifier(name string) *Notifier { return &Notifier{name: name} }
+
+func (n *Notifier) Name() string   { return n.name }
+func (n *Notifier) Blocking() bool { return !n.NotBlock }
+
+func (n *Notifier) Send(_ context.Context, m reclaim.Message, _ map[string]string) (map[string]string, []string, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.Fail != nil {
+		return nil, nil, n.Fail
+	}
+	n.Sent = append(n.Sent, m)
+	return map[string]string{"ref": fmt.Sprint(len(n.Sent))}, []string{n.name}, nil
+}
+
+// Kinds lists the kinds of the messages sent, in order.
+func (n *Notifier) Kinds() []reclaim.MessageKind {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []reclaim.MessageKind
+	for _, m := range n.Sent {
+		out = append(out, m.Kind)
+	}
+	return out
+}
+
+// Actor records actions; Err is returned (and then cleared, if Once).
+type Actor struct {
+	mu    sync.Mutex
+	Calls []string
+	Err   error
+	Once  bool
+}
+
+func (a *Actor) Act(_ context.Context, action string, r *reclaim.Reclaim) (reclaim.Result, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.Calls = append(a.Calls, action+" "+r.Target.Owner())
+	err := a.Err
+	if a.Once {
+		a.Err = nil
+	}
+	return reclaim.Result{Detail: "did " + action}, err
+}
+
+func (a *Actor) Count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.Calls)
+}
+
+// Checker answers Alertmanager re-checks.
+type Checker struct {
+	mu     sync.Mutex
+	Status reclaim.AlertStatus
+	Why    string
+	Err    error
+}
+
+func (c *Checker) Check(context.Context, *reclaim.Reclaim) (reclaim.AlertStatus, string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Status, c.Why, c.Err
+}
+
+// Inspector answers keep and start-time lookups.
+type Inspector struct {
+	mu    sync.Mutex
+	Keep  map[string]bool      // by owner
+	Start map[string]time.Time // by owner
+}
+
+func (i *Inspector) Kept(_ context.Context, t reclaim.Target) (bool, string, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.Keep[t.Owner()], "the pod is annotated gpureclaim.io/keep", nil
+}
+
+func (i *Inspector) Started(_ context.Context, t reclaim.Target) (time.Time, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if s, ok := i.Start[t.Owner()]; ok {
+		return s, nil
+	}
+	return T0.Add(-24 * time.Hour), nil
+}

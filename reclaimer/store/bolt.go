@@ -1,0 +1,156 @@
+// Package store keeps the reclaimer's state in an embedded bbolt database:
+// one bucket of reclaims by id, one of audit events by time. Every write is
+// one fsynced transaction.
+package store
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+)
+
+var (
+	bucketReclaims = []byte("reclaims")
+	bucketAudit    = []byte("audit")
+)
+
+// Bolt is a reclaim.Store in a bbolt file.
+type Bolt struct {
+	db *bolt.DB
+}
+
+var _ reclaim.Store = (*Bolt)(nil)
+
+// Open opens (or creates) the database. Only one process may hold it: a
+// second one waits timeout, then fails.
+func Open(path string, timeout time.Duration) (*Bolt, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout})
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketReclaims, bucketAudit} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &Bolt{db: db}, nil
+}
+
+func (b *Bolt) Close() error { return b.db.Close() }
+
+func (b *Bolt) Load() ([]*reclaim.Reclaim, error) {
+	var out []*reclaim.Reclaim
+	err := b.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketReclaims).ForEach(func(k, v []byte) error {
+			var r reclaim.Reclaim
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("reclaim %s: %w", k, err)
+			}
+			out = append(out, &r)
+			return nil
+		})
+	})
+	return out, err
+}
+
+func (b *Bolt) Write(rs []*reclaim.Reclaim, events []reclaim.Event) error {
+	return b.db.Update(func(tx *bolt.Tx) error {
+		rb := tx.Bucket(bucketReclaims)
+		for _, r := range rs {
+			v, err := json.Marshal(r)
+			if err != nil {
+				return err
+			}
+			if err := rb.Put([]byte(r.ID), v); err != nil {
+				return err
+			}
+		}
+		ab := tx.Bucket(bucketAudit)
+		for _, e := range events {
+			seq, err := ab.NextSequence()
+			if err != nil {
+				return err
+			}
+			v, err := json.Marshal(e)
+			if err != nil {
+				return err
+			}
+			if err := ab.Put(auditKey(e.Time, seq), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// auditKey sorts events by time, then by the order they were written.
+func auditKey(t time.Time, seq uint64) []byte {
+	k := make([]byte, 16)
+	binary.BigEndian.PutUint64(k, uint64(t.UnixNano()))
+	binary.BigEndian.PutUint64(k[8:], seq)
+	return k
+}
+
+func (b *Bolt) Audit(limit int) ([]reclaim.Event, error) {
+	var out []reclaim.Event
+	err := b.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketAudit).Cursor()
+		for k, v := c.Last(); k != nil && len(out) < limit; k, v = c.Prev() {
+			var e reclaim.Event
+			if err := json.Unmarshal(v, &e); err != nil {
+				return err
+			}
+			out = append(out, e)
+		}
+		return nil
+	})
+	return out, err
+}
+
+func (b *Bolt) Prune(before time.Time) (int, error) {
+	n := 0
+	err := b.db.Update(func(tx *bolt.Tx) error {
+		rb := tx.Bucket(bucketReclaims)
+		var drop [][]byte
+		err := rb.ForEach(func(k, v []byte) error {
+			var r reclaim.Reclaim
+			if err := json.Unmarshal(v, &r); err != nil {
+				return err
+			}
+			if r.State.Terminal() && r.Final.Sent && !r.Closed.IsZero() && r.Closed.Before(before) {
+				drop = append(drop, k)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range drop {
+			if err := rb.Delete(k); err != nil {
+				return err
+			}
+		}
+		n = len(drop)
+		c := tx.Bucket(bucketAudit).Cursor()
+		limit := auditKey(before, 0)
+		for k, _ := c.First(); k != nil && string(k) < string(limit); k, _ = c.First() {
+			if err := c.Delete(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return n, err
+}
