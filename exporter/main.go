@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"github.com/prometheus/common/version"
 	"github.com/prometheus/exporter-toolkit/web"
 
+	"github.com/gpureclaim/gpureclaim/exporter/action"
 	"github.com/gpureclaim/gpureclaim/exporter/collector"
 	"github.com/gpureclaim/gpureclaim/exporter/sampler"
 	"github.com/gpureclaim/gpureclaim/internal/nvmlsim"
@@ -47,6 +49,11 @@ type options struct {
 	podResourcesSocket             string
 	logLevel, logFormat            string
 	printVersion                   bool
+
+	actionTokenFile, actionListen string
+	actionGrace, actionWindow     time.Duration
+	actionThreshold               float64
+	actionExemptUsers             string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -67,6 +74,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.logLevel, "log.level", "info", "Log level: debug, info, warn, error.")
 	fs.StringVar(&o.logFormat, "log.format", "logfmt", "Log format: logfmt or json.")
 	fs.BoolVar(&o.printVersion, "version", false, "Print the version and exit.")
+	fs.StringVar(&o.actionTokenFile, "action.token-file", "", "Turns the node action endpoint on: the file holds the bearer token the reclaimer must send. Off when empty.")
+	fs.StringVar(&o.actionListen, "action.listen-address", "", "Serve the action endpoint on its own address (default: under /api/v1/ of --web.listen-address).")
+	fs.DurationVar(&o.actionGrace, "action.kill-grace", 30*time.Second, "Time between SIGTERM and SIGKILL, for the workload to checkpoint.")
+	fs.DurationVar(&o.actionWindow, "action.idle-window", 5*time.Minute, "The node signals a unit's processes only if every sample of this window was idle.")
+	fs.Float64Var(&o.actionThreshold, "action.idle-threshold", 0.05, "Activity under which a sample is idle (SM activity, else utilization).")
+	fs.StringVar(&o.actionExemptUsers, "action.exempt-users", "", "Comma-separated Unix users whose processes are never signalled.")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -75,6 +88,15 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.interval < time.Second {
 		return nil, fmt.Errorf("--sample.interval: %s is under 1s; NVML's averages and GPM need longer", o.interval)
+	}
+	if o.actionListen != "" && o.actionTokenFile == "" {
+		return nil, errors.New("--action.listen-address: needs --action.token-file; the endpoint never runs unauthenticated")
+	}
+	if o.actionGrace < 0 || o.actionWindow <= 0 {
+		return nil, errors.New("--action.kill-grace must not be negative and --action.idle-window must be positive")
+	}
+	if o.actionThreshold <= 0 || o.actionThreshold >= 1 {
+		return nil, fmt.Errorf("--action.idle-threshold: %g must be between 0 and 1", o.actionThreshold)
 	}
 	if o.simulateSpeed < 0 {
 		return nil, errors.New("--simulate.speed: must not be negative")
@@ -164,17 +186,18 @@ func simulatedNode(o *options, logger *slog.Logger) (*node, error) {
 }
 
 // gatherer serves the snapshot's metrics from a cache refreshed once per
-// sample, and the health, version and runtime metrics live.
-func gatherer(src collector.Source, clock func() time.Time) (prometheus.Gatherer, error) {
+// sample, and the health, version and runtime metrics live; the live
+// registry takes any other metric (the action endpoint's).
+func gatherer(src collector.Source, clock func() time.Time) (prometheus.Gatherer, *prometheus.Registry, error) {
 	cached, err := collector.NewSnapshotGatherer(src, collector.FromSnapshot(src)...)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	live := prometheus.NewRegistry()
 	if err := registerAll(live, liveCollectors(src, clock)...); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return prometheus.Gatherers{cached, live}, nil
+	return prometheus.Gatherers{cached, live}, live, nil
 }
 
 func liveCollectors(src collector.Source, clock func() time.Time) []prometheus.Collector {
@@ -228,10 +251,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	smp := sampler.New(sampler.Config{NVML: n.nvml, Node: n.name, Proc: n.proc, Allocations: n.allocs, Pods: n.pods, Logger: logger})
+	var hist *action.History
+	if o.actionTokenFile != "" {
+		hist = action.NewHistory(o.actionWindow)
+	}
+	scfg := sampler.Config{NVML: n.nvml, Node: n.name, Proc: n.proc, Allocations: n.allocs, Pods: n.pods, Logger: logger}
+	if hist != nil {
+		scfg.OnSample = hist.Record
+	}
+	smp := sampler.New(scfg)
 	go smp.Run(ctx, o.interval)
 
-	g, err := gatherer(smp, time.Now)
+	g, live, err := gatherer(smp, time.Now)
 	if err != nil {
 		logger.Error("registering collectors", "err", err)
 		return 1
@@ -246,21 +277,70 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(w, "<html><head><title>gpureclaim exporter</title></head><body><h1>gpureclaim exporter</h1><p>Node %s. <a href=%q>Metrics</a></p></body></html>\n", n.name, o.metricsPath)
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 1)
-	go func() {
-		errc <- web.ListenAndServe(srv, &web.FlagConfig{WebListenAddresses: &[]string{o.listen}, WebConfigFile: &o.webConfig}, logger)
-	}()
+	servers := []*http.Server{{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}
+	addrs := []string{o.listen}
+	if hist != nil {
+		h, err := actionHandler(o, n, smp, hist, live, logger)
+		if err != nil {
+			fmt.Fprintln(stderr, "gpureclaim-exporter:", err)
+			return 1
+		}
+		if o.actionListen == "" {
+			mux.Handle("/api/v1/units/", h)
+		} else {
+			amux := http.NewServeMux()
+			amux.Handle("/api/v1/units/", h)
+			servers = append(servers, &http.Server{Handler: amux, ReadHeaderTimeout: 10 * time.Second})
+			addrs = append(addrs, o.actionListen)
+		}
+		logger.Info("node action endpoint on", "address", addrs[len(addrs)-1], "kill_grace", o.actionGrace, "idle_window", o.actionWindow)
+	}
+	errc := make(chan error, len(servers))
+	for i, srv := range servers {
+		go func() {
+			errc <- web.ListenAndServe(srv, &web.FlagConfig{WebListenAddresses: &[]string{addrs[i]}, WebConfigFile: &o.webConfig}, logger)
+		}()
+	}
+	code := 0
 	select {
 	case err := <-errc:
 		if !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("serving HTTP", "err", err)
-			return 1
+			code = 1
 		}
 	case <-ctx.Done():
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, srv := range servers {
 		_ = srv.Shutdown(shutdown)
 	}
-	return 0
+	return code
+}
+
+// actionHandler builds the node action endpoint; its metrics join the
+// exporter's.
+func actionHandler(o *options, n *node, smp *sampler.Sampler, hist *action.History, reg prometheus.Registerer, logger *slog.Logger) (http.Handler, error) {
+	b, err := os.ReadFile(o.actionTokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("--action.token-file: %w", err)
+	}
+	token := strings.TrimSpace(string(b))
+	if token == "" {
+		return nil, fmt.Errorf("--action.token-file: %s is empty", o.actionTokenFile)
+	}
+	var sig action.Signaler = action.OS{Proc: n.proc}
+	if n.sim != nil {
+		sig = action.Simulated{Sim: n.sim}
+	}
+	var exempt []string
+	for _, u := range strings.Split(o.actionExemptUsers, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			exempt = append(exempt, u)
+		}
+	}
+	return action.New(action.Config{
+		Token: token, Grace: o.actionGrace, IdleWindow: o.actionWindow, IdleThreshold: o.actionThreshold,
+		ExemptUsers: exempt, Logger: logger,
+	}, smp, hist, sig, reg), nil
 }

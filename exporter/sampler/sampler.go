@@ -52,6 +52,9 @@ type Config struct {
 	Pods        podmeta.Resolver
 	Clock       func() time.Time
 	Logger      *slog.Logger
+	// OnSample, when set, sees every published snapshot (the action
+	// endpoint keeps a short history of activity from it).
+	OnSample func(*Snapshot)
 }
 
 // Sampler samples NVML into snapshots.
@@ -178,6 +181,9 @@ func (s *Sampler) Sample(ctx context.Context) *Snapshot {
 		snap.NVMLErrors[k] = v
 	}
 	s.latest.Store(snap)
+	if s.cfg.OnSample != nil {
+		s.cfg.OnSample(snap)
+	}
 	return snap
 }
 

@@ -125,6 +125,19 @@ func ParseCgroup(s string) (podUID, containerID, slurmJob string) {
 	return podUID, containerID, slurmJob
 }
 
+// State is the one-letter state of a process (R, S, Z, ...).
+func (fs *FS) State(pid int) (byte, error) {
+	b, err := os.ReadFile(filepath.Join(fs.root, strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0, errors.New("malformed stat")
+	}
+	return b[i+2], nil
+}
+
 func (fs *FS) startTime(dir string) (time.Time, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "stat"))
 	if err != nil {

@@ -91,7 +91,9 @@ func Start(t testing.TB, sc *nvmlsim.Scenario, wrap func(*nvmlsim.Sim) sampler.C
 		cfg = wrap(sn.Sim)
 	}
 	cfg.Node = sc.Node
-	cfg.Proc = procfs.New(sn.ProcRoot, sn.Passwd)
+	if cfg.Proc == nil {
+		cfg.Proc = procfs.New(sn.ProcRoot, sn.Passwd)
+	}
 	cfg.Allocations = client
 	if cfg.Pods == nil {
 		cfg.Pods = podmeta.NewStatic(sn.PodMeta())

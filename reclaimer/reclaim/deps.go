@@ -19,9 +19,18 @@ const (
 	AlertGone
 )
 
+// AlertCheck is Alertmanager's answer.
+type AlertCheck struct {
+	Status AlertStatus
+	// Reason says who silenced it and why, for people.
+	Reason string
+	// Until is when the silence ends; zero for an inhibition.
+	Until time.Time
+}
+
 // AlertChecker asks Alertmanager about an alert before acting on it.
 type AlertChecker interface {
-	Check(ctx context.Context, r *Reclaim) (AlertStatus, string, error)
+	Check(ctx context.Context, r *Reclaim) (AlertCheck, error)
 }
 
 // Inspector looks up what the alert does not say.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -149,7 +150,7 @@ func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
 				r := &Reclaim{ID: id, Fingerprint: fp, StartsAt: a.StartsAt, Labels: a.Labels, Target: t, State: Resolved, Reason: "resolved before it was seen firing", Created: now, Closed: now}
 				put(r)
 				decide("resolved_first")
-			case existing.State == Pending:
+			case existing.State == Pending || existing.State == Snoozed:
 				c := clone(existing)
 				e.cancel(c, "the alert resolved: the GPU is busy again or was released")
 				put(c)
@@ -276,6 +277,8 @@ func (e *Engine) Step(ctx context.Context) {
 			due = append(due, work{id, "act"})
 		case r.State == Acting && !now.Before(r.NextTry):
 			due = append(due, work{id, "act"})
+		case r.State == Snoozed && !now.Before(r.NextTry):
+			due = append(due, work{id, "unsnooze"})
 		case r.State.Terminal() && !r.Final.Sent && !now.Before(r.NextTry):
 			due = append(due, work{id, "final"})
 		}
@@ -297,6 +300,8 @@ func (e *Engine) Step(ctx context.Context) {
 			e.act(ctx, w.id)
 		case "final":
 			e.final(ctx, w.id)
+		case "unsnooze":
+			e.unsnooze(ctx, w.id)
 		}
 		e.mu.Lock()
 		delete(e.inflight, w.id)
@@ -616,21 +621,92 @@ func (e *Engine) recheck(ctx context.Context, r *Reclaim) bool {
 	if e.o.Checker == nil {
 		return true
 	}
-	st, why, err := e.o.Checker.Check(ctx, r)
+	chk, err := e.o.Checker.Check(ctx, r)
 	if err != nil {
 		e.o.Metrics.Error("alertmanager")
 		e.deferTo(r.ID, e.now().Add(30*time.Second), "cannot re-check the alert in Alertmanager: "+err.Error())
 		return false
 	}
-	switch st {
+	switch chk.Status {
 	case AlertGone:
 		e.finish(r.ID, Cancelled, "the alert no longer fires: the GPU is busy again or was released", nil)
 		return false
 	case AlertSilenced:
-		e.finish(r.ID, Cancelled, "the alert is silenced: "+why, nil)
+		e.snooze(r.ID, chk, "")
 		return false
 	}
 	return true
+}
+
+// snooze holds a reclaim while its alert is silenced or inhibited.
+func (e *Engine) snooze(id string, chk AlertCheck, by string) {
+	_, err := e.update(id, func(c *Reclaim) []Event { return []Event{e.event(c, "snoozed", chk.Reason, by)} }, func(c *Reclaim) bool {
+		if c.State != Pending && c.State != Acting && c.State != Snoozed {
+			return false
+		}
+		c.State, c.Reason = Snoozed, "the alert is silenced: "+chk.Reason
+		c.SnoozedUntil, c.NextTry = chk.Until, chk.Until
+		if chk.Until.IsZero() {
+			c.NextTry = e.now().Add(5 * time.Minute) // an inhibition: look again
+		}
+		if by != "" {
+			c.SnoozedBy = by
+		}
+		return true
+	})
+	if err != nil {
+		e.o.Logger.Error("recording a snooze", "reclaim", id, "err", err)
+		return
+	}
+	e.o.Metrics.decisions.WithLabelValues("snoozed").Inc()
+}
+
+// unsnooze looks at a snoozed reclaim once its silence has ended: if the
+// alert still fires, the cycle starts again with a new warning and grace.
+func (e *Engine) unsnooze(ctx context.Context, id string) {
+	r := e.snapshot(id)
+	if r == nil || r.State != Snoozed {
+		return
+	}
+	if e.o.Checker == nil {
+		return
+	}
+	chk, err := e.o.Checker.Check(ctx, r)
+	switch {
+	case err != nil:
+		e.o.Metrics.Error("alertmanager")
+		_, _ = e.update(id, nil, func(c *Reclaim) bool { c.NextTry = e.now().Add(30 * time.Second); return true })
+	case chk.Status == AlertSilenced:
+		e.snooze(id, chk, "")
+	case chk.Status == AlertGone:
+		e.finish(id, Cancelled, "the alert resolved while it was snoozed", nil)
+	default:
+		p := e.policy(r)
+		if p == nil {
+			e.finish(id, Cancelled, "its policy is gone from the config", nil)
+			return
+		}
+		_, err := e.update(id, func(c *Reclaim) []Event {
+			return []Event{e.event(c, "unsnoozed", "the snooze ended and the unit is still idle", "reclaimer")}
+		}, func(c *Reclaim) bool {
+			if c.State != Snoozed {
+				return false
+			}
+			now := e.now()
+			c.State, c.ActAt, c.NextTry = Pending, now.Add(time.Duration(p.Grace)), time.Time{}
+			c.Reason = "the snooze ended and the unit is still idle: warning the owner again"
+			c.Warning = Delivery{Refs: c.Warning.Refs}
+			for k := range c.Warning.Refs {
+				if strings.Contains(k, ".sent.") {
+					delete(c.Warning.Refs, k) // a new warning is due; its message refs stay for updates
+				}
+			}
+			return true
+		})
+		if err != nil {
+			e.o.Logger.Error("reopening a snoozed reclaim", "reclaim", id, "err", err)
+		}
+	}
 }
 
 func (e *Engine) act(ctx context.Context, id string) {

@@ -344,18 +344,19 @@ func TestAlertmanagerRecheck(t *testing.T) {
 	for _, tc := range []struct {
 		status reclaim.AlertStatus
 		err    error
+		state  reclaim.State
 		want   string
 	}{
-		{reclaim.AlertSilenced, nil, "the alert is silenced: snoozed by alice"},
-		{reclaim.AlertGone, nil, "the alert no longer fires"},
+		{reclaim.AlertSilenced, nil, reclaim.Snoozed, "the alert is silenced: snoozed by alice"},
+		{reclaim.AlertGone, nil, reclaim.Cancelled, "the alert no longer fires"},
 	} {
 		f := newFixture(t, "")
-		f.checker.Status, f.checker.Why = tc.status, "snoozed by alice"
+		f.checker.Set(tc.status, "snoozed by alice", T0.Add(time.Hour))
 		f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
 		f.at(0)
 		f.at(5 * time.Minute)
 		require.Zero(t, f.actor.Count())
-		require.Equal(t, reclaim.Cancelled, f.only().State)
+		require.Equal(t, tc.state, f.only().State)
 		require.Contains(t, f.only().Reason, tc.want)
 	}
 	f := newFixture(t, "")
@@ -367,6 +368,27 @@ func TestAlertmanagerRecheck(t *testing.T) {
 	require.Equal(t, reclaim.Pending, f.only().State)
 	f.checker.Err = nil
 	f.at(6 * time.Minute)
+	require.Equal(t, 1, f.actor.Count())
+}
+
+func TestSnoozeEndsAndTheCycleStartsAgain(t *testing.T) {
+	f := newFixture(t, "")
+	f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	f.at(0)
+	f.checker.Set(reclaim.AlertSilenced, "snoozed by alice for 1h", T0.Add(time.Hour))
+	f.at(5 * time.Minute)
+	require.Equal(t, reclaim.Snoozed, f.only().State)
+	f.at(30 * time.Minute)
+	require.Zero(t, f.actor.Count())
+
+	f.checker.Set(reclaim.AlertActive, "", time.Time{})
+	f.at(time.Hour)
+	r := f.only()
+	require.Equal(t, reclaim.Pending, r.State, "still idle when the snooze ends: warned again")
+	f.at(time.Hour + time.Second)
+	require.Equal(t, []reclaim.MessageKind{reclaim.MsgWarning, reclaim.MsgWarning}, f.notifier.Kinds())
+	require.Equal(t, T0.Add(time.Hour+5*time.Minute), f.only().ActAt)
+	f.at(time.Hour + 5*time.Minute)
 	require.Equal(t, 1, f.actor.Count())
 }
 

@@ -28,7 +28,10 @@ const (
 	DryRun State = "dry_run"
 	// Notified: the policy only tells the owner.
 	Notified State = "notified"
-	// Cancelled: resolved, silenced or snoozed, or found busy before the action.
+	// Snoozed: a silence (a snooze) or an inhibition mutes the alert; when
+	// it ends and the alert still fires, the cycle starts again.
+	Snoozed State = "snoozed"
+	// Cancelled: resolved, or found busy before the action.
 	Cancelled State = "cancelled"
 	// Exempt: kept, or in an exempt namespace or user.
 	Exempt State = "exempt"
@@ -41,7 +44,7 @@ const (
 
 // Terminal says whether nothing more will be done, beyond telling the owner.
 func (s State) Terminal() bool {
-	return s != Pending && s != Acting
+	return s != Pending && s != Acting && s != Snoozed
 }
 
 // Target is what an alert is about: a unit and who holds it.

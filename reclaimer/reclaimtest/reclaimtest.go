@@ -145,13 +145,21 @@ type Checker struct {
 	mu     sync.Mutex
 	Status reclaim.AlertStatus
 	Why    string
+	Until  time.Time
 	Err    error
 }
 
-func (c *Checker) Check(context.Context, *reclaim.Reclaim) (reclaim.AlertStatus, string, error) {
+func (c *Checker) Check(context.Context, *reclaim.Reclaim) (reclaim.AlertCheck, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.Status, c.Why, c.Err
+	return reclaim.AlertCheck{Status: c.Status, Reason: c.Why, Until: c.Until}, c.Err
+}
+
+// Set changes the answer.
+func (c *Checker) Set(st reclaim.AlertStatus, why string, until time.Time) {
+	c.mu.Lock()
+	c.Status, c.Why, c.Until = st, why, until
+	c.mu.Unlock()
 }
 
 // Inspector answers keep and start-time lookups.

@@ -1,0 +1,304 @@
+// Package action is the exporter's node action endpoint: off by default,
+// behind a bearer token, it lets the reclaimer signal the processes on one
+// unit. The node checks for itself, in its own recent samples, that the unit
+// is idle and that the processes are the ones the reclaimer named (PID and
+// start time) before it sends SIGTERM, waits a checkpoint grace, then
+// SIGKILL.
+package action
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/gpureclaim/gpureclaim/exporter/sampler"
+)
+
+// Config of the endpoint.
+type Config struct {
+	Token string
+	// Grace is how long processes get between SIGTERM and SIGKILL, to checkpoint.
+	Grace time.Duration
+	// IdleWindow and IdleThreshold: every reading of the window must be below the threshold.
+	IdleWindow    time.Duration
+	IdleThreshold float64
+	// ExemptUsers are never signalled.
+	ExemptUsers []string
+	Clock       func() time.Time
+	Logger      *slog.Logger
+}
+
+// Source gives the latest snapshot.
+type Source interface{ Latest() *sampler.Snapshot }
+
+// Handler serves /api/v1/units/{uuid} and /api/v1/units/{uuid}/kill.
+type Handler struct {
+	cfg     Config
+	src     Source
+	hist    *History
+	sig     Signaler
+	results *prometheus.CounterVec
+
+	mu    sync.Mutex
+	busy  map[string]bool
+	poll  time.Duration
+	sleep func(time.Duration)
+}
+
+// New returns the endpoint; reg gets its metrics.
+func New(cfg Config, src Source, hist *History, sig Signaler, reg prometheus.Registerer) *Handler {
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Handler{
+		cfg: cfg, src: src, hist: hist, sig: sig, busy: map[string]bool{}, poll: 100 * time.Millisecond, sleep: time.Sleep,
+		results: promauto.With(reg).NewCounterVec(prometheus.CounterOpts{
+			Name: "gpureclaim_exporter_actions_total",
+			Help: "Requests to the node action endpoint, by result (killed, gone, refused, error).",
+		}, []string{"result"}),
+	}
+}
+
+// Process is a process on a unit, as the endpoint reports and accepts it.
+type Process struct {
+	PID       int       `json:"pid"`
+	StartTime time.Time `json:"start_time"`
+	User      string    `json:"user,omitempty"`
+	Name      string    `json:"name,omitempty"`
+	SlurmJob  string    `json:"slurm_job,omitempty"`
+	PodUID    string    `json:"pod_uid,omitempty"`
+}
+
+// Unit is the answer to GET.
+type Unit struct {
+	UUID      string    `json:"uuid"`
+	Node      string    `json:"node"`
+	Idleness  Idleness  `json:"idleness"`
+	Processes []Process `json:"processes"`
+}
+
+// KillRequest names the processes to end.
+type KillRequest struct {
+	Processes []Process `json:"processes"`
+	Reason    string    `json:"reason"`
+}
+
+// KillResult says what happened to each.
+type KillResult struct {
+	Killed []int  `json:"killed"`
+	Gone   []int  `json:"gone"`
+	Error  string `json:"error,omitempty"`
+}
+
+const maxBody = 64 << 10
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !h.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="gpureclaim-exporter"`)
+		writeJSON(w, http.StatusUnauthorized, KillResult{Error: "a valid bearer token is required"})
+		return
+	}
+	rest, ok := strings.CutPrefix(r.URL.Path, "/api/v1/units/")
+	if !ok || rest == "" {
+		writeJSON(w, http.StatusNotFound, KillResult{Error: "no such endpoint"})
+		return
+	}
+	uuid, verb, _ := strings.Cut(rest, "/")
+	switch {
+	case verb == "" && r.Method == http.MethodGet:
+		h.get(w, uuid)
+	case verb == "kill" && r.Method == http.MethodPost:
+		h.kill(w, r, uuid)
+	case verb == "" || verb == "kill":
+		w.Header().Set("Allow", map[string]string{"": "GET", "kill": "POST"}[verb])
+		writeJSON(w, http.StatusMethodNotAllowed, KillResult{Error: "method not allowed"})
+	default:
+		writeJSON(w, http.StatusNotFound, KillResult{Error: "no such endpoint"})
+	}
+}
+
+func (h *Handler) authorized(r *http.Request) bool {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && h.cfg.Token != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(h.cfg.Token)) == 1
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (h *Handler) unit(uuid string) (*sampler.Snapshot, *sampler.Unit) {
+	s := h.src.Latest()
+	if s == nil {
+		return nil, nil
+	}
+	_, u := s.Unit(uuid)
+	return s, u
+}
+
+func (h *Handler) get(w http.ResponseWriter, uuid string) {
+	s, u := h.unit(uuid)
+	if u == nil {
+		writeJSON(w, http.StatusNotFound, KillResult{Error: "no unit " + uuid + " on this node"})
+		return
+	}
+	out := Unit{UUID: uuid, Node: s.Node, Idleness: h.hist.Check(uuid, h.cfg.IdleThreshold, h.cfg.Clock()), Processes: []Process{}}
+	for _, p := range u.Processes {
+		out.Processes = append(out.Processes, Process{PID: p.PID, StartTime: p.StartTime, User: p.User, Name: p.Name, SlurmJob: p.SlurmJob, PodUID: p.PodUID})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// refuse answers 409: the node will not act, and says why.
+func (h *Handler) refuse(w http.ResponseWriter, uuid, why string) {
+	h.results.WithLabelValues("refused").Inc()
+	h.cfg.Logger.Warn("refused to kill", "uuid", uuid, "reason", why)
+	writeJSON(w, http.StatusConflict, KillResult{Error: why})
+}
+
+func (h *Handler) kill(w http.ResponseWriter, r *http.Request, uuid string) {
+	var req KillRequest
+	body := http.MaxBytesReader(w, r.Body, maxBody)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		code := http.StatusBadRequest
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			code = http.StatusRequestEntityTooLarge
+		}
+		writeJSON(w, code, KillResult{Error: "bad request: " + err.Error()})
+		return
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		writeJSON(w, http.StatusBadRequest, KillResult{Error: "bad request: trailing data"})
+		return
+	}
+	if len(req.Processes) == 0 {
+		writeJSON(w, http.StatusBadRequest, KillResult{Error: "bad request: processes is empty"})
+		return
+	}
+
+	h.mu.Lock()
+	if h.busy[uuid] {
+		h.mu.Unlock()
+		writeJSON(w, http.StatusConflict, KillResult{Error: "another request is acting on this unit"})
+		return
+	}
+	h.busy[uuid] = true
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		delete(h.busy, uuid)
+		h.mu.Unlock()
+	}()
+
+	_, u := h.unit(uuid)
+	if u == nil {
+		writeJSON(w, http.StatusNotFound, KillResult{Error: "no unit " + uuid + " on this node"})
+		return
+	}
+	on := map[int]sampler.Process{}
+	for _, p := range u.Processes {
+		on[p.PID] = p
+	}
+	named := map[int]bool{}
+	var res KillResult
+	var targets []Process
+	for _, p := range req.Processes {
+		named[p.PID] = true
+		cur, still := on[p.PID]
+		switch {
+		case p.PID <= 1:
+			h.refuse(w, uuid, fmt.Sprintf("pid %d is never signalled", p.PID))
+			return
+		case still && !cur.StartTime.IsZero() && !cur.StartTime.Equal(p.StartTime):
+			h.refuse(w, uuid, fmt.Sprintf("pid %d started at %s, not %s: another process", p.PID, cur.StartTime.Format(time.RFC3339Nano), p.StartTime.Format(time.RFC3339Nano)))
+			return
+		case !h.sig.Alive(p.PID, p.StartTime):
+			res.Gone = append(res.Gone, p.PID) // exited
+		case !still:
+			h.refuse(w, uuid, fmt.Sprintf("pid %d runs but holds no context on %s", p.PID, uuid))
+			return
+		case slices.Contains(h.cfg.ExemptUsers, cur.User):
+			h.refuse(w, uuid, fmt.Sprintf("pid %d belongs to user %s, who is exempt", p.PID, cur.User))
+			return
+		case strings.HasPrefix(cur.Name, "nvidia-cuda-mps"):
+			h.refuse(w, uuid, fmt.Sprintf("pid %d is the MPS server", p.PID))
+			return
+		default:
+			targets = append(targets, p)
+		}
+	}
+	for _, p := range u.Processes {
+		if !named[p.PID] && !strings.HasPrefix(p.Name, "nvidia-cuda-mps") {
+			h.refuse(w, uuid, fmt.Sprintf("the unit has a process the request does not name (pid %d): it is not the workload the alert was about", p.PID))
+			return
+		}
+	}
+	if len(targets) == 0 {
+		h.results.WithLabelValues("gone").Inc()
+		res.Killed = []int{}
+		writeJSON(w, http.StatusOK, res)
+		return
+	}
+	if idl := h.hist.Check(uuid, h.cfg.IdleThreshold, h.cfg.Clock()); !idl.Idle {
+		if !idl.Known {
+			writeJSON(w, http.StatusServiceUnavailable, KillResult{Error: fmt.Sprintf("the node's history of %s does not cover %s yet; try later", uuid, h.cfg.IdleWindow)})
+			return
+		}
+		h.refuse(w, uuid, fmt.Sprintf("%s is busy: activity reached %.1f%% in the last %s", uuid, idl.Max*100, h.cfg.IdleWindow))
+		return
+	}
+
+	h.cfg.Logger.Info("ending the processes on an idle unit", "uuid", uuid, "processes", len(targets), "reason", req.Reason, "grace", h.cfg.Grace)
+	for _, p := range targets {
+		if err := h.sig.Signal(p.PID, syscall.SIGTERM); err != nil {
+			h.results.WithLabelValues("error").Inc()
+			writeJSON(w, http.StatusInternalServerError, KillResult{Error: fmt.Sprintf("SIGTERM to %d: %v", p.PID, err)})
+			return
+		}
+	}
+	deadline := time.Now().Add(h.cfg.Grace)
+	for {
+		alive := 0
+		for _, p := range targets {
+			if h.sig.Alive(p.PID, p.StartTime) {
+				alive++
+			}
+		}
+		if alive == 0 || time.Now().After(deadline) {
+			break
+		}
+		h.sleep(h.poll)
+	}
+	for _, p := range targets {
+		if h.sig.Alive(p.PID, p.StartTime) {
+			h.cfg.Logger.Warn("process outlived the grace: SIGKILL", "pid", p.PID)
+			if err := h.sig.Signal(p.PID, syscall.SIGKILL); err != nil {
+				h.results.WithLabelValues("error").Inc()
+				writeJSON(w, http.StatusInternalServerError, KillResult{Error: fmt.Sprintf("SIGKILL to %d: %v", p.PID, err)})
+				return
+			}
+		}
+		res.Killed = append(res.Killed, p.PID)
+	}
+	h.results.WithLabelValues("killed").Inc()
+	writeJSON(w, http.StatusOK, res)
+}

@@ -1,0 +1,270 @@
+package action_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpureclaim/gpureclaim/exporter/action"
+	"github.com/gpureclaim/gpureclaim/exporter/sampler"
+	"github.com/gpureclaim/gpureclaim/internal/nvmlsim"
+	"github.com/gpureclaim/gpureclaim/internal/procfs"
+	"github.com/gpureclaim/gpureclaim/internal/simtest"
+)
+
+const token = "s3cret"
+
+// spawn starts a real process the test owns; it is reaped when it ends.
+func spawn(t *testing.T, script string) *exec.Cmd {
+	cmd := exec.Command("sh", "-c", script)
+	require.NoError(t, cmd.Start())
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	return cmd
+}
+
+type node struct {
+	*simtest.Node
+	srv     *httptest.Server
+	results *prometheus.CounterVec
+	reg     *prometheus.Registry
+	proc    *procfs.FS
+}
+
+// start runs a simulated node whose GPU 0 holds the given real processes,
+// read through the real /proc, with the action endpoint in front.
+func start(t *testing.T, smActive float64, pids ...int) *node {
+	var procs []string
+	for _, p := range pids {
+		procs = append(procs, fmt.Sprintf("{pid: %d, memory_used: 1GiB}", p))
+	}
+	sc := simtest.Scenario(t, fmt.Sprintf("node: n1\nsystem: dgxh100\ngpus:\n  - {index: 0, sm_active: %g, processes: [%s]}\n", smActive, strings.Join(procs, ", ")))
+	real := procfs.New("/proc", "/etc/passwd")
+	hist := action.NewHistory(time.Minute)
+	n := simtest.Start(t, sc, func(s *nvmlsim.Sim) sampler.Config {
+		return sampler.Config{NVML: s, Proc: real, OnSample: hist.Record}
+	})
+	reg := prometheus.NewRegistry()
+	h := action.New(action.Config{Token: token, Grace: 300 * time.Millisecond, IdleWindow: time.Minute, IdleThreshold: 0.05, ExemptUsers: []string{"nobody"}, Clock: n.Clock.Now},
+		n.Sampler, hist, action.OS{Proc: real}, reg)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return &node{Node: n, srv: srv, reg: reg, proc: real}
+}
+
+// history samples the node over the idle window.
+func (n *node) history(t *testing.T) {
+	for s := 0; s <= 60; s += 15 {
+		n.Clock.Set(simtest.T0.Add(time.Duration(s) * time.Second))
+		n.Sampler.Sample(t.Context())
+	}
+}
+
+func (n *node) uuid() string { return n.Sampler.Latest().GPUs[0].UUID }
+
+func (n *node) call(t *testing.T, method, path, tok string, body any) (int, action.KillResult, action.Unit) {
+	var rd *bytes.Reader
+	switch b := body.(type) {
+	case nil:
+		rd = bytes.NewReader(nil)
+	case string:
+		rd = bytes.NewReader([]byte(b))
+	default:
+		j, _ := json.Marshal(b)
+		rd = bytes.NewReader(j)
+	}
+	req, _ := http.NewRequest(method, n.srv.URL+path, rd)
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var raw json.RawMessage
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&raw))
+	var kr action.KillResult
+	var u action.Unit
+	_ = json.Unmarshal(raw, &kr)
+	_ = json.Unmarshal(raw, &u)
+	return resp.StatusCode, kr, u
+}
+
+func (n *node) unit(t *testing.T) action.Unit {
+	code, _, u := n.call(t, http.MethodGet, "/api/v1/units/"+n.uuid(), token, nil)
+	require.Equal(t, http.StatusOK, code)
+	return u
+}
+
+func (n *node) kill(t *testing.T, procs []action.Process) (int, action.KillResult) {
+	code, kr, _ := n.call(t, http.MethodPost, "/api/v1/units/"+n.uuid()+"/kill", token, action.KillRequest{Processes: procs, Reason: "GPUIdle"})
+	return code, kr
+}
+
+func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+func TestKillsRealProcessesOnAnIdleUnit(t *testing.T) {
+	polite := spawn(t, "exec sleep 300")
+	stubborn := spawn(t, `trap "" TERM; while :; do sleep 1; done`) // ignores SIGTERM
+	n := start(t, 0, polite.Process.Pid, stubborn.Process.Pid)
+	n.history(t)
+
+	u := n.unit(t)
+	require.True(t, u.Idleness.Idle)
+	require.Len(t, u.Processes, 2)
+	for _, p := range u.Processes {
+		require.False(t, p.StartTime.IsZero(), "start times from the real /proc")
+	}
+
+	code, res := n.kill(t, u.Processes)
+	require.Equal(t, http.StatusOK, code, res.Error)
+	require.ElementsMatch(t, []int{polite.Process.Pid, stubborn.Process.Pid}, res.Killed)
+	require.Eventually(t, func() bool {
+		st1, _ := n.proc.State(polite.Process.Pid)
+		st2, _ := n.proc.State(stubborn.Process.Pid)
+		return (st1 == 0 || st1 == 'Z') && (st2 == 0 || st2 == 'Z')
+	}, 5*time.Second, 20*time.Millisecond, "SIGTERM ends one, SIGKILL after the grace the other")
+
+	// The same request again does nothing twice: the processes are gone.
+	code, res = n.kill(t, u.Processes)
+	require.Equal(t, http.StatusOK, code)
+	require.Empty(t, res.Killed)
+	require.ElementsMatch(t, []int{polite.Process.Pid, stubborn.Process.Pid}, res.Gone)
+	require.Equal(t, 1.0, testutil.ToFloat64(mustCounter(t, n.reg, "killed")))
+	require.Equal(t, 1.0, testutil.ToFloat64(mustCounter(t, n.reg, "gone")))
+}
+
+func mustCounter(t *testing.T, reg *prometheus.Registry, result string) prometheus.Collector {
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		for _, m := range mf.Metric {
+			for _, l := range m.Label {
+				if l.GetValue() == result {
+					return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "x"}, func() float64 { return m.Counter.GetValue() })
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s result", result)
+	return nil
+}
+
+func TestRefusals(t *testing.T) {
+	p := spawn(t, "exec sleep 300")
+	other := spawn(t, "exec sleep 300")
+	n := start(t, 0, p.Process.Pid, other.Process.Pid)
+	n.history(t)
+	procs := n.unit(t).Processes
+	mine := []action.Process{procs[0]}
+	for _, q := range procs {
+		if q.PID == p.Process.Pid {
+			mine = []action.Process{q}
+		}
+	}
+	wrongStart := mine[0]
+	wrongStart.StartTime = wrongStart.StartTime.Add(-time.Hour)
+
+	for _, tc := range []struct {
+		name string
+		req  []action.Process
+		code int
+		want string
+	}{
+		{"pid 1", []action.Process{{PID: 1}}, http.StatusConflict, "pid 1 is never signalled"},
+		{"a reused pid", []action.Process{wrongStart, other0(procs, p.Process.Pid)}, http.StatusConflict, "another process"},
+		{"a process the request does not name", mine, http.StatusConflict, "the unit has a process the request does not name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, res := n.kill(t, tc.req)
+			require.Equal(t, tc.code, code, res.Error)
+			require.Contains(t, res.Error, tc.want)
+		})
+	}
+	require.True(t, alive(p.Process.Pid), "nothing was signalled")
+	require.True(t, alive(other.Process.Pid))
+}
+
+func other0(procs []action.Process, not int) action.Process {
+	for _, q := range procs {
+		if q.PID != not {
+			return q
+		}
+	}
+	return action.Process{}
+}
+
+func TestRefusesABusyUnitAndAnUnknownHistory(t *testing.T) {
+	p := spawn(t, "exec sleep 300")
+	n := start(t, 0.5, p.Process.Pid)
+	n.Clock.Set(simtest.T0)
+	n.Sampler.Sample(t.Context())
+	procs := n.unit(t).Processes
+	code, res := n.kill(t, procs)
+	require.Equal(t, http.StatusServiceUnavailable, code, "too little history: try later")
+	require.Contains(t, res.Error, "does not cover")
+
+	n.history(t)
+	code, res = n.kill(t, procs)
+	require.Equal(t, http.StatusConflict, code)
+	require.Contains(t, res.Error, "is busy: activity reached 50.0%")
+	require.True(t, alive(p.Process.Pid))
+}
+
+func TestBadRequests(t *testing.T) {
+	p := spawn(t, "exec sleep 300")
+	n := start(t, 0, p.Process.Pid)
+	n.history(t)
+	path := "/api/v1/units/" + n.uuid() + "/kill"
+	for _, tc := range []struct {
+		name, method, path, tok string
+		body                    any
+		code                    int
+	}{
+		{"no token", http.MethodPost, path, "", `{"processes":[{"pid":5}]}`, http.StatusUnauthorized},
+		{"wrong token", http.MethodPost, path, "guess", `{"processes":[{"pid":5}]}`, http.StatusUnauthorized},
+		{"malformed", http.MethodPost, path, token, `{"processes":`, http.StatusBadRequest},
+		{"unknown field", http.MethodPost, path, token, `{"processes":[{"pid":5}],"force":true}`, http.StatusBadRequest},
+		{"empty", http.MethodPost, path, token, `{"processes":[]}`, http.StatusBadRequest},
+		{"oversized", http.MethodPost, path, token, `{"reason":"` + strings.Repeat("x", 70<<10) + `"}`, http.StatusRequestEntityTooLarge},
+		{"unknown unit", http.MethodPost, "/api/v1/units/GPU-nope/kill", token, `{"processes":[{"pid":5}]}`, http.StatusNotFound},
+		{"wrong method", http.MethodGet, path, token, nil, http.StatusMethodNotAllowed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, _ := n.call(t, tc.method, tc.path, tc.tok, tc.body)
+			require.Equal(t, tc.code, code)
+		})
+	}
+	require.True(t, alive(p.Process.Pid))
+}
+
+func TestExemptUserIsNeverSignalled(t *testing.T) {
+	// As root, run the process as nobody; the endpoint's exempt user.
+	if syscall.Getuid() != 0 {
+		t.Skip("needs root to start a process as another user")
+	}
+	cmd := exec.Command("sleep", "300")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	n := start(t, 0, cmd.Process.Pid)
+	n.history(t)
+	code, res := n.kill(t, n.unit(t).Processes)
+	require.Equal(t, http.StatusConflict, code)
+	require.Contains(t, res.Error, "belongs to user nobody, who is exempt")
+	require.True(t, alive(cmd.Process.Pid))
+}
