@@ -46,6 +46,11 @@ type Config struct {
 	Policies       []Policy       `yaml:"policies"`
 	// StatusPageURL is where people reach the status page, for links in messages.
 	StatusPageURL string `yaml:"status_page_url"`
+	// AdminBearerTokenFile guards the API calls that change things
+	// (restore). Without it they are refused.
+	AdminBearerTokenFile string `yaml:"admin_bearer_token_file"`
+
+	AdminBearerToken string `yaml:"-"`
 
 	dir string
 }
@@ -76,7 +81,7 @@ type Alertmanager struct {
 	BearerTokenFile string     `yaml:"bearer_token_file"`
 	BasicAuth       *BasicAuth `yaml:"basic_auth"`
 	// Timeout of one API call. Default 10s.
-	Timeout model.Duration `yaml:"timeout"`
+	Timeout Duration `yaml:"timeout"`
 
 	BearerToken string `yaml:"-"`
 }
@@ -88,7 +93,7 @@ type Kubernetes struct {
 	// Kubeconfig is a kubeconfig file; empty uses the in-cluster config.
 	Kubeconfig string `yaml:"kubeconfig"`
 	// EvictionDeadline is how long an eviction a PodDisruptionBudget refuses is retried. Default 10m.
-	EvictionDeadline model.Duration `yaml:"eviction_deadline"`
+	EvictionDeadline Duration `yaml:"eviction_deadline"`
 	// Events writes Kubernetes Events on the pod or workload. Default true.
 	Events *bool `yaml:"events"`
 }
@@ -108,7 +113,7 @@ type Nodes struct {
 	Addresses       map[string]string `yaml:"addresses"`
 	BearerTokenFile string            `yaml:"bearer_token_file"`
 	// Timeout of one call; a kill waits out the node's checkpoint grace. Default 2m.
-	Timeout model.Duration `yaml:"timeout"`
+	Timeout Duration `yaml:"timeout"`
 
 	BearerToken string             `yaml:"-"`
 	tmpl        *template.Template `yaml:"-"`
@@ -154,7 +159,7 @@ type RateLimits struct {
 // Limit is at most Max actions per Per.
 type Limit struct {
 	Max int            `yaml:"max"`
-	Per model.Duration `yaml:"per"`
+	Per Duration `yaml:"per"`
 }
 
 // CircuitBreaker stops all actions while too many targets are pending at
@@ -174,9 +179,9 @@ type Policy struct {
 	// Action is auto (the alert's action label), notify, kill, evict or scale_down.
 	Action string `yaml:"action"`
 	// Grace is the time between the warning and the action. Default 5m.
-	Grace model.Duration `yaml:"grace"`
+	Grace Duration `yaml:"grace"`
 	// MinRuntime spares workloads younger than this, from their start. Default 30m.
-	MinRuntime model.Duration `yaml:"min_runtime"`
+	MinRuntime Duration `yaml:"min_runtime"`
 	// DryRun for this policy alone.
 	DryRun bool `yaml:"dry_run"`
 	// ScaleDownTo is the replica count scale_down sets. Default 0.
@@ -204,6 +209,24 @@ type Window struct {
 	Weekdays map[time.Weekday]bool `yaml:"-"`
 }
 
+// Duration is a duration in Prometheus's format (30s, 5m, 1h, 7d); an
+// error names the line.
+type Duration model.Duration
+
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := model.ParseDuration(n.Value)
+	if err != nil {
+		if len(n.Value) > 0 && n.Value[0] == '-' {
+			return fmt.Errorf("line %d: %q must not be negative", n.Line, n.Value)
+		}
+		return fmt.Errorf("line %d: %q is not a duration (e.g. 30s, 5m, 1h)", n.Line, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+func (d Duration) String() string { return model.Duration(d).String() }
+
 // Bytes is a size in bytes; YAML takes 4MiB, 512KB, 1048576.
 type Bytes int64
 
@@ -216,7 +239,7 @@ func (b *Bytes) UnmarshalYAML(n *yaml.Node) error {
 		if v, ok := strings.CutSuffix(s, u.suffix); ok {
 			var f float64
 			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%g", &f); err != nil {
-				return fmt.Errorf("%q is not a size (e.g. 4MiB)", n.Value)
+				return fmt.Errorf("line %d: %q is not a size (e.g. 4MiB)", n.Line, n.Value)
 			}
 			*b = Bytes(f * float64(u.mult))
 			return nil
@@ -224,7 +247,7 @@ func (b *Bytes) UnmarshalYAML(n *yaml.Node) error {
 	}
 	var i int64
 	if _, err := fmt.Sscanf(s, "%d", &i); err != nil {
-		return fmt.Errorf("%q is not a size (e.g. 4MiB)", n.Value)
+		return fmt.Errorf("line %d: %q is not a size (e.g. 4MiB)", n.Line, n.Value)
 	}
 	*b = Bytes(i)
 	return nil
@@ -327,9 +350,9 @@ func (c *checker) basicAuth(field string, b *BasicAuth) {
 	b.Password = c.secret(field+".password_file", b.PasswordFile)
 }
 
-func (c *checker) duration(field string, d *model.Duration, def time.Duration) {
+func (c *checker) duration(field string, d *Duration, def time.Duration) {
 	if *d == 0 {
-		*d = model.Duration(def)
+		*d = Duration(def)
 	}
 	if *d < 0 {
 		c.errorf(field, "must not be negative")
@@ -442,6 +465,7 @@ func (cfg *Config) validate() error {
 		c.errorf("circuit_breaker.max_pending", "must not be negative (0 turns the breaker off)")
 	}
 	c.url("status_page_url", cfg.StatusPageURL, false)
+	cfg.AdminBearerToken = c.secret("admin_bearer_token_file", cfg.AdminBearerTokenFile)
 
 	if len(cfg.Policies) == 0 {
 		cfg.Policies = DefaultPolicies()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sync"
 	"testing"
 	"time"
@@ -54,7 +55,13 @@ func Config(t testing.TB, yaml string) *config.Config {
 	t.Helper()
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "token"), []byte("t0ken\n"), 0o600))
-	c, err := config.Parse([]byte("webhook: {bearer_token_file: token}\nalertmanager: {url: \"http://127.0.0.1:9093\"}\n"+yaml), dir)
+	if !regexp.MustCompile(`(?m)^webhook:`).MatchString(yaml) {
+		yaml = "webhook: {bearer_token_file: token}\n" + yaml
+	}
+	if !regexp.MustCompile(`(?m)^alertmanager:`).MatchString(yaml) {
+		yaml = "alertmanager: {url: \"http://127.0.0.1:9093\"}\n" + yaml
+	}
+	c, err := config.Parse([]byte(yaml), dir)
 	require.NoError(t, err)
 	return c
 }

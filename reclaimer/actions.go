@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/kube"
+	"github.com/gpureclaim/gpureclaim/reclaimer/node"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+)
+
+// actor sends each action where it belongs: pods to Kubernetes, processes
+// to their node.
+type actor struct {
+	cfg   *config.Config
+	kube  *kube.Client // nil without Kubernetes
+	nodes *node.Client
+}
+
+func (a *actor) Act(ctx context.Context, action string, r *reclaim.Reclaim) (reclaim.Result, error) {
+	switch action {
+	case config.ActionKill:
+		return a.nodes.Kill(ctx, r)
+	case config.ActionEvict, config.ActionScaleDown:
+		if a.kube == nil {
+			return reclaim.Result{}, fmt.Errorf("%s needs Kubernetes, which is off in the config", action)
+		}
+		if r.Target.Pod == "" {
+			return reclaim.Result{}, fmt.Errorf("%s needs a pod; the target is %s", action, r.Target.Owner())
+		}
+		if action == config.ActionEvict {
+			return a.kube.Evict(ctx, r)
+		}
+		var to int32
+		for _, p := range a.cfg.Policies {
+			if p.Name == r.Policy {
+				to = p.ScaleDownTo
+			}
+		}
+		return a.kube.ScaleDown(ctx, r, to)
+	}
+	return reclaim.Result{}, fmt.Errorf("unknown action %q", action)
+}
+
+func (a *actor) Restore(ctx context.Context, r *reclaim.Reclaim) error {
+	if a.kube == nil {
+		return reclaim.ErrNotRestorable
+	}
+	return a.kube.Restore(ctx, r)
+}
+
+// inspector asks Kubernetes about pods and nodes about processes.
+type inspector struct {
+	kube  *kube.Client
+	nodes *node.Client
+}
+
+func (i *inspector) Kept(ctx context.Context, t reclaim.Target) (bool, string, error) {
+	if t.Pod == "" || i.kube == nil {
+		return false, "", nil
+	}
+	return i.kube.Kept(ctx, t)
+}
+
+func (i *inspector) Started(ctx context.Context, t reclaim.Target) (time.Time, error) {
+	if t.Pod != "" {
+		if i.kube == nil {
+			return time.Time{}, fmt.Errorf("cannot tell when pod %s started without Kubernetes", t.Owner())
+		}
+		return i.kube.Started(ctx, t)
+	}
+	return i.nodes.Started(ctx, t)
+}

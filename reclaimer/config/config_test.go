@@ -1,0 +1,72 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+)
+
+func TestGoodConfig(t *testing.T) {
+	c, err := Load("testdata/conf.good.yml")
+	require.NoError(t, err)
+	require.Equal(t, "am-webhook-token", c.Webhook.BearerToken, "secrets come from their files")
+	require.Equal(t, "s3cret", c.Webhook.BasicAuth.Password)
+	require.EqualValues(t, 8<<20, c.Webhook.MaxBodyBytes)
+	require.False(t, c.Kubernetes.On())
+	require.Equal(t, "xoxb-test", c.Notifiers[2].Slack.Token)
+	require.Equal(t, "admin-token", c.AdminBearerToken)
+	u, err := c.Nodes.URL("gpu-node-7")
+	require.NoError(t, err)
+	require.Equal(t, "https://gpu-node-7.gpu.example.com:9848", u)
+	u, _ = c.Nodes.URL("gpu-node-1")
+	require.Equal(t, "http://10.0.0.11:9848", u, "an address overrides the template")
+	require.Len(t, c.Policies, 4)
+	require.Equal(t, Duration(10*time.Minute), c.Policies[0].Grace)
+	require.Equal(t, Duration(5*time.Minute), c.Policies[1].Grace, "defaulted")
+	require.True(t, c.Policies[0].Matches(model.LabelSet{"alertname": "GPUIdle", "namespace": "data-science"}))
+	require.False(t, c.Policies[0].Matches(model.LabelSet{"alertname": "GPUIdle", "namespace": "research"}))
+	w := c.Policies[1].Windows[0]
+	require.Equal(t, 22*60, w.FromMin)
+	require.Equal(t, "Europe/Berlin", w.Loc.String())
+	require.Equal(t, 40, *c.CircuitBreaker.MaxPending)
+}
+
+func TestDefaults(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "t"), []byte("x"), 0o600))
+	c, err := Parse([]byte("webhook: {bearer_token_file: t}\nalertmanager: {url: \"http://am:9093\"}\n"), dir)
+	require.NoError(t, err)
+	require.EqualValues(t, 4<<20, c.Webhook.MaxBodyBytes)
+	require.True(t, c.Kubernetes.On())
+	require.Equal(t, Duration(10*time.Minute), c.Kubernetes.EvictionDeadline)
+	require.Equal(t, 50, *c.CircuitBreaker.MaxPending)
+	require.Equal(t, []Notifier{{Type: "log"}}, c.Notifiers)
+	require.Len(t, c.Policies, 2, "act on GPUIdle as it suggests, notify on the rest")
+	require.Equal(t, ActionAuto, c.Policies[0].Action)
+	require.Equal(t, Duration(30*time.Minute), c.Policies[0].MinRuntime)
+	u, _ := c.Nodes.URL("n1")
+	require.Equal(t, "http://n1:9848", u)
+}
+
+func TestBadConfigsNameTheField(t *testing.T) {
+	files, err := filepath.Glob("testdata/conf.*.bad.yml")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			b, err := os.ReadFile(f)
+			require.NoError(t, err)
+			first, _, _ := strings.Cut(string(b), "\n")
+			want, ok := strings.CutPrefix(first, "# error: ")
+			require.True(t, ok, "the first line says the expected error")
+			_, err = Load(f)
+			require.ErrorContains(t, err, want)
+			require.ErrorContains(t, err, f, "the error names the file")
+		})
+	}
+}

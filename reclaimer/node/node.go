@@ -1,0 +1,134 @@
+// Package node talks to the exporters' action endpoints: it lists the
+// processes on a unit and asks the node to end them.
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/gpureclaim/gpureclaim/exporter/action"
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+)
+
+// Client reaches the nodes of a config.
+type Client struct {
+	cfg config.Nodes
+	hc  *http.Client
+}
+
+// New returns a client.
+func New(cfg config.Nodes) *Client {
+	return &Client{cfg: cfg, hc: &http.Client{Timeout: time.Duration(cfg.Timeout)}}
+}
+
+func (c *Client) do(ctx context.Context, method, node, path string, body, out any) (int, error) {
+	base, err := c.cfg.URL(node)
+	if err != nil {
+		return 0, err
+	}
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if c.cfg.BearerToken != "" {
+		req.Header.Set("Authorization", "Bearer "+c.cfg.BearerToken)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return resp.StatusCode, err
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return resp.StatusCode, fmt.Errorf("%s %s: %d and a body that is not JSON", method, path, resp.StatusCode)
+	}
+	return resp.StatusCode, nil
+}
+
+// processes lists the target's processes on its unit: on bare metal those
+// of its user (and Slurm job); otherwise all.
+func (c *Client) processes(ctx context.Context, t reclaim.Target) ([]action.Process, error) {
+	var u action.Unit
+	code, err := c.do(ctx, http.MethodGet, t.Node, "/api/v1/units/"+t.UUID, nil, &u)
+	switch {
+	case err != nil:
+		return nil, &reclaim.RetryError{After: 30 * time.Second, Err: fmt.Errorf("node %s: %w", t.Node, err)}
+	case code == http.StatusNotFound:
+		return nil, reclaim.ErrGone
+	case code != http.StatusOK:
+		return nil, &reclaim.RetryError{After: 30 * time.Second, Err: fmt.Errorf("node %s answered %d", t.Node, code)}
+	}
+	var out []action.Process
+	for _, p := range u.Processes {
+		if t.Pod == "" && (p.User != t.User || p.SlurmJob != t.SlurmJob) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// Kill ends the target's processes on its unit. The node re-checks that the
+// unit is idle and the processes are these; a 409 cancels the reclaim.
+func (c *Client) Kill(ctx context.Context, r *reclaim.Reclaim) (reclaim.Result, error) {
+	procs, err := c.processes(ctx, r.Target)
+	if err != nil {
+		return reclaim.Result{}, err
+	}
+	if len(procs) == 0 {
+		return reclaim.Result{}, reclaim.ErrGone
+	}
+	var res action.KillResult
+	code, err := c.do(ctx, http.MethodPost, r.Target.Node, "/api/v1/units/"+r.Target.UUID+"/kill", action.KillRequest{Processes: procs, Reason: r.Target.Alertname + " " + r.ID}, &res)
+	switch {
+	case err != nil:
+		return reclaim.Result{}, &reclaim.RetryError{After: 30 * time.Second, Err: fmt.Errorf("node %s: %w", r.Target.Node, err)}
+	case code == http.StatusOK && len(res.Killed) == 0:
+		return reclaim.Result{}, reclaim.ErrGone
+	case code == http.StatusOK:
+		return reclaim.Result{Killed: res.Killed, Detail: fmt.Sprintf("node %s ended processes %v", r.Target.Node, res.Killed)}, nil
+	case code == http.StatusConflict:
+		return reclaim.Result{}, &reclaim.RefusedError{Reason: "node " + r.Target.Node + " refused: " + res.Error}
+	case code == http.StatusNotFound:
+		return reclaim.Result{}, reclaim.ErrGone
+	case code == http.StatusServiceUnavailable || code >= 500:
+		return reclaim.Result{}, &reclaim.RetryError{After: time.Minute, Err: fmt.Errorf("node %s: %s", r.Target.Node, res.Error)}
+	}
+	return reclaim.Result{}, fmt.Errorf("node %s answered %d: %s", r.Target.Node, code, res.Error)
+}
+
+// Started is the start of the target's oldest process on its unit.
+func (c *Client) Started(ctx context.Context, t reclaim.Target) (time.Time, error) {
+	procs, err := c.processes(ctx, t)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if len(procs) == 0 {
+		return time.Time{}, reclaim.ErrGone
+	}
+	oldest := procs[0].StartTime
+	for _, p := range procs[1:] {
+		if p.StartTime.Before(oldest) {
+			oldest = p.StartTime
+		}
+	}
+	return oldest, nil
+}

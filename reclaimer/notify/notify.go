@@ -1,0 +1,92 @@
+// Package notify holds the reclaimer's simple notifiers: the log, and a
+// generic webhook that receives every message as JSON. Slack has its own
+// package.
+package notify
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+)
+
+// Log writes every message to the log.
+type Log struct{ Logger *slog.Logger }
+
+func (Log) Name() string   { return "log" }
+func (Log) Blocking() bool { return false }
+
+func (l Log) Send(_ context.Context, m reclaim.Message, _ map[string]string) (map[string]string, []string, error) {
+	attrs := []any{"kind", m.Kind}
+	if r := m.Reclaim; r != nil {
+		attrs = append(attrs, "reclaim", r.ID, "owner", r.Target.Owner(), "unit", r.Target.Unit())
+	}
+	l.Logger.Info(m.Text, attrs...)
+	return nil, []string{"log"}, nil
+}
+
+// Webhook POSTs every message as JSON to a URL; any 2xx is delivered.
+type Webhook struct {
+	URL   string
+	Token string
+	HTTP  *http.Client
+}
+
+// Payload is what the webhook receives. IdempotencyKey is the same for a
+// message sent again after a retry or a restart: receivers dedupe on it.
+type Payload struct {
+	Version        string           `json:"version"`
+	Kind           string           `json:"kind"`
+	Text           string           `json:"text"`
+	IdempotencyKey string           `json:"idempotency_key"`
+	Reclaim        *reclaim.Reclaim `json:"reclaim,omitempty"`
+}
+
+func (w *Webhook) Name() string   { return "webhook" }
+func (w *Webhook) Blocking() bool { return true }
+
+func (w *Webhook) Send(ctx context.Context, m reclaim.Message, _ map[string]string) (map[string]string, []string, error) {
+	p := Payload{Version: "1", Kind: string(m.Kind), Text: m.Text, Reclaim: m.Reclaim}
+	if m.Reclaim != nil {
+		// A warning is the same message across retries and restarts, and a
+		// new one after a snooze (a new act-at time).
+		p.IdempotencyKey = fmt.Sprintf("%s/%s/%d", m.Reclaim.ID, m.Kind, m.Reclaim.ActAt.Unix())
+		if m.Kind != reclaim.MsgWarning {
+			p.IdempotencyKey = m.Reclaim.ID + "/" + string(m.Kind)
+		}
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(b))
+	if err != nil {
+		return nil, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if w.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+w.Token)
+	}
+	hc := w.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode/100 != 2 {
+		return nil, nil, fmt.Errorf("webhook answered %s", resp.Status)
+	}
+	return nil, []string{"webhook"}, nil
+}

@@ -1,0 +1,187 @@
+package web
+
+import (
+	"context"
+	"embed"
+	"errors"
+	htmltemplate "html/template"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/alertmanager/template"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+)
+
+// Engine is what the server needs of the lifecycle.
+type Engine interface {
+	Ingest(alerts []template.Alert) (reclaim.IngestResult, error)
+	List() []*reclaim.Reclaim
+	Get(id string) (*reclaim.Reclaim, bool)
+	Audit(limit int) ([]reclaim.Event, error)
+	Restore(ctx context.Context, id, by string) (*reclaim.Reclaim, error)
+	BreakerOpen() bool
+}
+
+// Server serves the reclaimer's HTTP endpoints.
+type Server struct {
+	cfg      *config.Config
+	engine   Engine
+	log      *slog.Logger
+	clock    func() time.Time
+	gatherer prometheus.Gatherer
+	requests *prometheus.CounterVec
+	mux      *http.ServeMux
+	ready    func() error
+}
+
+// Options configure a Server.
+type Options struct {
+	Config   *config.Config
+	Engine   Engine
+	Logger   *slog.Logger
+	Clock    func() time.Time
+	Registry *prometheus.Registry
+	// Ready reports whether the reclaimer can take notifications (the store is open).
+	Ready func() error
+}
+
+// New builds the server and its routes.
+func New(o Options) *Server {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: o.Config, engine: o.Engine, log: o.Logger, clock: o.Clock, gatherer: o.Registry, ready: o.Ready, mux: http.NewServeMux(),
+		requests: promauto.With(o.Registry).NewCounterVec(prometheus.CounterOpts{
+			Name: "gpureclaim_reclaimer_http_requests_total",
+			Help: "HTTP requests, by handler and status code.",
+		}, []string{"handler", "code"}),
+	}
+	s.mux.HandleFunc("/webhook", s.webhook)
+	s.mux.HandleFunc("GET /api/v1/reclaims", s.list)
+	s.mux.HandleFunc("GET /api/v1/reclaims/{id}", s.get)
+	s.mux.HandleFunc("POST /api/v1/reclaims/{id}/restore", s.restore)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{}))
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	s.mux.HandleFunc("GET /{$}", s.status)
+	return s
+}
+
+// Handle adds a route (the Slack interactions).
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	if s.ready != nil {
+		if err := s.ready(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+	}
+	w.Write([]byte("ready\n"))
+}
+
+// ReclaimList is the answer of GET /api/v1/reclaims.
+type ReclaimList struct {
+	Reclaims    []*reclaim.Reclaim `json:"reclaims"`
+	BreakerOpen bool               `json:"circuit_breaker_open"`
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	states := map[reclaim.State]bool{}
+	for _, st := range strings.Split(r.URL.Query().Get("state"), ",") {
+		if st != "" {
+			states[reclaim.State(st)] = true
+		}
+	}
+	out := ReclaimList{Reclaims: []*reclaim.Reclaim{}, BreakerOpen: s.engine.BreakerOpen()}
+	for _, rc := range s.engine.List() {
+		if len(states) == 0 || states[rc.State] {
+			out.Reclaims = append(out.Reclaims, rc)
+		}
+	}
+	s.requests.WithLabelValues("reclaims", "200").Inc()
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	rc, ok := s.engine.Get(r.PathValue("id"))
+	if !ok {
+		writeJSON(w, http.StatusNotFound, problem{Error: "no such reclaim"})
+		return
+	}
+	writeJSON(w, http.StatusOK, rc)
+}
+
+func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.AdminBearerToken == "" {
+		writeJSON(w, http.StatusForbidden, problem{Error: "restores through the API need admin_bearer_token_file in the config"})
+		return
+	}
+	if tok, ok := cutBearer(r); !ok || !eq(tok, s.cfg.AdminBearerToken) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="gpureclaim-reclaimer"`)
+		writeJSON(w, http.StatusUnauthorized, problem{Error: "the admin bearer token is required"})
+		return
+	}
+	rc, err := s.engine.Restore(r.Context(), r.PathValue("id"), "api")
+	switch {
+	case errors.Is(err, reclaim.ErrNotRestorable):
+		writeJSON(w, http.StatusConflict, problem{Error: err.Error()})
+	case err != nil && strings.HasPrefix(err.Error(), "no reclaim"):
+		writeJSON(w, http.StatusNotFound, problem{Error: err.Error()})
+	case err != nil:
+		writeJSON(w, http.StatusBadGateway, problem{Error: err.Error()})
+	default:
+		writeJSON(w, http.StatusOK, rc)
+	}
+}
+
+//go:embed status.html
+var assets embed.FS
+
+var statusPage = htmltemplate.Must(htmltemplate.New("status.html").Funcs(htmltemplate.FuncMap{
+	"rfc3339": func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+	"ago": func(now, t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return now.Sub(t).Round(time.Second).String()
+	},
+}).ParseFS(assets, "status.html"))
+
+type statusData struct {
+	Now         time.Time
+	Pending     []*reclaim.Reclaim
+	Recent      []*reclaim.Reclaim
+	Events      []reclaim.Event
+	BreakerOpen bool
+	DryRun      bool
+}
+
+func (s *Server) status(w http.ResponseWriter, _ *http.Request) {
+	d := statusData{Now: s.clock(), BreakerOpen: s.engine.BreakerOpen(), DryRun: s.cfg.DryRun}
+	for _, rc := range s.engine.List() {
+		switch rc.State {
+		case reclaim.Pending, reclaim.Acting, reclaim.Snoozed:
+			d.Pending = append(d.Pending, rc)
+		case reclaim.Resolved:
+		default:
+			if len(d.Recent) < 50 {
+				d.Recent = append(d.Recent, rc)
+			}
+		}
+	}
+	d.Events, _ = s.engine.Audit(30)
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	if err := statusPage.Execute(w, d); err != nil {
+		s.log.Error("rendering the status page", "err", err)
+	}
+}

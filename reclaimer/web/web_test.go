@@ -1,0 +1,212 @@
+package web_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+	. "github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/store"
+	"github.com/gpureclaim/gpureclaim/reclaimer/web"
+)
+
+type brokenStore struct{ reclaim.Store }
+
+func (brokenStore) Write([]*reclaim.Reclaim, []reclaim.Event) error { return errors.New("disk full") }
+
+type server struct {
+	*httptest.Server
+	engine *reclaim.Engine
+	clock  *Clock
+}
+
+func newServer(t *testing.T, broken bool) *server {
+	cfg := Config(t, "webhook: {bearer_token_file: token, basic_auth: {username: am, password_file: token}, max_body_bytes: 4KiB}\n")
+	st, err := store.Open(filepath.Join(t.TempDir(), "s.db"), time.Second)
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	var s reclaim.Store = st
+	if broken {
+		s = brokenStore{st}
+	}
+	clock := NewClock()
+	reg := prometheus.NewRegistry()
+	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: s, Actor: &Actor{}, Clock: clock.Now, Metrics: reclaim.NewMetrics(reg)})
+	require.NoError(t, err)
+	srv := httptest.NewServer(web.New(web.Options{Config: cfg, Engine: eng, Logger: nil, Clock: clock.Now, Registry: reg}))
+	t.Cleanup(srv.Close)
+	return &server{Server: srv, engine: eng, clock: clock}
+}
+
+func payload(t *testing.T) []byte {
+	b, err := os.ReadFile("testdata/firing.json")
+	require.NoError(t, err)
+	return b
+}
+
+func (s *server) post(t *testing.T, body []byte, auth func(*http.Request)) (int, string) {
+	req, _ := http.NewRequest(http.MethodPost, s.URL+"/webhook", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if auth != nil {
+		auth(req)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	_, _ = b.ReadFrom(resp.Body)
+	var p struct{ Error string }
+	if json.Unmarshal(b.Bytes(), &p) == nil && p.Error != "" {
+		return resp.StatusCode, p.Error
+	}
+	return resp.StatusCode, b.String()
+}
+
+func bearer(tok string) func(*http.Request) {
+	return func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+tok) }
+}
+
+func basic(u, p string) func(*http.Request) {
+	return func(r *http.Request) { r.SetBasicAuth(u, p) }
+}
+
+func TestWebhookAcceptsAnAlertmanagerNotification(t *testing.T) {
+	s := newServer(t, false)
+	code, body := s.post(t, payload(t), bearer("t0ken"))
+	require.Equal(t, http.StatusOK, code, body)
+	require.JSONEq(t, `{"New":1,"Duplicate":0,"Cancelled":0,"Ignored":0}`, body)
+	rs := s.engine.List()
+	require.Len(t, rs, 1)
+	require.Equal(t, "5e8f0a8f0c0b2a11-1772445600", rs[0].ID)
+	require.Equal(t, "data-science/notebook-carol", rs[0].Target.Owner())
+
+	code, _ = s.post(t, payload(t), basic("am", "t0ken"))
+	require.Equal(t, http.StatusOK, code, "basic auth too; a duplicate is fine")
+	require.Len(t, s.engine.List(), 1)
+}
+
+func TestWebhookBadInputChangesNothing(t *testing.T) {
+	good := payload(t)
+	mutate := func(f func(m map[string]any)) []byte {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(good, &m))
+		f(m)
+		b, _ := json.Marshal(m)
+		return b
+	}
+	for _, tc := range []struct {
+		name string
+		body []byte
+		auth func(*http.Request)
+		code int
+		want string
+	}{
+		{"no credentials", good, nil, 401, "a valid bearer token or basic auth is required"},
+		{"wrong token", good, bearer("guess"), 401, ""},
+		{"wrong password", good, basic("am", "guess"), 401, ""},
+		{"not JSON", []byte("alerts!"), bearer("t0ken"), 400, "not an Alertmanager notification"},
+		{"truncated", good[:100], bearer("t0ken"), 400, "not an Alertmanager notification"},
+		{"trailing data", append(append([]byte{}, good...), []byte("{}")...), bearer("t0ken"), 400, "trailing data"},
+		{"wrong version", mutate(func(m map[string]any) { m["version"] = "3" }), bearer("t0ken"), 400, `payload version "3" is not supported`},
+		{"no alerts", mutate(func(m map[string]any) { m["alerts"] = []any{} }), bearer("t0ken"), 400, "has no alerts"},
+		{"bad status", mutate(func(m map[string]any) { m["alerts"].([]any)[0].(map[string]any)["status"] = "burning" }), bearer("t0ken"), 400, `alerts[0].status "burning"`},
+		{"no startsAt", mutate(func(m map[string]any) { delete(m["alerts"].([]any)[0].(map[string]any), "startsAt") }), bearer("t0ken"), 400, "alerts[0].startsAt is missing"},
+		{"no alertname", mutate(func(m map[string]any) { delete(m["alerts"].([]any)[0].(map[string]any)["labels"].(map[string]any), "alertname") }), bearer("t0ken"), 400, "no alertname"},
+		{"oversized", mutate(func(m map[string]any) { m["commonAnnotations"] = map[string]any{"x": strings.Repeat("y", 5000)} }), bearer("t0ken"), 413, "over 4096 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newServer(t, false)
+			code, body := s.post(t, tc.body, tc.auth)
+			require.Equal(t, tc.code, code, body)
+			require.Contains(t, body, tc.want)
+			require.Empty(t, s.engine.List(), "nothing recorded")
+		})
+	}
+}
+
+func TestWebhookAsksForARetryWhenItCannotRecord(t *testing.T) {
+	s := newServer(t, true)
+	code, body := s.post(t, payload(t), bearer("t0ken"))
+	require.Equal(t, http.StatusInternalServerError, code, "Alertmanager retries 5xx")
+	require.Contains(t, body, "retry")
+	require.Empty(t, s.engine.List())
+}
+
+func TestWebhookMethodAndAPI(t *testing.T) {
+	s := newServer(t, false)
+	resp, err := http.Get(s.URL + "/webhook")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
+	resp.Body.Close()
+
+	s.post(t, payload(t), bearer("t0ken"))
+	resp, err = http.Get(s.URL + "/api/v1/reclaims?state=pending")
+	require.NoError(t, err)
+	var list web.ReclaimList
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&list))
+	resp.Body.Close()
+	require.Len(t, list.Reclaims, 1)
+	require.Equal(t, reclaim.Pending, list.Reclaims[0].State)
+
+	resp, err = http.Get(s.URL + "/api/v1/reclaims?state=done")
+	require.NoError(t, err)
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&list))
+	resp.Body.Close()
+	require.Empty(t, list.Reclaims)
+
+	req, _ := http.NewRequest(http.MethodPost, s.URL+"/api/v1/reclaims/x/restore", nil)
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusForbidden, resp.StatusCode, "no admin token configured: restores are refused")
+}
+
+func TestStatusPage(t *testing.T) {
+	s := newServer(t, false)
+	s.post(t, payload(t), bearer("t0ken"))
+	resp, err := http.Get(s.URL + "/")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	_, _ = b.ReadFrom(resp.Body)
+	page := b.String()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, page, "Pending reclaims (1)")
+	require.Contains(t, page, "data-science/notebook-carol")
+	require.Contains(t, page, `class="countdown" data-at="2026-03-02T10:05:00Z"`)
+	require.Contains(t, page, "evict")
+}
+
+func FuzzDecodeMessage(f *testing.F) {
+	good, _ := os.ReadFile("testdata/firing.json")
+	f.Add(good)
+	f.Add([]byte(`{"version":"4","alerts":[{"status":"resolved","labels":{"alertname":"GPUIdle"},"startsAt":"2026-01-01T00:00:00Z","endsAt":"2026-01-01T01:00:00Z"}]}`))
+	f.Add([]byte(`{"version":"4","alerts":null}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := web.DecodeMessage(bytes.NewReader(b))
+		if err != nil {
+			return
+		}
+		// Whatever is accepted is a valid v4 notification.
+		if m.Version != "4" || len(m.Alerts) == 0 {
+			t.Fatalf("accepted %q", b)
+		}
+		for _, a := range m.Alerts {
+			if (a.Status != "firing" && a.Status != "resolved") || a.StartsAt.IsZero() || a.Labels["alertname"] == "" {
+				t.Fatalf("accepted an invalid alert in %q", b)
+			}
+		}
+	})
+}
