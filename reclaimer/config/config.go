@@ -158,7 +158,7 @@ type RateLimits struct {
 
 // Limit is at most Max actions per Per.
 type Limit struct {
-	Max int            `yaml:"max"`
+	Max int      `yaml:"max"`
 	Per Duration `yaml:"per"`
 }
 

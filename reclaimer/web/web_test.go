@@ -122,7 +122,9 @@ func TestWebhookBadInputChangesNothing(t *testing.T) {
 		{"no alerts", mutate(func(m map[string]any) { m["alerts"] = []any{} }), bearer("t0ken"), 400, "has no alerts"},
 		{"bad status", mutate(func(m map[string]any) { m["alerts"].([]any)[0].(map[string]any)["status"] = "burning" }), bearer("t0ken"), 400, `alerts[0].status "burning"`},
 		{"no startsAt", mutate(func(m map[string]any) { delete(m["alerts"].([]any)[0].(map[string]any), "startsAt") }), bearer("t0ken"), 400, "alerts[0].startsAt is missing"},
-		{"no alertname", mutate(func(m map[string]any) { delete(m["alerts"].([]any)[0].(map[string]any)["labels"].(map[string]any), "alertname") }), bearer("t0ken"), 400, "no alertname"},
+		{"no alertname", mutate(func(m map[string]any) {
+			delete(m["alerts"].([]any)[0].(map[string]any)["labels"].(map[string]any), "alertname")
+		}), bearer("t0ken"), 400, "no alertname"},
 		{"oversized", mutate(func(m map[string]any) { m["commonAnnotations"] = map[string]any{"x": strings.Repeat("y", 5000)} }), bearer("t0ken"), 413, "over 4096 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
