@@ -8,8 +8,11 @@ BIN   := $(CURDIR)/bin
 # go-nvml's cgo header marks old calls deprecated; that is not our warning to read.
 export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 
-PROMETHEUS_VERSION := v0.316.0
-PROMETHEUS_RELEASE := 3.16.0
+PROMETHEUS_VERSION   := v0.316.0
+PROMETHEUS_RELEASE   := 3.16.0
+ALERTMANAGER_VERSION := v0.35.0
+KUBE_VERSION         := v1.37.2
+KWOK_VERSION         := v0.8.0
 
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
@@ -17,7 +20,8 @@ LDFLAGS  := -X github.com/prometheus/common/version.Version=$(VERSION) \
             -X github.com/prometheus/common/version.Revision=$(REVISION) \
             -X github.com/prometheus/common/version.Branch=main
 
-TOOLS := $(BIN)/promtool $(BIN)/prometheus
+KUBE_BINS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl
+TOOLS := $(BIN)/promtool $(BIN)/prometheus $(BIN)/alertmanager $(BIN)/etcd $(KUBE_BINS) $(BIN)/kwok
 
 .PHONY: all build run test bench lint tools rules dashboards clean device-check
 
@@ -25,6 +29,7 @@ all: build
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/gpureclaim-exporter ./exporter
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/gpureclaim-reclaimer ./reclaimer
 
 ## run: the exporter on the node's GPUs, or on the simulated demo node when there are none.
 run: build
@@ -68,6 +73,33 @@ $(BIN)/.prometheus-$(PROMETHEUS_VERSION):
 
 $(BIN)/promtool $(BIN)/prometheus: $(BIN)/.prometheus-$(PROMETHEUS_VERSION)
 	@test -x $@ || { rm -f $< && $(MAKE) --no-print-directory $<; }
+
+# Alertmanager's module ships without its web UI's build output, which
+# go install needs: build from a copy with empty UI files (the API is all
+# gpureclaim uses).
+$(BIN)/alertmanager:
+	@mkdir -p $(BIN) .cache
+	dir=$$($(GO) mod download -json github.com/prometheus/alertmanager@$(ALERTMANAGER_VERSION) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'); \
+	rm -rf .cache/alertmanager && cp -r "$$dir" .cache/alertmanager && chmod -R u+w .cache/alertmanager && \
+	mkdir -p .cache/alertmanager/ui/app/dist/elm .cache/alertmanager/ui/app/dist/mantine && \
+	touch .cache/alertmanager/ui/app/dist/elm/index.html .cache/alertmanager/ui/app/dist/mantine/index.html && \
+	cd .cache/alertmanager && $(GO) build -o $(BIN)/alertmanager -ldflags '-X github.com/prometheus/common/version.Version=$(ALERTMANAGER_VERSION:v%=%)' ./cmd/alertmanager
+
+# etcd and Kubernetes refuse go install (replace directives): build them
+# from the wrapper modules in hack/tools, which pin every staging module.
+$(BIN)/etcd: hack/tools/etcd/go.mod hack/tools/etcd/go.sum
+	@mkdir -p $(BIN)
+	cd hack/tools/etcd && $(GO) build -o $(BIN)/etcd go.etcd.io/etcd/server/v3
+
+$(KUBE_BINS) &: hack/tools/kube/go.mod hack/tools/kube/go.sum
+	@mkdir -p $(BIN)
+	cd hack/tools/kube && $(GO) build -o $(BIN)/ \
+		-ldflags '-X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37' \
+		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+
+$(BIN)/kwok:
+	@mkdir -p $(BIN)
+	GOBIN=$(BIN) $(GO) install sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
 
 ## device-check: on a machine with a real GPU, run the exporter while a matmul loads the GPU.
 device-check:
