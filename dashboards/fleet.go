@@ -12,8 +12,8 @@ func Fleet() Dashboard {
 	l.add(stat("GPUs held", "GPUs (and MIG slices, by size) held by a pod or process.", "short", "fleet:gpureclaim_gpus:held"), 4, 5)
 	l.add(stat("GPUs in the fleet", "Every GPU the exporters see, MIG slices by size.", "short", "fleet:gpureclaim_gpus:total"), 4, 5)
 	l.add(stat("Held but idle", "GPUs held whose activity is below the idle threshold now.", "short", "fleet:gpureclaim_gpus:idle_held"), 4, 5)
-	l.add(stat("Wasted units", "Units held with low average activity and most of their memory (GPUWasted firing).", "short", `count(ALERTS{alertname="GPUWasted",alertstate="firing"}) or vector(0)`), 4, 5)
-	l.add(stat("Overcommitted units", "Shared units near out-of-memory or SM saturation (GPUOvercommitted firing).", "short", `count(count by (uuid) (ALERTS{alertname="GPUOvercommitted",alertstate="firing"})) or vector(0)`), 4, 5)
+	l.add(stat("Wasted units", "Units held with low average activity and most of their memory (GPUWasted firing).", "short", `count(ALERTS{alertname="GPUWasted",alertstate="firing",audience="people"}) or vector(0)`), 4, 5)
+	l.add(stat("Overcommitted units", "Shared units near out-of-memory or SM saturation (GPUOvercommitted firing).", "short", `count(count by (uuid) (ALERTS{alertname="GPUOvercommitted",alertstate="firing",audience="people"})) or vector(0)`), 4, 5)
 
 	l.row("Over time")
 	l.add(series("Effective utilization", "Work done over capacity held. Fleets typically sit at 30-40%; packing and idle reclaim lift them to 60-80%.", "percentunit",
@@ -43,6 +43,6 @@ func Fleet() Dashboard {
 
 	l.row("Alerts")
 	l.add(table("Units that need attention", "Firing gpureclaim alerts on units, with their owners and suggested actions.", "none",
-		Target{Expr: `ALERTS{alertstate="firing",` + alertsOfUnits + `}`}), 24, 8)
+		Target{Expr: `ALERTS{alertstate="firing",audience="people",` + alertsOfUnits + `}`}), 24, 8)
 	return base("gpureclaim-fleet", "gpureclaim / Fleet", "How much of the GPUs held is used; what is idle, wasted or overcommitted; what it costs.", nil, l.panels)
 }

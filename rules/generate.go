@@ -101,7 +101,7 @@ func Generate(c Config) File {
 	// (groups run on their own timers, in no set order).
 	units := append(unitRules(c), fleetRules(c)...)
 	return File{Groups: []Group{
-		{Name: "gpureclaim.units", Rules: append(units, alertRules(c)...)},
+		{Name: "gpureclaim.units", Rules: append(units, forEachAudience(alertRules(c))...)},
 		{Name: "gpureclaim.exporter", Rules: exporterRules(c)},
 	}}
 }
@@ -222,6 +222,30 @@ func suggest(expr string) string {
     %s,
     "action", "evict", "pod", ".+"),
   "action", "kill", "action", "")`, strings.ReplaceAll(strings.TrimSpace(expr), "\n", "\n    "))
+}
+
+// Audiences of the unit alerts. Each unit alert comes twice, labelled for
+// people (routed to teams) and for the reclaimer (routed to its webhook), so
+// that a snooze, an Alertmanager silence on the reclaimer's copy, mutes
+// nobody else.
+const (
+	AudiencePeople    = "people"
+	AudienceReclaimer = "reclaimer"
+)
+
+func forEachAudience(rs []Rule) []Rule {
+	var out []Rule
+	for _, r := range rs {
+		for _, a := range []string{AudiencePeople, AudienceReclaimer} {
+			c := r
+			c.Labels = map[string]string{"audience": a}
+			for k, v := range r.Labels {
+				c.Labels[k] = v
+			}
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func alertRules(c Config) []Rule {

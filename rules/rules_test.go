@@ -112,13 +112,13 @@ func TestAlertsCarryWhatPeopleAndTheReclaimerNeed(t *testing.T) {
 		anchors[strings.ToLower(m[1])] = true
 	}
 	c := DefaultConfig()
-	alerts := 0
+	alerts := map[string][]string{}
 	for _, g := range Generate(c).Groups {
 		for _, r := range g.Rules {
 			if r.Alert == "" {
 				continue
 			}
-			alerts++
+			alerts[r.Alert] = append(alerts[r.Alert], r.Labels["audience"])
 			require.Contains(t, []string{"critical", "warning", "info"}, r.Labels["severity"], r.Alert)
 			require.NotEmpty(t, r.Annotations["summary"], r.Alert)
 			require.NotEmpty(t, r.Annotations["description"], r.Alert)
@@ -131,8 +131,11 @@ func TestAlertsCarryWhatPeopleAndTheReclaimerNeed(t *testing.T) {
 			}
 		}
 	}
-	require.Equal(t, 8, alerts)
-	require.Len(t, anchors, alerts, "runbook.md has a section for each alert and no other")
+	require.Len(t, alerts, 8)
+	require.Len(t, anchors, len(alerts), "runbook.md has a section for each alert and no other")
+	for _, a := range []string{AlertIdle, AlertWasted, AlertOvercommitted, AlertMIGOversized} {
+		require.Equal(t, []string{AudiencePeople, AudienceReclaimer}, alerts[a], "%s comes once for people, once for the reclaimer", a)
+	}
 }
 
 func TestRecordingRulesAreNamedLevelMetricOperations(t *testing.T) {

@@ -1,0 +1,254 @@
+package kube_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"log/slog"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpureclaim/gpureclaim/internal/kubetest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/kube"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+)
+
+var ctx = context.Background()
+
+func ptr[T any](v T) *T { return &v }
+
+// bindReclaimerRole applies the ClusterRole we ship and binds it to the
+// reclaimer's token.
+func bindReclaimerRole(t *testing.T, admin kubernetes.Interface) {
+	b, err := os.ReadFile("../../deploy/rbac/reclaimer-clusterrole.yaml")
+	require.NoError(t, err)
+	var role rbacv1.ClusterRole
+	require.NoError(t, yaml.UnmarshalStrict(b, &role))
+	_, err = admin.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpureclaim-reclaimer"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: kubetest.ReclaimerUser}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+}
+
+func namespace(t *testing.T, admin kubernetes.Interface, name string, ann map[string]string) string {
+	_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return name
+}
+
+func pod(t *testing.T, admin kubernetes.Interface, ns, name string, labels, ann map[string]string, owner *metav1.OwnerReference) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, Annotations: ann},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}},
+	}
+	if owner != nil {
+		p.OwnerReferences = []metav1.OwnerReference{*owner}
+	}
+	p, err := admin.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return p
+}
+
+func target(ns, pod string) *reclaim.Reclaim {
+	return &reclaim.Reclaim{ID: "r-" + pod, ActAt: time.Now(), Target: reclaim.Target{Alertname: "GPUIdle", UUID: "GPU-1", Node: "n1", Namespace: ns, Pod: pod}}
+}
+
+func TestKubernetes(t *testing.T) {
+	cl := kubetest.Start(t, false, "")
+	admin := cl.Client(t, kubetest.AdminToken)
+	bindReclaimerRole(t, admin)
+	cs := cl.Client(t, kubetest.ReclaimerToken)
+	now := time.Now()
+	clock := func() time.Time { return now }
+	kc := kube.New(cs, 10*time.Minute, true, clock, slog.New(slog.DiscardHandler))
+
+	t.Run("the role allows what the reclaimer calls and nothing else", func(t *testing.T) {
+		ns := namespace(t, admin, "rbac", nil)
+		pod(t, admin, ns, "p", nil, nil, nil)
+		_, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		require.NoError(t, err)
+		for what, call := range map[string]func() error{
+			"list secrets":       func() error { _, err := cs.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}); return err },
+			"delete a namespace": func() error { return cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) },
+			"delete a pod":       func() error { return cs.CoreV1().Pods(ns).Delete(ctx, "p", metav1.DeleteOptions{}) },
+			"create a pod": func() error {
+				_, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}, metav1.CreateOptions{})
+				return err
+			},
+			"delete a deployment": func() error { return cs.AppsV1().Deployments(ns).Delete(ctx, "d", metav1.DeleteOptions{}) },
+			"update a deployment": func() error {
+				_, err := cs.AppsV1().Deployments(ns).Update(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "d", Namespace: ns}}, metav1.UpdateOptions{})
+				return err
+			},
+			"read nodes": func() error { _, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); return err },
+		} {
+			require.True(t, apierrors.IsForbidden(call()), "the reclaimer may not %s", what)
+		}
+	})
+
+	t.Run("evict a pod", func(t *testing.T) {
+		ns := namespace(t, admin, "evict", nil)
+		pod(t, admin, ns, "nb-0", nil, nil, nil)
+		res, err := kc.Evict(ctx, target(ns, "nb-0"))
+		require.NoError(t, err)
+		require.Equal(t, "pod evict/nb-0 evicted", res.Detail)
+		require.Eventually(t, func() bool {
+			_, err := admin.CoreV1().Pods(ns).Get(ctx, "nb-0", metav1.GetOptions{})
+			return apierrors.IsNotFound(err)
+		}, 10*time.Second, 50*time.Millisecond)
+		_, err = kc.Evict(ctx, target(ns, "nb-0"))
+		require.ErrorIs(t, err, reclaim.ErrGone, "evicting again does nothing twice")
+	})
+
+	t.Run("a PodDisruptionBudget blocks the eviction, then the deadline passes", func(t *testing.T) {
+		ns := namespace(t, admin, "pdb", nil)
+		p := pod(t, admin, ns, "serve-0", map[string]string{"app": "serve"}, nil, nil)
+		// A budget protects running pods only: a pending one is evicted regardless.
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		_, err := admin.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		_, err = admin.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, &policyv1.PodDisruptionBudget{
+			ObjectMeta: metav1.ObjectMeta{Name: "serve"},
+			Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "serve"}}},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		r := target(ns, "serve-0")
+		start := time.Now()
+		_, err = kc.Evict(ctx, r)
+		require.Less(t, time.Since(start), 5*time.Second, "no hidden retries inside client-go")
+		var retry *reclaim.RetryError
+		require.True(t, errors.As(err, &retry), "%v", err)
+		require.Contains(t, err.Error(), "refused by a PodDisruptionBudget")
+		_, err = admin.CoreV1().Pods(ns).Get(ctx, "serve-0", metav1.GetOptions{})
+		require.NoError(t, err, "the pod stays")
+
+		late := kube.New(cs, 10*time.Minute, true, func() time.Time { return now.Add(11 * time.Minute) }, slog.New(slog.DiscardHandler))
+		_, err = late.Evict(ctx, r)
+		require.False(t, errors.As(err, &retry), "past the deadline the refusal is final")
+		require.Contains(t, err.Error(), "refused by a PodDisruptionBudget for 10m0s")
+
+		require.NoError(t, admin.PolicyV1().PodDisruptionBudgets(ns).Delete(ctx, "serve", metav1.DeleteOptions{}))
+		_, err = kc.Evict(ctx, r)
+		require.NoError(t, err, "once the budget allows it")
+	})
+
+	t.Run("scale down a Deployment and restore it", func(t *testing.T) {
+		ns := namespace(t, admin, "deploy", nil)
+		d, err := admin.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: "chat-api"},
+			Spec: appsv1.DeploymentSpec{Replicas: ptr(int32(3)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "chat"}},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "chat"}}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		// Without a controller manager, make the ReplicaSet and pod it would.
+		rs, err := admin.AppsV1().ReplicaSets(ns).Create(ctx, &appsv1.ReplicaSet{
+			ObjectMeta: metav1.ObjectMeta{Name: "chat-api-5d8f7c9b4", OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: d.Name, UID: d.UID, Controller: ptr(true)}}},
+			Spec: appsv1.ReplicaSetSpec{Selector: d.Spec.Selector, Template: d.Spec.Template},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		pod(t, admin, ns, "chat-api-5d8f7c9b4-x2x7p", map[string]string{"app": "chat"}, nil,
+			&metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: ptr(true)})
+
+		r := target(ns, "chat-api-5d8f7c9b4-x2x7p")
+		res, err := kc.ScaleDown(ctx, r, 0)
+		require.NoError(t, err)
+		require.Equal(t, &reclaim.Workload{Kind: "Deployment", Namespace: ns, Name: "chat-api", PreviousReplicas: 3, ScaledTo: 0}, res.Workload)
+		got, err := admin.AppsV1().Deployments(ns).Get(ctx, "chat-api", metav1.GetOptions{})
+		require.NoError(t, err)
+		require.EqualValues(t, 0, *got.Spec.Replicas)
+		require.Equal(t, "3", got.Annotations[kube.ReplicasAnnotation])
+
+		// After a crash the action runs again: nothing changes, the count is kept.
+		res, err = kc.ScaleDown(ctx, r, 0)
+		require.NoError(t, err)
+		require.EqualValues(t, 3, res.Workload.PreviousReplicas)
+
+		r.Workload = res.Workload
+		require.NoError(t, kc.Restore(ctx, r))
+		got, err = admin.AppsV1().Deployments(ns).Get(ctx, "chat-api", metav1.GetOptions{})
+		require.NoError(t, err)
+		require.EqualValues(t, 3, *got.Spec.Replicas)
+		require.NotContains(t, got.Annotations, kube.ReplicasAnnotation)
+
+		kc.Event(ctx, r, "GPUReclaimed", "GPU reclaimed (scale_down)")
+		evs, err := admin.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+		require.NoError(t, err)
+		var on []string
+		for _, e := range evs.Items {
+			require.Equal(t, "GPUReclaimed", e.Reason)
+			require.Equal(t, "gpureclaim-reclaimer", e.Source.Component)
+			on = append(on, e.InvolvedObject.Kind+"/"+e.InvolvedObject.Name)
+		}
+		require.ElementsMatch(t, []string{"Pod/chat-api-5d8f7c9b4-x2x7p", "Deployment/chat-api"}, on)
+	})
+
+	t.Run("scale down a StatefulSet and restore it", func(t *testing.T) {
+		ns := namespace(t, admin, "sts", nil)
+		s, err := admin.AppsV1().StatefulSets(ns).Create(ctx, &appsv1.StatefulSet{
+			ObjectMeta: metav1.ObjectMeta{Name: "vllm"},
+			Spec: appsv1.StatefulSetSpec{Replicas: ptr(int32(2)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "vllm"}},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "vllm"}}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		pod(t, admin, ns, "vllm-1", map[string]string{"app": "vllm"}, nil,
+			&metav1.OwnerReference{APIVersion: "apps/v1", Kind: "StatefulSet", Name: s.Name, UID: s.UID, Controller: ptr(true)})
+		r := target(ns, "vllm-1")
+		res, err := kc.ScaleDown(ctx, r, 1)
+		require.NoError(t, err)
+		require.Equal(t, "StatefulSet vllm scaled from 2 to 1 replicas", strings.Replace(res.Detail, "sts/", "", 1))
+		got, _ := admin.AppsV1().StatefulSets(ns).Get(ctx, "vllm", metav1.GetOptions{})
+		require.EqualValues(t, 1, *got.Spec.Replicas)
+		r.Workload = res.Workload
+		require.NoError(t, kc.Restore(ctx, r))
+		got, _ = admin.AppsV1().StatefulSets(ns).Get(ctx, "vllm", metav1.GetOptions{})
+		require.EqualValues(t, 2, *got.Spec.Replicas)
+	})
+
+	t.Run("a pod with no controller cannot be scaled", func(t *testing.T) {
+		ns := namespace(t, admin, "bare", nil)
+		pod(t, admin, ns, "lonely", nil, nil, nil)
+		_, err := kc.ScaleDown(ctx, target(ns, "lonely"), 0)
+		require.ErrorContains(t, err, "has no controller to scale down")
+	})
+
+	t.Run("kept pods and namespaces, and start times", func(t *testing.T) {
+		ns := namespace(t, admin, "keep", nil)
+		kept := namespace(t, admin, "kept-ns", map[string]string{"gpureclaim.io/keep": "true"})
+		pod(t, admin, ns, "annotated", nil, map[string]string{"gpureclaim.io/keep": "true"}, nil)
+		pod(t, admin, ns, "labelled", map[string]string{"gpureclaim.io/keep": "true"}, nil, nil)
+		pod(t, admin, ns, "plain", nil, nil, nil)
+		pod(t, admin, kept, "any", nil, nil, nil)
+		for p, want := range map[string]string{"annotated": "the pod is marked gpureclaim.io/keep", "labelled": "the pod is marked gpureclaim.io/keep", "plain": ""} {
+			ok, why, err := kc.Kept(ctx, reclaim.Target{Namespace: ns, Pod: p})
+			require.NoError(t, err)
+			require.Equal(t, want != "", ok, p)
+			require.Equal(t, want, why)
+		}
+		ok, why, err := kc.Kept(ctx, reclaim.Target{Namespace: kept, Pod: "any"})
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, "namespace kept-ns is marked gpureclaim.io/keep", why)
+		started, err := kc.Started(ctx, reclaim.Target{Namespace: ns, Pod: "plain"})
+		require.NoError(t, err)
+		require.WithinDuration(t, time.Now(), started, time.Minute)
+		_, err = kc.Started(ctx, reclaim.Target{Namespace: ns, Pod: "nope"})
+		require.ErrorIs(t, err, reclaim.ErrGone)
+	})
+}
