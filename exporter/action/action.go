@@ -260,6 +260,7 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request, uuid string) {
 	}
 	if idl := h.hist.Check(uuid, h.cfg.IdleThreshold, h.cfg.Clock()); !idl.Idle {
 		if !idl.Known {
+			w.Header().Set("Retry-After", fmt.Sprint(int(h.cfg.IdleWindow.Seconds())+1))
 			writeJSON(w, http.StatusServiceUnavailable, KillResult{Error: fmt.Sprintf("the node's history of %s does not cover %s yet; try later", uuid, h.cfg.IdleWindow)})
 			return
 		}

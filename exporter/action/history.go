@@ -44,7 +44,9 @@ func (h *History) Record(s *sampler.Snapshot) {
 			}
 			seen[u.UUID] = true
 			rs := append(h.units[u.UUID], reading{at: s.Time, activity: a.V})
-			for len(rs) > 0 && s.Time.Sub(rs[0].at) > h.window {
+			// Keep twice the window: the readings before it show that the
+			// history reaches back that far.
+			for len(rs) > 0 && s.Time.Sub(rs[0].at) > 2*h.window {
 				rs = rs[1:]
 			}
 			h.units[u.UUID] = rs
@@ -73,7 +75,11 @@ func (h *History) Check(uuid string, threshold float64, now time.Time) Idleness 
 	defer h.mu.Unlock()
 	rs := h.units[uuid]
 	var out Idleness
+	reaches := false
 	for _, r := range rs {
+		if now.Sub(r.at) >= h.window*8/10 {
+			reaches = true
+		}
 		if now.Sub(r.at) > h.window {
 			continue
 		}
@@ -85,7 +91,7 @@ func (h *History) Check(uuid string, threshold float64, now time.Time) Idleness 
 	}
 	// The readings must reach back most of the window: a restarted
 	// exporter knows too little to vouch for an idle unit.
-	out.Known = out.Samples >= 2 && now.Sub(out.Since) >= h.window*8/10
+	out.Known = out.Samples >= 2 && reaches
 	out.Idle = out.Known && out.Max < threshold
 	return out
 }

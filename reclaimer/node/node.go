@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/gpureclaim/gpureclaim/exporter/action"
@@ -28,21 +29,26 @@ func New(cfg config.Nodes) *Client {
 }
 
 func (c *Client) do(ctx context.Context, method, node, path string, body, out any) (int, error) {
+	code, _, err := c.doH(ctx, method, node, path, body, out)
+	return code, err
+}
+
+func (c *Client) doH(ctx context.Context, method, node, path string, body, out any) (int, http.Header, error) {
 	base, err := c.cfg.URL(node)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if c.cfg.BearerToken != "" {
@@ -50,17 +56,17 @@ func (c *Client) do(ctx context.Context, method, node, path string, body, out an
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return resp.StatusCode, err
+		return resp.StatusCode, resp.Header, err
 	}
 	if err := json.Unmarshal(b, out); err != nil {
-		return resp.StatusCode, fmt.Errorf("%s %s: %d and a body that is not JSON", method, path, resp.StatusCode)
+		return resp.StatusCode, resp.Header, fmt.Errorf("%s %s: %d and a body that is not JSON", method, path, resp.StatusCode)
 	}
-	return resp.StatusCode, nil
+	return resp.StatusCode, resp.Header, nil
 }
 
 // processes lists the target's processes on its unit: on bare metal those
@@ -97,7 +103,7 @@ func (c *Client) Kill(ctx context.Context, r *reclaim.Reclaim) (reclaim.Result, 
 		return reclaim.Result{}, reclaim.ErrGone
 	}
 	var res action.KillResult
-	code, err := c.do(ctx, http.MethodPost, r.Target.Node, "/api/v1/units/"+r.Target.UUID+"/kill", action.KillRequest{Processes: procs, Reason: r.Target.Alertname + " " + r.ID}, &res)
+	code, hdr, err := c.doH(ctx, http.MethodPost, r.Target.Node, "/api/v1/units/"+r.Target.UUID+"/kill", action.KillRequest{Processes: procs, Reason: r.Target.Alertname + " " + r.ID}, &res)
 	switch {
 	case err != nil:
 		return reclaim.Result{}, &reclaim.RetryError{After: 30 * time.Second, Err: fmt.Errorf("node %s: %w", r.Target.Node, err)}
@@ -110,7 +116,11 @@ func (c *Client) Kill(ctx context.Context, r *reclaim.Reclaim) (reclaim.Result, 
 	case code == http.StatusNotFound:
 		return reclaim.Result{}, reclaim.ErrGone
 	case code == http.StatusServiceUnavailable || code >= 500:
-		return reclaim.Result{}, &reclaim.RetryError{After: time.Minute, Err: fmt.Errorf("node %s: %s", r.Target.Node, res.Error)}
+		after := 30 * time.Second
+		if s, err := strconv.Atoi(hdr.Get("Retry-After")); err == nil && s > 0 {
+			after = time.Duration(s) * time.Second
+		}
+		return reclaim.Result{}, &reclaim.RetryError{After: after, Err: fmt.Errorf("node %s: %s", r.Target.Node, res.Error)}
 	}
 	return reclaim.Result{}, fmt.Errorf("node %s answered %d: %s", r.Target.Node, code, res.Error)
 }

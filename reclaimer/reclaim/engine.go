@@ -129,6 +129,12 @@ func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
 	}
 	put := func(r *Reclaim) { changed[r.ID] = r }
 	decide := func(d string) { e.o.Metrics.decisions.WithLabelValues(d).Inc() }
+	pendingByFP := map[string][]string{}
+	for id, r := range e.index {
+		if r.State == Pending {
+			pendingByFP[r.Fingerprint] = append(pendingByFP[r.Fingerprint], id)
+		}
+	}
 
 	for _, a := range alerts {
 		e.o.Metrics.alertsReceived.WithLabelValues(a.Status).Inc()
@@ -168,8 +174,9 @@ func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
 			continue
 		}
 		// A new episode of an alert supersedes the last one's pending reclaim.
-		for _, old := range e.index {
-			if old.Fingerprint == fp && old.State == Pending && old.StartsAt.Before(a.StartsAt) {
+		for _, oldID := range pendingByFP[fp] {
+			old := get(oldID)
+			if old.State == Pending && old.StartsAt.Before(a.StartsAt) {
 				c := clone(old)
 				e.cancel(c, "superseded by a new episode of the alert")
 				c.Final.Sent = true // the new episode's warning says it all
@@ -521,6 +528,9 @@ func (e *Engine) warn(ctx context.Context, id string) {
 // defer records why an action waits and until when.
 func (e *Engine) deferTo(id string, until time.Time, why string) {
 	_, err := e.update(id, nil, func(c *Reclaim) bool {
+		if c.Reason != why {
+			e.o.Logger.Info("reclaim waits", "reclaim", id, "until", until, "reason", why)
+		}
 		if c.State != Pending && c.State != Acting {
 			return false
 		}

@@ -29,7 +29,10 @@ var _ reclaim.Store = (*Bolt)(nil)
 // Open opens (or creates) the database. Only one process may hold it: a
 // second one waits timeout, then fails.
 func Open(path string, timeout time.Duration) (*Bolt, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout})
+	// A large initial mmap (address space, not memory) spares a big write,
+	// such as a notification of 10,000 alerts, the remaps that copy every
+	// page of the transaction to the heap.
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, InitialMmapSize: 1 << 30})
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}

@@ -1,0 +1,134 @@
+// Package amtest runs a real Alertmanager (bin/alertmanager, built by
+// `make tools`) on loopback for the tests, routing every alert to a webhook.
+package amtest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpureclaim/gpureclaim/internal/tooltest"
+)
+
+// Alertmanager is a running Alertmanager.
+type Alertmanager struct {
+	URL string
+	cmd *exec.Cmd
+	dir string
+}
+
+// Config is the route: every alert with audience="reclaimer" goes to the
+// webhook (with a bearer token), grouped per unit, re-sent after repeat.
+func Config(webhookURL, token string, repeat time.Duration) string {
+	return fmt.Sprintf(`route:
+  receiver: people
+  group_by: [alertname, uuid]
+  group_wait: 0s
+  group_interval: 1s
+  repeat_interval: %s
+  routes:
+    - matchers: ['audience="reclaimer"']
+      receiver: gpureclaim
+      group_by: [alertname, uuid]
+      group_wait: 0s
+      group_interval: 1s
+      repeat_interval: %s
+receivers:
+  - name: people
+  - name: gpureclaim
+    webhook_configs:
+      - url: %q
+        send_resolved: true
+        max_alerts: 0
+        http_config:
+          authorization: {credentials: %q}
+`, repeat, repeat, webhookURL, token)
+}
+
+// Start runs Alertmanager with a config (see Config).
+func Start(t testing.TB, config string) *Alertmanager {
+	t.Helper()
+	bin := tooltest.Bin(t, "alertmanager")
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "alertmanager.yml")
+	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	log, _ := os.Create(filepath.Join(dir, "alertmanager.log"))
+	cmd := exec.Command(bin, "--config.file="+cfg, "--storage.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr,
+		"--cluster.listen-address=", "--log.level=debug")
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	am := &Alertmanager{URL: "http://" + addr, cmd: cmd, dir: dir}
+	t.Cleanup(am.Stop)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(am.URL + "/-/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return am
+			}
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(filepath.Join(dir, "alertmanager.log"))
+			t.Fatalf("alertmanager did not start: %s", b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Stop stops it.
+func (a *Alertmanager) Stop() {
+	if a.cmd == nil {
+		return
+	}
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	_ = a.cmd.Wait()
+	a.cmd = nil
+}
+
+// Log returns Alertmanager's log.
+func (a *Alertmanager) Log() string {
+	b, _ := os.ReadFile(filepath.Join(a.dir, "alertmanager.log"))
+	return string(b)
+}
+
+// Alert is an alert to push, as Prometheus would.
+type Alert struct {
+	Labels      map[string]string `json:"labels"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	StartsAt    time.Time         `json:"startsAt,omitzero"`
+	EndsAt      time.Time         `json:"endsAt,omitzero"`
+}
+
+// Push sends alerts through the API, as Prometheus does.
+func (a *Alertmanager) Push(t testing.TB, alerts ...Alert) {
+	t.Helper()
+	b, _ := json.Marshal(alerts)
+	resp, err := http.Post(a.URL+"/api/v2/alerts", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("pushing alerts: %s", resp.Status)
+	}
+}

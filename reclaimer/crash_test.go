@@ -1,0 +1,284 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpureclaim/gpureclaim/internal/amtest"
+	"github.com/gpureclaim/gpureclaim/internal/tooltest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/notify"
+)
+
+// build compiles a command of this module into dir.
+func build(t *testing.T, dir, pkg, name string) string {
+	t.Helper()
+	out := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = tooltest.Root(t)
+	cmd.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", b)
+	return out
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// receiver counts the notifier's messages by idempotency key.
+type receiver struct {
+	mu   sync.Mutex
+	keys map[string]int
+}
+
+func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	var p notify.Payload
+	if json.NewDecoder(req.Body).Decode(&p) == nil {
+		r.mu.Lock()
+		r.keys[p.IdempotencyKey]++
+		r.mu.Unlock()
+	}
+}
+
+// distinct counts the different messages whose key starts with prefix.
+func (r *receiver) distinct(prefix string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for k := range r.keys {
+		if strings.HasPrefix(k, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+const crashScenario = `node: crash-node
+system: dgxh100
+users: {u0: 1000, u1: 1001, u2: 1002, u3: 1003, u4: 1004, u5: 1005}
+gpus:
+`
+
+// TestCrashAtEveryStep kills the reclaimer (SIGKILL, as a power cut) at
+// each step of a reclaim, restarts it, and checks that the processes were
+// signalled exactly once, the owner warned, and nothing lost.
+func TestCrashAtEveryStep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds both binaries")
+	}
+	points := []string{"ingested", "before-warning", "after-warning", "before-action", "after-action", "before-final"}
+	dir := t.TempDir()
+	reclaimerBin := build(t, dir, "./reclaimer", "gpureclaim-reclaimer")
+	exporterBin := build(t, dir, "./exporter", "gpureclaim-exporter")
+
+	// One simulated node: an idle bare-metal process per case, each its own GPU.
+	scenario := crashScenario
+	for i := range points {
+		scenario += fmt.Sprintf("  - {index: %d, sm_active: 0, processes: [{pid: %d, user: u%d, memory_used: 10GiB, started: -2h}]}\n", i, 5000+i, i)
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "scenario.yaml"), []byte(scenario), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "node.token"), []byte("node-token\n"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "webhook.token"), []byte("am-token\n"), 0o600))
+	exporterAddr := freeAddr(t)
+	exporterLog, err := os.Create(filepath.Join(dir, "exporter.log"))
+	require.NoError(t, err)
+	exporter := exec.Command(exporterBin, "--simulate="+filepath.Join(dir, "scenario.yaml"), "--web.listen-address="+exporterAddr,
+		"--sample.interval=1s", "--action.token-file="+filepath.Join(dir, "node.token"), "--action.idle-window=2s", "--action.kill-grace=0s")
+	exporter.Stdout, exporter.Stderr = exporterLog, exporterLog
+	require.NoError(t, exporter.Start())
+	t.Cleanup(func() { _ = exporter.Process.Kill(); _ = exporter.Wait() })
+
+	am := amtest.Start(t, amtest.Config("http://127.0.0.1:1/unused", "x", time.Hour))
+	rcv := &receiver{keys: map[string]int{}}
+	hook := httptest.NewServer(rcv)
+	t.Cleanup(hook.Close)
+
+	// Wait until the node vouches for its idle units.
+	uuids := make([]string, len(points))
+	require.Eventually(t, func() bool {
+		for i := range points {
+			u, ok := nodeUnit(exporterAddr, i)
+			if !ok || !u.idle {
+				return false
+			}
+			uuids[i] = u.uuid
+		}
+		return true
+	}, 30*time.Second, 200*time.Millisecond)
+
+	for i, point := range points {
+		t.Run(point, func(t *testing.T) {
+			state := filepath.Join(t.TempDir(), "state.db")
+			cfgPath := filepath.Join(dir, fmt.Sprintf("reclaimer-%d.yml", i))
+			require.NoError(t, os.WriteFile(cfgPath, []byte(fmt.Sprintf(`webhook: {bearer_token_file: webhook.token}
+alertmanager: {url: %q}
+kubernetes: {enabled: false}
+nodes: {addresses: {crash-node: "http://%s"}, bearer_token_file: node.token, timeout: 10s}
+notifiers: [{type: webhook, url: %q}]
+policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 1s, min_runtime: 0s}]
+`, am.URL, exporterAddr, hook.URL)), 0o600))
+			addr := freeAddr(t)
+			start := func(failpoint string) *exec.Cmd {
+				cmd := exec.Command(reclaimerBin, "--config.file="+cfgPath, "--storage.path="+state, "--web.listen-address="+addr, "--step.interval=50ms")
+				cmd.Env = append(os.Environ(), "GPURECLAIM_FAILPOINT="+failpoint)
+				log, _ := os.Create(filepath.Join(filepath.Dir(state), "reclaimer.log"))
+				cmd.Stdout, cmd.Stderr = log, log
+				require.NoError(t, cmd.Start())
+				t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+				require.Eventually(t, func() bool {
+					resp, err := http.Get("http://" + addr + "/readyz")
+					if err == nil {
+						resp.Body.Close()
+					}
+					return err == nil || cmd.ProcessState != nil
+				}, 10*time.Second, 20*time.Millisecond)
+				return cmd
+			}
+
+			labels := map[string]string{"alertname": "GPUIdle", "audience": "reclaimer", "uuid": uuids[i], "gpu_uuid": uuids[i], "node": "crash-node",
+				"kind": "gpu", "user": fmt.Sprintf("u%d", i), "keep": "false", "action": "kill", "signal": "sm_active"}
+			startsAt := time.Now().Add(-10 * time.Minute).Truncate(time.Second).UTC()
+			am.Push(t, amtest.Alert{Labels: labels, StartsAt: startsAt})
+			notification := notificationFor(labels, startsAt)
+
+			cmd := start(point)
+			post(addr, notification) // may die with the process at "ingested"
+			state1 := waitExit(t, cmd, 20*time.Second)
+			require.Equal(t, "signal: killed", state1, "the reclaimer died at %s", point)
+
+			cmd = start("")
+			// Alertmanager retries what was not acknowledged, and repeats.
+			require.Equal(t, http.StatusOK, post(addr, notification))
+			require.Eventually(t, func() bool {
+				rs := reclaims(addr)
+				return len(rs) == 1 && rs[0].State == "done" && rs[0].Final
+			}, 30*time.Second, 50*time.Millisecond, "the reclaim finishes after the restart: %v\n%s", reclaims(addr), readFile(filepath.Join(filepath.Dir(state), "reclaimer.log")))
+
+			log, err := os.ReadFile(filepath.Join(dir, "exporter.log"))
+			require.NoError(t, err)
+			require.Equal(t, 1, strings.Count(string(log), "uuid="+uuids[i]+" processes=1"), "the node signalled the processes exactly once")
+			require.Equal(t, 1, rcv.distinct(model.Fingerprint(model.LabelsToSignature(labels)).String()+fmt.Sprintf("-%d/warning", startsAt.Unix())), "one warning (delivered at least once)")
+			require.Equal(t, 1, rcv.distinct(model.Fingerprint(model.LabelsToSignature(labels)).String()+fmt.Sprintf("-%d/reclaimed", startsAt.Unix())), "the owner is told once it is done")
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+		})
+	}
+}
+
+type unitView struct {
+	uuid string
+	idle bool
+}
+
+func nodeUnit(addr string, gpu int) (unitView, bool) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return unitView{}, false
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	_, _ = b.ReadFrom(resp.Body)
+	for _, line := range strings.Split(b.String(), "\n") {
+		if strings.HasPrefix(line, "gpureclaim_unit_info{") && strings.Contains(line, fmt.Sprintf(`gpu_index="%d"`, gpu)) {
+			i := strings.Index(line, `,uuid="`)
+			uuid := line[i+7 : i+7+strings.Index(line[i+7:], `"`)]
+			req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/api/v1/units/"+uuid, nil)
+			req.Header.Set("Authorization", "Bearer node-token")
+			r2, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return unitView{}, false
+			}
+			defer r2.Body.Close()
+			var u struct {
+				Idleness struct{ Idle bool } `json:"idleness"`
+			}
+			_ = json.NewDecoder(r2.Body).Decode(&u)
+			return unitView{uuid: uuid, idle: u.Idleness.Idle}, true
+		}
+	}
+	return unitView{}, false
+}
+
+func notificationFor(labels map[string]string, startsAt time.Time) []byte {
+	b, _ := json.Marshal(map[string]any{
+		"version": "4", "status": "firing", "receiver": "gpureclaim", "groupKey": "{}:{}",
+		"alerts": []map[string]any{{"status": "firing", "labels": labels, "annotations": map[string]string{"summary": "idle"},
+			"startsAt": startsAt, "endsAt": time.Time{}, "fingerprint": model.Fingerprint(model.LabelsToSignature(labels)).String()}},
+	})
+	return b
+}
+
+func post(addr string, body []byte) int {
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/webhook", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer am-token")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+type reclaimState struct {
+	State string
+	Final bool
+}
+
+func reclaims(addr string) []reclaimState {
+	resp, err := http.Get("http://" + addr + "/api/v1/reclaims")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Reclaims []struct {
+			State string `json:"state"`
+			Final struct {
+				Sent bool `json:"sent"`
+			} `json:"final"`
+		} `json:"reclaims"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&list)
+	var out []reclaimState
+	for _, r := range list.Reclaims {
+		out = append(out, reclaimState{r.State, r.Final.Sent})
+	}
+	return out
+}
+
+func readFile(p string) string {
+	b, _ := os.ReadFile(p)
+	return string(b)
+}
+
+func waitExit(t *testing.T, cmd *exec.Cmd, d time.Duration) string {
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			return "exit 0"
+		}
+		return err.Error()
+	case <-time.After(d):
+		t.Fatalf("the reclaimer did not reach its failpoint")
+		return ""
+	}
+}

@@ -1,0 +1,55 @@
+package reclaim_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/prometheus/alertmanager/template"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+	. "github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/store"
+)
+
+// BenchmarkIngest10kAlerts decides and durably records one webhook carrying
+// 10,000 firing alerts (one fsynced bbolt transaction), into an empty store.
+func BenchmarkIngest10kAlerts(b *testing.B) {
+	alerts := make([]template.Alert, 10000)
+	for i := range alerts {
+		alerts[i] = IdlePod("firing", T0, fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("pod-%d", i))
+	}
+	cfg := Config(b, "circuit_breaker: {max_pending: 0}\n")
+	b.ReportAllocs()
+	var heap uint64
+	for b.Loop() {
+		b.StopTimer()
+		st, err := store.Open(filepath.Join(b.TempDir(), "s.db"), time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &Actor{}, Clock: NewClock().Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
+		if err != nil {
+			b.Fatal(err)
+		}
+		runtime.GC()
+		var before runtime.MemStats
+		runtime.ReadMemStats(&before)
+		b.StartTimer()
+		res, err := eng.Ingest(alerts)
+		b.StopTimer()
+		if err != nil || res.New != len(alerts) {
+			b.Fatalf("%+v %v", res, err)
+		}
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		heap = after.HeapAlloc - before.HeapAlloc
+		st.Close()
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(heap)/(1<<20), "heap-MiB")
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/float64(len(alerts)), "µs/alert")
+}
