@@ -160,7 +160,7 @@ func TestKubernetes(t *testing.T) {
 		// Without a controller manager, make the ReplicaSet and pod it would.
 		rs, err := admin.AppsV1().ReplicaSets(ns).Create(ctx, &appsv1.ReplicaSet{
 			ObjectMeta: metav1.ObjectMeta{Name: "chat-api-5d8f7c9b4", OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: d.Name, UID: d.UID, Controller: ptr(true)}}},
-			Spec: appsv1.ReplicaSetSpec{Selector: d.Spec.Selector, Template: d.Spec.Template},
+			Spec:       appsv1.ReplicaSetSpec{Selector: d.Spec.Selector, Template: d.Spec.Template},
 		}, metav1.CreateOptions{})
 		require.NoError(t, err)
 		pod(t, admin, ns, "chat-api-5d8f7c9b4-x2x7p", map[string]string{"app": "chat"}, nil,
