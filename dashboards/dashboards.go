@@ -201,8 +201,9 @@ func base(uid, title, desc string, vars []Variable, panels []Panel) Dashboard {
 // All returns every dashboard, keyed by file name.
 func All() map[string]Dashboard {
 	return map[string]Dashboard{
-		"fleet.json": Fleet(),
-		"node.json":  Node(),
+		"fleet.json":     Fleet(),
+		"node.json":      Node(),
+		"reclaimer.json": Reclaimer(),
 	}
 }
 

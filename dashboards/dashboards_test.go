@@ -67,8 +67,13 @@ func known(t *testing.T) map[string]bool {
 	k := map[string]bool{"ALERTS": true, "ALERTS_FOR_STATE": true, "up": true}
 	b, err := os.ReadFile("../METRICS.md")
 	require.NoError(t, err)
-	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\|").FindAllStringSubmatch(string(b), -1) {
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\| (\\w+)").FindAllStringSubmatch(string(b), -1) {
 		k[m[1]] = true
+		if m[2] == "histogram" {
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				k[m[1]+suffix] = true
+			}
+		}
 	}
 	groups, errs := rulefmt.ParseFile("../rules/gpureclaim.rules.yml", false, model.UTF8Validation, parser.NewParser(parser.Options{}), nil)
 	require.Empty(t, errs)
@@ -123,8 +128,10 @@ func TestDashboards(t *testing.T) {
 						require.True(t, metrics[n.Name], "%s names %q, which is neither in METRICS.md nor recorded", where, n.Name)
 					case *parser.Call:
 						switch n.Func.Name {
-						case "rate", "irate", "increase":
+						case "rate", "irate":
 							require.Contains(t, q, "[$__rate_interval]", "%s: %s over $__rate_interval", where, n.Func.Name)
+						case "increase":
+							require.Regexp(t, `\[\$__(rate_interval|range)\]`, q, "%s: increase over $__rate_interval or the dashboard's range", where)
 						}
 					}
 					return nil

@@ -23,7 +23,14 @@ func documented(t *testing.T) map[string][2]string {
 	b, err := os.ReadFile("../METRICS.md")
 	require.NoError(t, err)
 	out := map[string][2]string{}
+	section := ""
 	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "## ") {
+			section = line
+		}
+		if section != "## Exporter metrics" {
+			continue
+		}
 		if m := docRow.FindStringSubmatch(line); m != nil {
 			require.NotContains(t, out, m[1], "listed twice")
 			out[m[1]] = [2]string{m[2], strings.TrimSpace(m[3])}

@@ -353,7 +353,7 @@ func (e *Engine) gauges() {
 	for _, r := range e.index {
 		counts[r.State]++
 	}
-	for _, s := range []State{Pending, Acting, Done, DryRun, Notified, Cancelled, Exempt, Failed} {
+	for _, s := range states {
 		e.o.Metrics.reclaims.WithLabelValues(string(s)).Set(float64(counts[s]))
 	}
 }

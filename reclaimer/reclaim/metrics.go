@@ -51,11 +51,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		lastStepSeconds: f.NewGauge(prometheus.GaugeOpts{Name: "gpureclaim_reclaimer_last_step_timestamp_seconds",
 			Help: "When the lifecycle last ran, in Unix seconds."}),
 	}
-	for _, s := range []State{Pending, Acting, Done, DryRun, Notified, Cancelled, Exempt, Failed} {
+	for _, s := range states {
 		m.reclaims.WithLabelValues(string(s))
 	}
 	return m
 }
+
+// states are the states the reclaims gauge reports.
+var states = []State{Pending, Acting, Snoozed, Done, DryRun, Notified, Cancelled, Exempt, Failed}
 
 // Error counts an error of a component.
 func (m *Metrics) Error(component string) { m.errors.WithLabelValues(component).Inc() }

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestConfigCheck(t *testing.T) {
+	dir := t.TempDir()
+	b, err := os.ReadFile("reclaimer.example.yml")
+	require.NoError(t, err)
+	// The example points at /etc; point its secrets at files that exist here.
+	for _, f := range []string{"webhook-token", "node-token"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, f), []byte("secret\n"), 0o600))
+	}
+	cfg := strings.ReplaceAll(string(b), "/etc/gpureclaim/", dir+"/")
+	path := filepath.Join(dir, "reclaimer.yml")
+	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
+
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, run(context.Background(), []string{"--config.check", "--config.file=" + path}, &out, &errOut), errOut.String())
+	require.Contains(t, out.String(), "OK (2 policies, 1 notifiers)")
+
+	require.NoError(t, os.Remove(filepath.Join(dir, "node-token")))
+	out.Reset()
+	require.Equal(t, 1, run(context.Background(), []string{"--config.check", "--config.file=" + path}, &out, &errOut))
+	require.Contains(t, errOut.String(), "nodes.bearer_token_file: open")
+}
+
+func TestBadFlags(t *testing.T) {
+	var errOut bytes.Buffer
+	require.Equal(t, 2, run(context.Background(), []string{"--step.interval=1ms"}, io.Discard, &errOut))
+	require.Contains(t, errOut.String(), "--step.interval")
+}
