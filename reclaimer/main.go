@@ -34,6 +34,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/reclaimer/node"
 	"github.com/gpureclaim/gpureclaim/reclaimer/notify"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+	rslack "github.com/gpureclaim/gpureclaim/reclaimer/slack"
 	"github.com/gpureclaim/gpureclaim/reclaimer/store"
 	rweb "github.com/gpureclaim/gpureclaim/reclaimer/web"
 )
@@ -178,7 +179,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		act.kube, insp.kube = kc, kc
 		events = kc
 	}
-	notifiers, err := buildNotifiers(cfg, logger, reg, am)
+	var owners rslack.OwnerLookup
+	if act.kube != nil {
+		owners = act.kube
+	}
+	notifiers, err := buildNotifiers(cfg, logger, am, owners)
 	if err != nil {
 		fmt.Fprintln(stderr, "gpureclaim-reclaimer:", err)
 		return 1
@@ -234,13 +239,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+func hasSlack(ns []reclaim.Notifier) bool {
+	for _, n := range ns {
+		if n.Name() == "slack" {
+			return true
+		}
+	}
+	return false
+}
+
 // notifierSet is the configured notifiers and what they serve.
 type notifierSet struct {
 	list  []reclaim.Notifier
 	mount func(ctx context.Context, srv *rweb.Server, eng *reclaim.Engine)
 }
 
-func buildNotifiers(cfg *config.Config, logger *slog.Logger, reg prometheus.Registerer, am *alertmanager.Client) (notifierSet, error) {
+func buildNotifiers(cfg *config.Config, logger *slog.Logger, am *alertmanager.Client, owners rslack.OwnerLookup) (notifierSet, error) {
 	set := notifierSet{mount: func(context.Context, *rweb.Server, *reclaim.Engine) {}}
 	for _, n := range cfg.Notifiers {
 		switch n.Type {
@@ -249,7 +263,15 @@ func buildNotifiers(cfg *config.Config, logger *slog.Logger, reg prometheus.Regi
 		case "webhook":
 			set.list = append(set.list, &notify.Webhook{URL: n.URL, Token: n.BearerToken, HTTP: &http.Client{Timeout: 10 * time.Second}})
 		case "slack":
-			return set, errors.New("notifiers: slack is not built into this reclaimer")
+			if set.list != nil && hasSlack(set.list) {
+				return set, errors.New("notifiers: one slack notifier at most")
+			}
+			sn := rslack.New(rslack.Options{Config: n.Slack, Owners: owners, Clock: time.Now, Logger: logger,
+				Pricing: rslack.Pricing{PerGPUHour: n.Slack.PricePerGPUHour, Currency: n.Slack.Currency}, StatusPage: cfg.StatusPageURL})
+			set.list = append(set.list, sn)
+			set.mount = func(_ context.Context, srv *rweb.Server, eng *reclaim.Engine) {
+				srv.Handle("/slack/interactions", rslack.NewInteractions(sn, eng, am))
+			}
 		}
 	}
 	return set, nil

@@ -31,6 +31,9 @@ type Slack struct {
 	RequireDelivered *bool `yaml:"require_delivered"`
 	// MaxRequestsPerMinute stays inside Slack's rate tiers. Default 50 (tier 3).
 	MaxRequestsPerMinute int `yaml:"max_requests_per_minute"`
+	// PricePerGPUHour and Currency price the idle time in the warning. Default 2.5 USD.
+	PricePerGPUHour float64 `yaml:"price_per_gpu_hour"`
+	Currency        string  `yaml:"currency"`
 
 	Token         string `yaml:"-"`
 	SigningSecret string `yaml:"-"`
@@ -87,5 +90,17 @@ func (s *Slack) validate(c *checker, field string) {
 	}
 	if s.MaxRequestsPerMinute < 0 {
 		c.errorf(field+".max_requests_per_minute", "must be positive")
+	}
+	if s.PricePerGPUHour == 0 {
+		s.PricePerGPUHour = 2.5
+	}
+	if s.PricePerGPUHour < 0 {
+		c.errorf(field+".price_per_gpu_hour", "must not be negative")
+	}
+	if s.Currency == "" {
+		s.Currency = "USD"
+	}
+	if !regexp.MustCompile(`^[A-Z]{3}$`).MatchString(s.Currency) {
+		c.errorf(field+".currency", "%q is not an ISO 4217 code (e.g. USD)", s.Currency)
 	}
 }

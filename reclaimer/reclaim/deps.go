@@ -89,6 +89,9 @@ const (
 	MsgExempt    MessageKind = "exempt"    // kept: nothing will happen
 	MsgRestored  MessageKind = "restored"  // a scale-down was undone
 	MsgAdmin     MessageKind = "admin"     // for admins: breaker, undeliverable warnings
+	MsgSnoozed   MessageKind = "snoozed"   // someone snoozed the reclaim
+	MsgKept      MessageKind = "kept"      // someone kept the unit
+	MsgReleased  MessageKind = "released"  // the owner released it: acting now
 )
 
 // Message is what a notifier sends. For the owner's messages Reclaim is a
@@ -97,6 +100,8 @@ type Message struct {
 	Kind    MessageKind
 	Reclaim *Reclaim
 	Text    string
+	// By is who pressed the button behind a snooze, keep, release or restore.
+	By string
 }
 
 // Notifier tells owners and admins.

@@ -588,6 +588,9 @@ func (e *Engine) checks(ctx context.Context, r *Reclaim) bool {
 		e.finish(r.ID, Cancelled, "its policy is gone from the config", nil)
 		return false
 	}
+	if r.Released != "" {
+		return true // the owner asked for it
+	}
 	if next := nextInWindows(p.Windows, now); next.After(now) {
 		e.deferTo(r.ID, next, "outside the policy's windows; next at "+next.UTC().Format(time.RFC3339))
 		e.o.Metrics.decisions.WithLabelValues("outside_window").Inc()
@@ -759,9 +762,10 @@ func (e *Engine) act(ctx context.Context, id string) {
 			result, detail = "gone", "the target was already gone"
 		}
 		e.o.Metrics.actions.WithLabelValues(r.Action, result).Inc()
+		idle := max(0, now.Sub(r.IdleSince()).Seconds())
 		e.o.Metrics.reclaimedGPUs.Add(r.Target.Size())
-		e.o.Metrics.reclaimedIdle.Add(r.Target.Size() * now.Sub(r.IdleSince()).Seconds())
-		e.o.Metrics.idleToAction.Observe(now.Sub(r.IdleSince()).Seconds())
+		e.o.Metrics.reclaimedIdle.Add(r.Target.Size() * idle)
+		e.o.Metrics.idleToAction.Observe(idle)
 		e.finish(id, Done, detail, &res)
 	case errors.As(err, &refused):
 		e.o.Metrics.actions.WithLabelValues(r.Action, "refused").Inc()
@@ -920,6 +924,10 @@ var ErrNotRestorable = errors.New("nothing to restore: only a done scale-down ca
 
 // Restore scales a scaled-down workload back to its replicas, once.
 func (e *Engine) Restore(ctx context.Context, id, by string) (*Reclaim, error) {
+	return e.restore(ctx, id, by)
+}
+
+func (e *Engine) restore(ctx context.Context, id, by string) (*Reclaim, error) {
 	r := e.snapshot(id)
 	if r == nil {
 		return nil, fmt.Errorf("no reclaim %s", id)
@@ -944,7 +952,7 @@ func (e *Engine) Restore(ctx context.Context, id, by string) (*Reclaim, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.send(ctx, Message{Kind: MsgRestored, Reclaim: r, Text: fmt.Sprintf("%s %s/%s was scaled back to %d replicas by %s.", r.Workload.Kind, r.Workload.Namespace, r.Workload.Name, r.Workload.PreviousReplicas, by)}, nil)
+	e.send(ctx, Message{Kind: MsgRestored, Reclaim: r, By: by, Text: fmt.Sprintf("%s %s/%s was scaled back to %d replicas by %s.", r.Workload.Kind, r.Workload.Namespace, r.Workload.Name, r.Workload.PreviousReplicas, by)}, nil)
 	if e.o.Events != nil {
 		e.o.Events.Event(ctx, r, "GPUReclaimRestored", fmt.Sprintf("scaled back to %d replicas by %s", r.Workload.PreviousReplicas, by))
 	}
@@ -965,4 +973,78 @@ func (e *Engine) Prune(before time.Time) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// ErrNotPending says a reclaim has moved on and the request no longer applies.
+var ErrNotPending = errors.New("the reclaim is no longer pending")
+
+// Snooze holds a pending reclaim until a silence ends; when it ends and
+// the unit is still idle, the cycle starts again.
+func (e *Engine) Snooze(ctx context.Context, id, by string, until time.Time, silence string) (*Reclaim, error) {
+	r, err := e.update(id, func(c *Reclaim) []Event {
+		return []Event{e.event(c, "snoozed", "until "+until.UTC().Format(time.RFC3339)+", silence "+silence, by)}
+	}, func(c *Reclaim) bool {
+		if c.State != Pending && c.State != Snoozed {
+			return false
+		}
+		c.State, c.SnoozedBy, c.SnoozedUntil, c.Silence = Snoozed, by, until, silence
+		c.NextTry, c.Reason = until, "snoozed by "+by+" until "+until.UTC().Format(time.RFC3339)
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	if r.State != Snoozed || r.Silence != silence {
+		return r, ErrNotPending
+	}
+	e.o.Metrics.decisions.WithLabelValues("snoozed").Inc()
+	e.send(ctx, Message{Kind: MsgSnoozed, Reclaim: r, By: by, Text: fmt.Sprintf("%s snoozed the reclaim of %s until %s.", by, r.Target.Unit(), until.UTC().Format(time.RFC3339))}, nil)
+	return r, nil
+}
+
+// Keep exempts a reclaim for good: a silence covers the workload until it ends.
+func (e *Engine) Keep(ctx context.Context, id, by string, until time.Time, silence string) (*Reclaim, error) {
+	r, err := e.update(id, func(c *Reclaim) []Event {
+		return []Event{e.event(c, "kept", "silence "+silence+" until the workload ends (at most "+until.UTC().Format(time.RFC3339)+")", by)}
+	}, func(c *Reclaim) bool {
+		if c.State != Pending && c.State != Snoozed {
+			return false
+		}
+		c.State, c.Reason, c.Closed = Exempt, "kept by "+by, e.now()
+		c.SnoozedBy, c.SnoozedUntil, c.Silence = by, until, silence
+		c.Final.Sent = true // the kept message says it all
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	if r.State != Exempt || r.Silence != silence {
+		return r, ErrNotPending
+	}
+	e.o.Metrics.decisions.WithLabelValues("kept").Inc()
+	e.send(ctx, Message{Kind: MsgKept, Reclaim: r, By: by, Text: fmt.Sprintf("%s keeps %s until the workload ends.", by, r.Target.Unit())}, nil)
+	return r, nil
+}
+
+// ReleaseNow acts at once at the owner's request: the grace, the minimum
+// runtime and the schedule windows no longer apply.
+func (e *Engine) ReleaseNow(ctx context.Context, id, by string) (*Reclaim, error) {
+	r, err := e.update(id, func(c *Reclaim) []Event { return []Event{e.event(c, "released", "by the owner: acting now", by)} }, func(c *Reclaim) bool {
+		if c.State != Pending && c.State != Snoozed {
+			return false
+		}
+		c.State, c.ActAt, c.NextTry, c.Released = Pending, e.now(), time.Time{}, by
+		c.Warning.Sent = true // the owner pressed the button on it
+		c.Reason = "released by " + by + ": acting now"
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	if r.Released != by || r.State != Pending {
+		return r, ErrNotPending
+	}
+	e.send(ctx, Message{Kind: MsgReleased, Reclaim: r, By: by, Text: fmt.Sprintf("%s released %s: reclaiming now.", by, r.Target.Unit())}, nil)
+	e.Kick()
+	return r, nil
 }

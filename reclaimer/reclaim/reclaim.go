@@ -169,6 +169,8 @@ type Reclaim struct {
 	// SnoozedBy and SnoozedUntil say who snoozed or kept it, and until when.
 	SnoozedBy    string    `json:"snoozed_by,omitempty"`
 	SnoozedUntil time.Time `json:"snoozed_until,omitzero"`
+	// Released is who released the unit from the message: act at once.
+	Released string `json:"released,omitempty"`
 }
 
 // ID is the key of an alert episode: Alertmanager's fingerprint of the

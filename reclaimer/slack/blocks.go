@@ -1,0 +1,176 @@
+package slack
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/slack-go/slack"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+)
+
+// Button action ids.
+const (
+	ActionSnooze1h  = "snooze_1h"
+	ActionSnooze4h  = "snooze_4h"
+	ActionSnooze24h = "snooze_24h"
+	ActionKeep      = "keep"
+	ActionRelease   = "release"
+	ActionRestore   = "restore"
+)
+
+// SnoozeFor is how long each snooze button snoozes.
+var SnoozeFor = map[string]time.Duration{ActionSnooze1h: time.Hour, ActionSnooze4h: 4 * time.Hour, ActionSnooze24h: 24 * time.Hour}
+
+// date is Slack's date formatting: each reader sees their own time zone.
+func date(t time.Time) string {
+	return fmt.Sprintf("<!date^%d^{date_short_pretty} at {time}|%s>", t.Unix(), t.UTC().Format("2006-01-02 15:04 UTC"))
+}
+
+func mrkdwn(s string) *slack.TextBlockObject { return slack.NewTextBlockObject(slack.MarkdownType, s, false, false) }
+func plain(s string) *slack.TextBlockObject  { return slack.NewTextBlockObject(slack.PlainTextType, s, true, false) }
+
+// Pricing turns GPU time into money for the message.
+type Pricing struct {
+	PerGPUHour float64
+	Currency   string
+}
+
+func (p Pricing) cost(hours float64) string {
+	return fmt.Sprintf("%.2f %s", hours*p.PerGPUHour, p.Currency)
+}
+
+var actionWords = map[string]string{
+	"kill":       "its processes will be ended (SIGTERM, then SIGKILL after a checkpoint grace)",
+	"evict":      "the pod will be evicted",
+	"scale_down": "its workload will be scaled down (you can restore it from here)",
+	"notify":     "nothing will be done",
+}
+
+func holder(t reclaim.Target) string {
+	if t.Pod != "" {
+		return fmt.Sprintf("pod `%s/%s`", t.Namespace, t.Pod)
+	}
+	if t.SlurmJob != "" {
+		return fmt.Sprintf("user `%s`, Slurm job `%s`", t.User, t.SlurmJob)
+	}
+	return fmt.Sprintf("user `%s`", t.User)
+}
+
+func unit(t reclaim.Target) string {
+	if t.Kind == "mig" {
+		return fmt.Sprintf("MIG %s slice `%s`", t.MIGProfile, t.UUID)
+	}
+	return fmt.Sprintf("GPU `%s`", t.UUID)
+}
+
+// facts is the section every message about a reclaim starts with.
+func facts(r *reclaim.Reclaim, now time.Time, p Pricing) slack.Block {
+	t := r.Target
+	idle := r.IdleSince()
+	hours := now.Sub(idle).Hours() * t.Size()
+	return slack.NewSectionBlock(nil, []*slack.TextBlockObject{
+		mrkdwn("*Held by*\n" + holder(t)),
+		mrkdwn("*Unit*\n" + unit(t) + " on `" + t.Node + "`"),
+		mrkdwn("*Idle since*\n" + date(idle)),
+		mrkdwn(fmt.Sprintf("*Idle so far*\n%.1f GPU-hours, about %s", hours, p.cost(hours))),
+	}, nil)
+}
+
+func links(r *reclaim.Reclaim, statusPage string) slack.Block {
+	parts := []string{fmt.Sprintf("Policy `%s`", r.Policy), fmt.Sprintf("reclaim `%s`", r.ID)}
+	if u := r.Annotations["dashboard_url"]; u != "" {
+		parts = append(parts, fmt.Sprintf("<%s|dashboard>", u))
+	}
+	if statusPage != "" {
+		parts = append(parts, fmt.Sprintf("<%s|status page>", strings.TrimRight(statusPage, "/")+"/"))
+	}
+	return slack.NewContextBlock("", mrkdwn(strings.Join(parts, " · ")))
+}
+
+func button(action, label, value string) *slack.ButtonBlockElement {
+	return slack.NewButtonBlockElement(action, value, plain(label))
+}
+
+// Warning is the message that tells the owner their unit is idle and what
+// will happen when, with the buttons.
+func Warning(r *reclaim.Reclaim, now time.Time, p Pricing, statusPage string) []slack.Block {
+	release := button(ActionRelease, "Release now", r.ID).WithStyle(slack.StyleDanger)
+	release.Confirm = slack.NewConfirmationBlockObject(plain("Release the GPU now?"),
+		mrkdwn(fmt.Sprintf("%s: %s now. Unsaved work is lost.", unit(r.Target), strings.TrimPrefix(actionWords[r.Action], "its "))), plain("Release now"), plain("Cancel"))
+	release.Confirm.WithStyle(slack.StyleDanger)
+	return []slack.Block{
+		slack.NewHeaderBlock(plain("Idle GPU: it will be reclaimed")),
+		facts(r, now, p),
+		slack.NewSectionBlock(mrkdwn(fmt.Sprintf("*What happens* — unless the GPU is used again, %s on %s.", actionWords[r.Action], date(r.ActAt))), nil, nil),
+		slack.NewActionBlock("gpureclaim",
+			button(ActionSnooze1h, "Snooze 1 h", r.ID),
+			button(ActionSnooze4h, "Snooze 4 h", r.ID),
+			button(ActionSnooze24h, "Snooze 24 h", r.ID),
+			button(ActionKeep, "Keep", r.ID).WithStyle(slack.StylePrimary),
+			release,
+		),
+		links(r, statusPage),
+	}
+}
+
+// Notice tells the owner about an underused, oversized or overcommitted unit.
+func Notice(r *reclaim.Reclaim, now time.Time, p Pricing, statusPage string) []slack.Block {
+	title := map[string]string{"GPUWasted": "Underused GPU", "MIGInstanceOversized": "Oversized MIG slice", "GPUOvercommitted": "Overcommitted GPU"}[r.Target.Alertname]
+	if title == "" {
+		title = r.Target.Alertname
+	}
+	return []slack.Block{
+		slack.NewHeaderBlock(plain(title)),
+		slack.NewSectionBlock(mrkdwn(r.Annotations["description"]), nil, nil),
+		links(r, statusPage),
+	}
+}
+
+// Outcome replaces the warning once the story moves on: snoozed, kept,
+// released, reclaimed, cancelled, failed, restored.
+func Outcome(kind reclaim.MessageKind, r *reclaim.Reclaim, by string, now time.Time, p Pricing, statusPage string) []slack.Block {
+	var head, body string
+	var actions []slack.BlockElement
+	switch kind {
+	case reclaim.MsgSnoozed:
+		head = "Snoozed"
+		body = fmt.Sprintf("Snoozed by %s until %s. If the GPU is still idle then, you will be warned again.", by, date(r.SnoozedUntil))
+		actions = []slack.BlockElement{button(ActionKeep, "Keep", r.ID)}
+	case reclaim.MsgKept:
+		head = "Kept"
+		body = fmt.Sprintf("Kept by %s until the workload ends. gpureclaim will not reclaim it.", by)
+	case reclaim.MsgReleased:
+		head = "Released"
+		body = fmt.Sprintf("Released by %s: reclaiming now.", by)
+	case reclaim.MsgReclaimed:
+		head = "Reclaimed"
+		body = fmt.Sprintf("Reclaimed on %s: %s.", date(r.ActedAt), r.Detail)
+		if r.Workload != nil && r.Restored.IsZero() {
+			body += fmt.Sprintf(" %s `%s` had %d replicas.", r.Workload.Kind, r.Workload.Name, r.Workload.PreviousReplicas)
+			actions = []slack.BlockElement{button(ActionRestore, "Restore", r.ID).WithStyle(slack.StylePrimary)}
+		}
+	case reclaim.MsgRestored:
+		head = "Restored"
+		body = fmt.Sprintf("Restored by %s: %s `%s` is back to %d replicas.", by, r.Workload.Kind, r.Workload.Name, r.Workload.PreviousReplicas)
+	case reclaim.MsgCancelled:
+		head = "Cancelled"
+		body = "Cancelled: " + r.Reason + "."
+		if strings.Contains(r.Reason, "no longer fires") || strings.Contains(r.Reason, "resolved") {
+			body = "Cancelled: the GPU is busy again."
+		}
+	case reclaim.MsgFailed:
+		head = "Reclaim failed"
+		body = "The reclaim failed: " + r.Reason + ". The admins are told."
+	}
+	blocks := []slack.Block{
+		slack.NewHeaderBlock(plain(head)),
+		facts(r, now, p),
+		slack.NewSectionBlock(mrkdwn(body), nil, nil),
+	}
+	if len(actions) > 0 {
+		blocks = append(blocks, slack.NewActionBlock("gpureclaim", actions...))
+	}
+	return append(blocks, links(r, statusPage))
+}

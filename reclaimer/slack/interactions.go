@@ -1,0 +1,261 @@
+package slack
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/slack-go/slack"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/alertmanager"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+)
+
+// Engine is what the buttons change.
+type Engine interface {
+	Get(id string) (*reclaim.Reclaim, bool)
+	Snooze(ctx context.Context, id, by string, until time.Time, silence string) (*reclaim.Reclaim, error)
+	Keep(ctx context.Context, id, by string, until time.Time, silence string) (*reclaim.Reclaim, error)
+	ReleaseNow(ctx context.Context, id, by string) (*reclaim.Reclaim, error)
+	Restore(ctx context.Context, id, by string) (*reclaim.Reclaim, error)
+}
+
+// Silencer creates Alertmanager silences.
+type Silencer interface {
+	CreateSilence(ctx context.Context, s alertmanager.Silence) (string, error)
+}
+
+// KeepFor bounds a keep: Alertmanager silences need an end. The silence
+// matches the pod (or the user and Slurm job), so it stops applying when
+// the workload ends; this is the longest it lasts otherwise.
+const KeepFor = 30 * 24 * time.Hour
+
+// ReclaimerAudience is the label of the reclaimer's copy of an alert: a
+// snooze silences that copy alone.
+var ReclaimerAudience = map[string]string{"audience": "reclaimer"}
+
+// Interactions serves POST /slack/interactions: verified button presses
+// from the messages, answered at once and carried out after.
+type Interactions struct {
+	notifier *Notifier
+	engine   Engine
+	silences Silencer
+	admins   []string
+	log      *slog.Logger
+	clock    func() time.Time
+
+	mu     sync.Mutex
+	seen   map[string]time.Time // signatures already served: replays are refused
+	locks  map[string]*sync.Mutex
+	wg     sync.WaitGroup
+	maxAge time.Duration
+}
+
+// NewInteractions returns the handler.
+func NewInteractions(n *Notifier, e Engine, s Silencer) *Interactions {
+	return &Interactions{notifier: n, engine: e, silences: s, admins: n.cfg.Admins, log: n.log, clock: n.clock,
+		seen: map[string]time.Time{}, locks: map[string]*sync.Mutex{}, maxAge: 5 * time.Minute}
+}
+
+// Wait waits for the presses being carried out (tests, shutdown).
+func (h *Interactions) Wait() { h.wg.Wait() }
+
+const maxPayload = 64 << 10
+
+func (h *Interactions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		http.Error(w, "POST Slack interactions here", http.StatusMethodNotAllowed)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxPayload))
+	if err != nil {
+		http.Error(w, "payload too large", http.StatusRequestEntityTooLarge)
+		return
+	}
+	sv, err := slack.NewSecretsVerifier(r.Header, h.notifier.cfg.SigningSecret)
+	if err == nil {
+		_, _ = sv.Write(body)
+		err = sv.Ensure()
+	}
+	if err != nil {
+		h.log.Warn("refused a Slack request", "err", err)
+		http.Error(w, "signature verification failed", http.StatusUnauthorized)
+		return
+	}
+	if !h.firstSight(r.Header.Get("X-Slack-Signature")) {
+		http.Error(w, "replayed request", http.StatusUnauthorized)
+		return
+	}
+	form, err := url.ParseQuery(string(body))
+	if err != nil {
+		http.Error(w, "not a form", http.StatusBadRequest)
+		return
+	}
+	var cb slack.InteractionCallback
+	if err := json.Unmarshal([]byte(form.Get("payload")), &cb); err != nil {
+		http.Error(w, "no interaction payload", http.StatusBadRequest)
+		return
+	}
+	if cb.Type != slack.InteractionTypeBlockActions || len(cb.ActionCallback.BlockActions) == 0 {
+		w.WriteHeader(http.StatusOK) // nothing of ours
+		return
+	}
+	// Slack wants an answer within 3 seconds; the work happens after.
+	w.WriteHeader(http.StatusOK)
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		h.press(ctx, &cb)
+	}()
+}
+
+// firstSight remembers a signature for as long as Slack's timestamps are
+// valid; a second sight is a replay.
+func (h *Interactions) firstSight(sig string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := time.Now()
+	for s, t := range h.seen {
+		if now.Sub(t) > 2*h.maxAge {
+			delete(h.seen, s)
+		}
+	}
+	if _, ok := h.seen[sig]; ok {
+		return false
+	}
+	h.seen[sig] = now
+	return true
+}
+
+func (h *Interactions) lock(id string) func() {
+	h.mu.Lock()
+	l, ok := h.locks[id]
+	if !ok {
+		l = &sync.Mutex{}
+		h.locks[id] = l
+	}
+	h.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+// ephemeral answers only the presser.
+func (h *Interactions) ephemeral(ctx context.Context, cb *slack.InteractionCallback, text string) {
+	err := h.notifier.call(ctx, func() error {
+		_, err := h.notifier.api.PostEphemeralContext(ctx, cb.Channel.ID, cb.User.ID, slack.MsgOptionText(text, false))
+		return err
+	})
+	if err != nil {
+		h.log.Warn("answering a button press", "user", cb.User.ID, "err", err)
+	}
+}
+
+func (h *Interactions) press(ctx context.Context, cb *slack.InteractionCallback) {
+	a := cb.ActionCallback.BlockActions[0]
+	id := a.Value
+	unlock := h.lock(id) // a double click waits for the first, then finds it done
+	defer unlock()
+	r, ok := h.engine.Get(id)
+	if !ok {
+		h.ephemeral(ctx, cb, "This reclaim is not known any more.")
+		return
+	}
+	presser := cb.User.ID
+	owner := r.Warning.Refs["slack.owner"]
+	if presser != owner && !slices.Contains(h.admins, presser) {
+		h.log.Warn("refused a button press by someone else", "user", presser, "owner", owner, "reclaim", id, "action", a.ActionID)
+		who := "its owner"
+		if owner != "" {
+			who = fmt.Sprintf("its owner (<@%s>)", owner)
+		}
+		h.ephemeral(ctx, cb, fmt.Sprintf("Only %s or a gpureclaim admin can do this. Nothing was changed.", who))
+		return
+	}
+	by := fmt.Sprintf("<@%s>", presser)
+	now := h.clock()
+	var err error
+	switch a.ActionID {
+	case ActionSnooze1h, ActionSnooze4h, ActionSnooze24h:
+		if r.State != reclaim.Pending {
+			h.ephemeral(ctx, cb, h.already(r))
+			return
+		}
+		until := now.Add(SnoozeFor[a.ActionID])
+		var sid string
+		sid, err = h.silence(ctx, r, cb, now, until, fmt.Sprintf("snoozed from Slack for %s", SnoozeFor[a.ActionID]))
+		if err == nil {
+			_, err = h.engine.Snooze(ctx, id, by, until, sid)
+		}
+	case ActionKeep:
+		if r.State != reclaim.Pending && r.State != reclaim.Snoozed {
+			h.ephemeral(ctx, cb, h.already(r))
+			return
+		}
+		until := now.Add(KeepFor)
+		var sid string
+		sid, err = h.silence(ctx, r, cb, now, until, "kept from Slack until the workload ends")
+		if err == nil {
+			_, err = h.engine.Keep(ctx, id, by, until, sid)
+		}
+	case ActionRelease:
+		if r.State != reclaim.Pending && r.State != reclaim.Snoozed {
+			h.ephemeral(ctx, cb, h.already(r))
+			return
+		}
+		_, err = h.engine.ReleaseNow(ctx, id, by)
+	case ActionRestore:
+		if !r.Restored.IsZero() {
+			h.ephemeral(ctx, cb, "Already restored.")
+			return
+		}
+		_, err = h.engine.Restore(ctx, id, by)
+	default:
+		h.ephemeral(ctx, cb, "Unknown button.")
+		return
+	}
+	if err != nil {
+		h.log.Error("carrying out a button press", "reclaim", id, "action", a.ActionID, "err", err)
+		msg := "That did not work: " + err.Error()
+		if errors.Is(err, reclaim.ErrNotPending) {
+			msg = h.already(r)
+		}
+		h.ephemeral(ctx, cb, msg)
+	}
+}
+
+func (h *Interactions) already(r *reclaim.Reclaim) string {
+	switch r.State {
+	case reclaim.Snoozed:
+		return fmt.Sprintf("Already snoozed by %s until %s.", r.SnoozedBy, date(r.SnoozedUntil))
+	case reclaim.Exempt:
+		return "Already kept: " + r.Reason + "."
+	}
+	return fmt.Sprintf("Nothing to do: the reclaim is %s (%s).", r.State, r.Reason)
+}
+
+// silence mutes this target on the reclaimer's copy of the alert only.
+func (h *Interactions) silence(ctx context.Context, r *reclaim.Reclaim, cb *slack.InteractionCallback, start, end time.Time, what string) (string, error) {
+	name := cb.User.Name
+	if name == "" {
+		name = cb.User.ID
+	}
+	return h.silences.CreateSilence(ctx, alertmanager.Silence{
+		Target:    r.Target,
+		Receiver:  ReclaimerAudience,
+		CreatedBy: fmt.Sprintf("%s (Slack %s)", name, cb.User.ID),
+		Comment:   fmt.Sprintf("gpureclaim: %s; reclaim %s; Slack message %s/%s", what, r.ID, cb.Channel.ID, cb.Message.Timestamp),
+		Start:     start,
+		End:       end,
+	})
+}

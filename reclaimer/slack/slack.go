@@ -1,0 +1,299 @@
+// Package slack tells owners on Slack that their GPU is idle, with
+// snooze, keep and release-now buttons; the messages follow the story
+// (snoozed, kept, reclaimed, cancelled) by updating in place.
+package slack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/slack-go/slack"
+	"golang.org/x/time/rate"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+)
+
+// OwnerLookup finds the contact of a pod's owner (its or its namespace's
+// gpureclaim.io/owner annotation): a Slack user id or an e-mail address.
+type OwnerLookup interface {
+	Owner(ctx context.Context, t reclaim.Target) (string, error)
+}
+
+// Notifier sends the reclaimer's messages to Slack.
+type Notifier struct {
+	cfg        *config.Slack
+	api        *slack.Client
+	owners     OwnerLookup
+	limit      *rate.Limiter
+	clock      func() time.Time
+	log        *slog.Logger
+	pricing    Pricing
+	statusPage string
+	sleep      func(context.Context, time.Duration) error
+}
+
+var _ reclaim.Notifier = (*Notifier)(nil)
+
+// Options configure a Notifier.
+type Options struct {
+	Config     *config.Slack
+	Owners     OwnerLookup // nil: pods have no owner contact
+	Clock      func() time.Time
+	Logger     *slog.Logger
+	Pricing    Pricing
+	StatusPage string
+	HTTP       *http.Client
+}
+
+// New returns a notifier.
+func New(o Options) *Notifier {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	hc := o.HTTP
+	if hc == nil {
+		hc = &http.Client{Timeout: 10 * time.Second}
+	}
+	per := time.Minute / time.Duration(o.Config.MaxRequestsPerMinute)
+	return &Notifier{
+		cfg:        o.Config,
+		api:        slack.New(o.Config.Token, slack.OptionAPIURL(strings.TrimRight(o.Config.APIURL, "/")+"/"), slack.OptionHTTPClient(hc)),
+		owners:     o.Owners,
+		limit:      rate.NewLimiter(rate.Every(per), 5),
+		clock:      o.Clock,
+		log:        o.Logger,
+		pricing:    o.Pricing,
+		statusPage: o.StatusPage,
+		sleep: func(ctx context.Context, d time.Duration) error {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-t.C:
+				return nil
+			}
+		},
+	}
+}
+
+func (n *Notifier) Name() string   { return "slack" }
+func (n *Notifier) Blocking() bool { return n.cfg.MustDeliver() }
+
+// call runs one Web API call inside the rate limiter, retrying a 429 after
+// its Retry-After and a 5xx or a network error with backoff.
+func (n *Notifier) call(ctx context.Context, f func() error) error {
+	var err error
+	for attempt := 0; attempt < 4; attempt++ {
+		if err := n.limit.Wait(ctx); err != nil {
+			return err
+		}
+		err = f()
+		var rl *slack.RateLimitedError
+		var sc slack.StatusCodeError
+		var wait time.Duration
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &rl):
+			wait = min(max(rl.RetryAfter, time.Second), 30*time.Second)
+		case errors.As(err, &sc) && sc.Code >= 500:
+			wait = time.Duration(250<<attempt) * time.Millisecond
+		case isNetwork(err):
+			wait = time.Duration(250<<attempt) * time.Millisecond
+		default:
+			return err // a 4xx or a Slack error: a retry would not help
+		}
+		if attempt == 3 {
+			break
+		}
+		if err := n.sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
+	return err
+}
+
+func isNetwork(err error) bool {
+	var ne interface{ Timeout() bool }
+	return errors.As(err, &ne)
+}
+
+var (
+	slackUserID = regexp.MustCompile(`^[UW][A-Z0-9]{2,}$`)
+	emailAddr   = regexp.MustCompile(`^[^@\s]+@[^@\s]+\.[^@\s]+$`)
+)
+
+// owner resolves the target's owner to a Slack user id; "" when unknown.
+func (n *Notifier) owner(ctx context.Context, t reclaim.Target) (string, error) {
+	var contact string
+	switch {
+	case t.Pod != "" && n.owners != nil:
+		c, err := n.owners.Owner(ctx, t)
+		if err != nil {
+			return "", fmt.Errorf("looking up the owner of %s: %w", t.Owner(), err)
+		}
+		contact = c
+	case t.Pod == "" && t.User != "":
+		contact = n.cfg.Users[t.User]
+		if contact == "" && n.cfg.EmailDomain != "" {
+			contact = t.User + "@" + n.cfg.EmailDomain
+		}
+	}
+	contact = strings.TrimSpace(contact)
+	switch {
+	case slackUserID.MatchString(contact):
+		return contact, nil
+	case emailAddr.MatchString(contact):
+		var u *slack.User
+		err := n.call(ctx, func() (err error) { u, err = n.api.GetUserByEmailContext(ctx, contact); return err })
+		if err != nil {
+			if strings.Contains(err.Error(), "users_not_found") {
+				n.log.Info("no Slack user for the owner's e-mail", "email", contact, "owner", t.Owner())
+				return "", nil
+			}
+			return "", fmt.Errorf("looking up %s on Slack: %w", contact, err)
+		}
+		return u.ID, nil
+	}
+	return "", nil
+}
+
+// post sends blocks to a channel (or a user's DM) and returns the channel
+// and the message's ts.
+func (n *Notifier) post(ctx context.Context, channel string, blocks []slack.Block, text string) (string, string, error) {
+	var ch, ts string
+	err := n.call(ctx, func() (err error) {
+		ch, ts, err = n.api.PostMessageContext(ctx, channel, slack.MsgOptionBlocks(blocks...), slack.MsgOptionText(text, false))
+		return err
+	})
+	return ch, ts, err
+}
+
+func (n *Notifier) dm(ctx context.Context, user string) (string, error) {
+	var ch *slack.Channel
+	err := n.call(ctx, func() (err error) {
+		ch, _, _, err = n.api.OpenConversationContext(ctx, &slack.OpenConversationParameters{Users: []string{user}})
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("opening a DM with %s: %w", user, err)
+	}
+	return ch.ID, nil
+}
+
+// Send delivers a message: a warning or notice is posted to the owner (DM)
+// and the namespace's channel, or the default channel when neither is
+// known; later kinds update those messages in place.
+func (n *Notifier) Send(ctx context.Context, m reclaim.Message, prev map[string]string) (map[string]string, []string, error) {
+	now := n.clock()
+	r := m.Reclaim
+	if m.Kind == reclaim.MsgAdmin || r == nil {
+		return n.admin(ctx, m)
+	}
+	switch m.Kind {
+	case reclaim.MsgWarning, reclaim.MsgNotice:
+		blocks := Warning(r, now, n.pricing, n.statusPage)
+		if m.Kind == reclaim.MsgNotice {
+			blocks = Notice(r, now, n.pricing, n.statusPage)
+		}
+		return n.deliver(ctx, r, blocks, m.Text)
+	}
+	blocks := Outcome(m.Kind, r, m.By, now, n.pricing, n.statusPage)
+	var updated []string
+	var errs []error
+	for k, ts := range prev {
+		ch, ok := strings.CutPrefix(k, "msg.")
+		if !ok {
+			continue
+		}
+		err := n.call(ctx, func() error {
+			_, _, _, err := n.api.UpdateMessageContext(ctx, ch, ts, slack.MsgOptionBlocks(blocks...), slack.MsgOptionText(m.Text, false))
+			return err
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("updating %s/%s: %w", ch, ts, err))
+			continue
+		}
+		updated = append(updated, ch)
+	}
+	if len(updated) == 0 && len(errs) == 0 {
+		// Nothing to update (the warning went elsewhere): say it anew.
+		return n.deliver(ctx, r, blocks, m.Text)
+	}
+	if m.Kind == reclaim.MsgFailed {
+		_, _, _ = n.admin(ctx, m)
+	}
+	return nil, updated, errors.Join(errs...)
+}
+
+// deliver posts to the owner and the namespace channel; if neither exists,
+// to the default channel. It fails only if nothing was delivered.
+func (n *Notifier) deliver(ctx context.Context, r *reclaim.Reclaim, blocks []slack.Block, text string) (map[string]string, []string, error) {
+	refs := map[string]string{}
+	var where []string
+	var errs []error
+	owner, err := n.owner(ctx, r.Target)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if owner != "" {
+		refs["owner"] = owner
+		if ch, err := n.dm(ctx, owner); err != nil {
+			errs = append(errs, err)
+		} else if ch, ts, err := n.post(ctx, ch, blocks, text); err != nil {
+			errs = append(errs, fmt.Errorf("posting to %s: %w", owner, err))
+		} else {
+			refs["msg."+ch] = ts
+			where = append(where, "slack DM "+owner)
+		}
+	}
+	channels := []string{}
+	if ch := n.cfg.NamespaceChannels[r.Target.Namespace]; ch != "" {
+		channels = append(channels, ch)
+	}
+	if owner == "" && len(channels) == 0 && n.cfg.DefaultChannel != "" {
+		channels = append(channels, n.cfg.DefaultChannel)
+	}
+	for _, c := range channels {
+		ch, ts, err := n.post(ctx, c, blocks, text)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("posting to %s: %w", c, err))
+			continue
+		}
+		refs["msg."+ch] = ts
+		where = append(where, "slack "+c)
+	}
+	if len(where) == 0 {
+		if len(errs) == 0 {
+			errs = append(errs, fmt.Errorf("no Slack user or channel for %s: set a gpureclaim.io/owner annotation, a users entry or a default channel", r.Target.Owner()))
+		}
+		return nil, nil, errors.Join(errs...)
+	}
+	for _, err := range errs {
+		n.log.Warn("part of a Slack delivery failed", "reclaim", r.ID, "err", err)
+	}
+	return refs, where, nil
+}
+
+func (n *Notifier) admin(ctx context.Context, m reclaim.Message) (map[string]string, []string, error) {
+	ch := n.cfg.AdminChannel
+	if ch == "" {
+		ch = n.cfg.DefaultChannel
+	}
+	if ch == "" {
+		return nil, []string{"none"}, nil // the log notifier has it
+	}
+	_, _, err := n.post(ctx, ch, []slack.Block{slack.NewSectionBlock(mrkdwn(":rotating_light: "+m.Text), nil, nil)}, m.Text)
+	if err != nil {
+		return nil, nil, err
+	}
+	return nil, []string{"slack " + ch}, nil
+}

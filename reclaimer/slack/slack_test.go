@@ -1,0 +1,492 @@
+package slack_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/alertmanager/template"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/model"
+	goslack "github.com/slack-go/slack"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpureclaim/gpureclaim/internal/amtest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/alertmanager"
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+	. "github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
+	rslack "github.com/gpureclaim/gpureclaim/reclaimer/slack"
+	"github.com/gpureclaim/gpureclaim/reclaimer/store"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+const secret = "t0ken" // reclaimtest.Config's secret file, used as the signing secret
+
+// owners answers the pod-annotation lookups.
+type owners map[string]string
+
+func (o owners) Owner(_ context.Context, t reclaim.Target) (string, error) { return o[t.Owner()], nil }
+
+type env struct {
+	t        *testing.T
+	base     time.Time
+	slack    *fakeSlack
+	cfg      *config.Config
+	clock    *Clock
+	actor    *Actor
+	notifier *rslack.Notifier
+	inter    *rslack.Interactions
+	eng      *reclaim.Engine
+	srv      *httptest.Server
+	am       *amtest.Alertmanager
+	amc      *alertmanager.Client
+}
+
+// newEnv runs an engine with the Slack notifier on a fake Slack. With a
+// real Alertmanager the silences are real; otherwise checks use checker.
+func newEnv(t *testing.T, slackYAML string, own owners, withAM bool, checker reclaim.AlertChecker) *env {
+	e := &env{t: t, slack: newFakeSlack(t), clock: NewClock(), actor: &Actor{}, base: T0}
+	amURL := "http://127.0.0.1:1"
+	if withAM {
+		e.am = amtest.Start(t, amtest.Config("http://127.0.0.1:1/unused", "x", time.Hour))
+		amURL = e.am.URL
+	}
+	e.cfg = Config(t, fmt.Sprintf(`alertmanager: {url: %q}
+status_page_url: https://reclaimer.example.com
+notifiers:
+  - type: slack
+    slack:
+      token_file: token
+      signing_secret_file: token
+      api_url: %q
+      admins: [U0ADMIN]
+      max_requests_per_minute: 60000
+%s`, amURL, e.slack.GetAPIURL(), indent(slackYAML)))
+	sc := e.cfg.Notifiers[0].Slack
+	e.notifier = rslack.New(rslack.Options{Config: sc, Owners: own, Clock: e.clock.Now, Pricing: rslack.Pricing{PerGPUHour: 2.5, Currency: "USD"}, StatusPage: e.cfg.StatusPageURL})
+	rslack.SetSleep(e.notifier, func(context.Context, time.Duration) error { return nil })
+	var err error
+	e.amc, err = alertmanager.New(e.cfg.Alertmanager)
+	require.NoError(t, err)
+	if checker == nil {
+		checker = e.amc
+	}
+	st, err := store.Open(filepath.Join(t.TempDir(), "s.db"), time.Second)
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	e.eng, err = reclaim.New(reclaim.Options{Config: e.cfg, Store: st, Checker: checker, Actor: e.actor,
+		Notifiers: []reclaim.Notifier{e.notifier}, Clock: e.clock.Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
+	require.NoError(t, err)
+	e.inter = rslack.NewInteractions(e.notifier, e.eng, e.amc)
+	e.srv = httptest.NewServer(e.inter)
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+func indent(s string) string {
+	var out []string
+	for _, l := range strings.Split(strings.TrimSpace(s), "\n") {
+		if l != "" {
+			out = append(out, "      "+l)
+		}
+	}
+	return strings.Join(out, "\n") + "\n"
+}
+
+func (e *env) at(d time.Duration) {
+	e.clock.Set(e.base.Add(d))
+	e.eng.Step(context.Background())
+}
+
+func (e *env) ingest(a ...template.Alert) {
+	_, err := e.eng.Ingest(a)
+	require.NoError(e.t, err)
+}
+
+func (e *env) only() *reclaim.Reclaim {
+	rs := e.eng.List()
+	require.Len(e.t, rs, 1)
+	return rs[0]
+}
+
+// press sends a signed button press, as Slack does.
+func (e *env) press(user, action, id string) int {
+	return e.pressSigned(user, action, id, time.Now(), secret)
+}
+
+func (e *env) pressSigned(user, action, id string, at time.Time, key string) int {
+	code, _ := e.pressRaw(payload(user, action, id), at, key, "")
+	return code
+}
+
+func payload(user, action, id string) string {
+	p, _ := json.Marshal(map[string]any{
+		"type":    "block_actions",
+		"user":    map[string]string{"id": user, "name": strings.ToLower(strings.TrimPrefix(user, "U0"))},
+		"channel": map[string]string{"id": "D" + strings.TrimPrefix(user, "U")},
+		"message": map[string]string{"ts": "1772445600.000001"},
+		"actions": []map[string]string{{"action_id": action, "block_id": "gpureclaim", "value": id, "type": "button",
+			"action_ts": fmt.Sprintf("%d.%06d", time.Now().Unix(), time.Now().Nanosecond()/1000)}}, // every press is its own request
+	})
+	return "payload=" + url.QueryEscape(string(p))
+}
+
+func (e *env) pressRaw(body string, at time.Time, key, reuseSig string) (int, string) {
+	ts := fmt.Sprint(at.Unix())
+	mac := hmac.New(sha256.New, []byte(key))
+	mac.Write([]byte("v0:" + ts + ":" + body))
+	sig := "v0=" + hex.EncodeToString(mac.Sum(nil))
+	if reuseSig != "" {
+		sig = reuseSig
+	}
+	req, _ := http.NewRequest(http.MethodPost, e.srv.URL, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("X-Slack-Request-Timestamp", ts)
+	req.Header.Set("X-Slack-Signature", sig)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(e.t, err)
+	resp.Body.Close()
+	e.inter.Wait()
+	return resp.StatusCode, sig
+}
+
+func golden(t *testing.T, name string, blocks []goslack.Block) {
+	got, err := json.MarshalIndent(goslack.Blocks{BlockSet: blocks}, "", "  ")
+	require.NoError(t, err)
+	path := filepath.Join("testdata", name)
+	if *update {
+		require.NoError(t, os.WriteFile(path, append(got, '\n'), 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.JSONEq(t, string(want), string(got), "run go test ./reclaimer/slack -update and review the diff")
+}
+
+func sample() *reclaim.Reclaim {
+	return &reclaim.Reclaim{
+		ID: "5e8f0a8f0c0b2a11-1772445600", Policy: "idle", Action: "evict",
+		StartsAt: T0, ActAt: T0.Add(5 * time.Minute),
+		Annotations: map[string]string{"idle_for": "10m", "dashboard_url": "http://grafana.example.com/d/gpureclaim-node/gpureclaim-node-and-gpu?var-node=gpu-node-1&var-uuid=GPU-7495",
+			"description": "The GPU GPU-7495 on gpu-node-1 held by pod serving/chat-api-x2x7p averaged 8% sm_active over 30m while holding 92.5% of its memory."},
+		Target: reclaim.Target{Alertname: "GPUIdle", UUID: "GPU-7495", Node: "gpu-node-1", Kind: "gpu", Namespace: "data-science", Pod: "notebook-carol"},
+	}
+}
+
+func TestMessagesGolden(t *testing.T) {
+	p := rslack.Pricing{PerGPUHour: 2.5, Currency: "USD"}
+	page := "https://reclaimer.example.com"
+	r := sample()
+	golden(t, "warning.json", rslack.Warning(r, T0, p, page))
+
+	mig := sample()
+	mig.Target.Kind, mig.Target.MIGProfile, mig.Target.UUID, mig.Action = "mig", "1g.10gb", "MIG-1e50", "kill"
+	mig.Target.Pod, mig.Target.Namespace, mig.Target.User, mig.Target.SlurmJob = "", "", "bob", "4242"
+	golden(t, "warning-mig-slurm.json", rslack.Warning(mig, T0, p, page))
+
+	wasted := sample()
+	wasted.Target.Alertname = "GPUWasted"
+	golden(t, "notice.json", rslack.Notice(wasted, T0, p, page))
+
+	snoozed := sample()
+	snoozed.SnoozedUntil = T0.Add(time.Hour)
+	golden(t, "snoozed.json", rslack.Outcome(reclaim.MsgSnoozed, snoozed, "<@U0CAROL>", T0, p, page))
+
+	scaled := sample()
+	scaled.Action, scaled.ActedAt, scaled.Detail = "scale_down", T0.Add(5*time.Minute), "Deployment serving/chat-api scaled from 3 to 0 replicas"
+	scaled.Workload = &reclaim.Workload{Kind: "Deployment", Namespace: "serving", Name: "chat-api", PreviousReplicas: 3}
+	golden(t, "reclaimed-scale-down.json", rslack.Outcome(reclaim.MsgReclaimed, scaled, "", T0.Add(5*time.Minute), p, page))
+
+	cancelled := sample()
+	cancelled.Reason = "the alert no longer fires: the GPU is busy again or was released"
+	golden(t, "cancelled.json", rslack.Outcome(reclaim.MsgCancelled, cancelled, "", T0.Add(3*time.Minute), p, page))
+}
+
+func TestRouting(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		slack    string
+		owners   owners
+		emails   map[string]string
+		alert    template.Alert
+		channels []string // where the warning was posted
+		err      string
+	}{
+		{name: "pod owner by Slack id: a DM", owners: owners{"ml/nb-0": "U0CAROL"}, alert: IdlePod("firing", T0, "ml", "nb-0"), channels: []string{"D0CAROL"}},
+		{name: "pod owner by e-mail: looked up, a DM", owners: owners{"ml/nb-0": "carol@example.com"}, emails: map[string]string{"carol@example.com": "U0CAROL"},
+			alert: IdlePod("firing", T0, "ml", "nb-0"), channels: []string{"D0CAROL"}},
+		{name: "owner and namespace channel", slack: "namespace_channels: {ml: \"#ml-gpus\"}", owners: owners{"ml/nb-0": "U0CAROL"},
+			alert: IdlePod("firing", T0, "ml", "nb-0"), channels: []string{"D0CAROL", "#ml-gpus"}},
+		{name: "unknown e-mail: the namespace channel", slack: "namespace_channels: {ml: \"#ml-gpus\"}", owners: owners{"ml/nb-0": "ghost@example.com"},
+			alert: IdlePod("firing", T0, "ml", "nb-0"), channels: []string{"#ml-gpus"}},
+		{name: "no owner: the default channel", slack: "default_channel: \"#gpu-reclaim\"", alert: IdlePod("firing", T0, "ml", "nb-0"), channels: []string{"#gpu-reclaim"}},
+		{name: "bare-metal user by map", slack: "users: {bob: U0BOB}", alert: IdleProcess("firing", T0, "bob"), channels: []string{"D0BOB"}},
+		{name: "bare-metal user by e-mail domain", slack: "email_domain: example.com", emails: map[string]string{"bob@example.com": "U0BOB"},
+			alert: IdleProcess("firing", T0, "bob"), channels: []string{"D0BOB"}},
+		{name: "nobody to tell", alert: IdlePod("firing", T0, "ml", "nb-0"), err: "no Slack user or channel for ml/nb-0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, tc.slack, tc.owners, false, &Checker{})
+			for k, v := range tc.emails {
+				e.slack.emails[k] = v
+			}
+			e.ingest(tc.alert)
+			e.at(0)
+			var got []string
+			for _, p := range e.slack.Posts() {
+				got = append(got, p.Channel)
+			}
+			require.ElementsMatch(t, tc.channels, got)
+			r := e.only()
+			if tc.err != "" {
+				require.False(t, r.Warning.Sent)
+				require.Contains(t, r.Warning.Error, tc.err)
+				e.at(10 * time.Minute)
+				require.Zero(t, e.actor.Count(), "nothing is reclaimed before the owner is told")
+				return
+			}
+			require.True(t, r.Warning.Sent)
+		})
+	}
+}
+
+func silences(t *testing.T, am *amtest.Alertmanager) []map[string]any {
+	resp, err := http.Get(am.URL + "/api/v2/silences")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out []map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	return out
+}
+
+// matchers of a silence, as name=value.
+func matchers(s map[string]any) []string {
+	var out []string
+	for _, m := range s["matchers"].([]any) {
+		m := m.(map[string]any)
+		require.Equal(nil, false, m["isRegex"])
+		out = append(out, fmt.Sprintf("%s=%s", m["name"], m["value"]))
+	}
+	return out
+}
+
+func TestButtonsAgainstARealAlertmanager(t *testing.T) {
+	e := newEnv(t, "", owners{"ml/nb-0": "U0CAROL", "ml/nb-1": "U0CAROL", "ml/nb-2": "U0CAROL"}, true, nil)
+	// Silences live in Alertmanager's time: run on the wall clock.
+	e.base = time.Now().Truncate(time.Second)
+	e.clock.Set(e.base)
+	alert := func(pod string) template.Alert {
+		a := IdlePod("firing", T0, "ml", pod, "audience", "reclaimer")
+		a.Fingerprint = model.Fingerprint(model.LabelsToSignature(a.Labels)).String()
+		a.StartsAt = time.Now().Add(-15 * time.Minute).Truncate(time.Second).UTC()
+		e.am.Push(t, amtest.Alert{Labels: a.Labels, StartsAt: a.StartsAt})
+		return a
+	}
+	e.ingest(alert("nb-0"), alert("nb-1"), alert("nb-2"))
+	e.at(0)
+	ids := map[string]string{}
+	for _, r := range e.eng.List() {
+		ids[r.Target.Pod] = r.ID
+		require.True(t, r.Warning.Sent)
+		require.Equal(t, "U0CAROL", r.Warning.Refs["slack.owner"])
+	}
+
+	t.Run("someone else's click is refused and changes nothing", func(t *testing.T) {
+		require.Equal(t, http.StatusOK, e.press("U0MALLORY", rslack.ActionSnooze1h, ids["nb-0"]))
+		eph := e.slack.Ephemerals()
+		require.Len(t, eph, 1)
+		require.Equal(t, "U0MALLORY", eph[0].User)
+		require.Contains(t, eph[0].Text, "Only its owner (<@U0CAROL>) or a gpureclaim admin can do this")
+		require.Empty(t, silences(t, e.am))
+	})
+
+	t.Run("snooze: a silence on this target, on the reclaimer's copy, for an hour", func(t *testing.T) {
+		before := time.Now()
+		require.Equal(t, http.StatusOK, e.press("U0CAROL", rslack.ActionSnooze1h, ids["nb-0"]))
+		ss := silences(t, e.am)
+		require.Len(t, ss, 1)
+		require.ElementsMatch(t, []string{"alertname=GPUIdle", "uuid=GPU-nb-0", "namespace=ml", "pod=nb-0", "audience=reclaimer"}, matchers(ss[0]))
+		require.Equal(t, "carol (Slack U0CAROL)", ss[0]["createdBy"])
+		require.Contains(t, ss[0]["comment"], "snoozed from Slack for 1h0m0s")
+		end, err := time.Parse(time.RFC3339, ss[0]["endsAt"].(string))
+		require.NoError(t, err)
+		require.WithinDuration(t, before.Add(time.Hour), end, 5*time.Second)
+
+		r, _ := e.eng.Get(ids["nb-0"])
+		require.Equal(t, reclaim.Snoozed, r.State)
+		require.Equal(t, "<@U0CAROL>", r.SnoozedBy)
+		ups := e.slack.Updates()
+		require.Len(t, ups, 1)
+		require.Equal(t, "D0CAROL", ups[0].Channel)
+		require.Equal(t, "Snoozed", headers(ups[0]))
+
+		// A double click: no second silence, an answer instead.
+		require.Equal(t, http.StatusOK, e.press("U0CAROL", rslack.ActionSnooze1h, ids["nb-0"]))
+		require.Len(t, silences(t, e.am), 1)
+		require.Contains(t, e.slack.Ephemerals()[1].Text, "Already snoozed by <@U0CAROL>")
+	})
+
+	t.Run("keep: a silence until the workload ends", func(t *testing.T) {
+		require.Equal(t, http.StatusOK, e.press("U0CAROL", rslack.ActionKeep, ids["nb-1"]))
+		r, _ := e.eng.Get(ids["nb-1"])
+		require.Equal(t, reclaim.Exempt, r.State)
+		require.Equal(t, "kept by <@U0CAROL>", r.Reason)
+		var keep map[string]any
+		for _, s := range silences(t, e.am) {
+			if strings.Contains(s["comment"].(string), "kept") {
+				keep = s
+			}
+		}
+		require.NotNil(t, keep)
+		require.Contains(t, matchers(keep), "pod=nb-1", "it matches the pod: a new pod of the workload is not kept")
+		end, _ := time.Parse(time.RFC3339, keep["endsAt"].(string))
+		require.WithinDuration(t, time.Now().Add(rslack.KeepFor), end, time.Minute)
+		require.Equal(t, "Kept", headers(e.slack.Updates()[len(e.slack.Updates())-1]))
+	})
+
+	t.Run("release now acts at once", func(t *testing.T) {
+		require.Equal(t, http.StatusOK, e.press("U0ADMIN", rslack.ActionRelease, ids["nb-2"]))
+		e.at(time.Second)
+		require.Equal(t, []string{"evict ml/nb-2"}, e.actor.Calls, "before the grace ends; an admin may release too")
+		e.at(2 * time.Second)
+		r, _ := e.eng.Get(ids["nb-2"])
+		require.Equal(t, reclaim.Done, r.State)
+		var story []string
+		for _, u := range e.slack.Updates() {
+			if u.Text != "" && strings.Contains(u.Text, "nb-2") || strings.Contains(string(u.Blocks), "nb-2") {
+				story = append(story, headers(u))
+			}
+		}
+		require.Equal(t, []string{"Released", "Reclaimed"}, story)
+	})
+
+	t.Run("the grace passes: the snoozed and the kept are spared", func(t *testing.T) {
+		e.at(10 * time.Minute)
+		require.Equal(t, []string{"evict ml/nb-2"}, e.actor.Calls)
+	})
+}
+
+func TestSignatures(t *testing.T) {
+	e := newEnv(t, "", owners{"ml/nb-0": "U0CAROL"}, false, &Checker{})
+	e.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	e.at(0)
+	id := e.only().ID
+	body := payload("U0CAROL", rslack.ActionSnooze1h, "not-a-reclaim")
+
+	code, sig := e.pressRaw(body, time.Now(), secret, "")
+	require.Equal(t, http.StatusOK, code, "valid")
+	code, _ = e.pressRaw(body, time.Now(), secret, sig)
+	require.Equal(t, http.StatusUnauthorized, code, "replayed")
+	require.Equal(t, http.StatusUnauthorized, e.pressSigned("U0CAROL", rslack.ActionSnooze1h, id, time.Now(), "guessed-secret"), "forged")
+	require.Equal(t, http.StatusUnauthorized, e.pressSigned("U0CAROL", rslack.ActionSnooze1h, id, time.Now().Add(-10*time.Minute), secret), "stale")
+	require.Equal(t, reclaim.Pending, e.only().State, "no refused request changed anything")
+
+	resp, err := http.Post(e.srv.URL, "application/x-www-form-urlencoded", bytes.NewReader([]byte(body)))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "unsigned")
+}
+
+func TestSlackFailures(t *testing.T) {
+	t.Run("500, then delivered", func(t *testing.T) {
+		e := newEnv(t, "", owners{"ml/nb-0": "U0CAROL"}, false, &Checker{})
+		e.slack.failures = []int{500, 502}
+		var waits []time.Duration
+		rslack.SetSleep(e.notifier, func(_ context.Context, d time.Duration) error { waits = append(waits, d); return nil })
+		e.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+		e.at(0)
+		require.True(t, e.only().Warning.Sent)
+		require.Equal(t, 3, e.slack.Calls("chat.postMessage"))
+		require.Equal(t, []time.Duration{250 * time.Millisecond, 500 * time.Millisecond}, waits, "backoff")
+	})
+	t.Run("429 honours Retry-After", func(t *testing.T) {
+		e := newEnv(t, "", owners{"ml/nb-0": "U0CAROL"}, false, &Checker{})
+		e.slack.failures, e.slack.retryAfter = []int{429}, "7"
+		var waits []time.Duration
+		rslack.SetSleep(e.notifier, func(_ context.Context, d time.Duration) error { waits = append(waits, d); return nil })
+		e.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+		e.at(0)
+		require.True(t, e.only().Warning.Sent)
+		require.Equal(t, []time.Duration{7 * time.Second}, waits)
+	})
+	t.Run("down for good: the reclaim waits and the admins hear of it", func(t *testing.T) {
+		e := newEnv(t, "admin_channel: C0ADMIN", owners{"ml/nb-0": "U0CAROL"}, false, &Checker{})
+		e.slack.dmsDown = true
+		e.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+		for m := 0; m <= 20; m++ {
+			e.at(time.Duration(m) * time.Minute)
+		}
+		require.Zero(t, e.actor.Count())
+		r := e.only()
+		require.False(t, r.Warning.Sent)
+		require.Contains(t, r.Reason, "the owner's warning is not delivered yet")
+		var admin []string
+		for _, p := range e.slack.Posts() {
+			if p.Channel == "C0ADMIN" {
+				admin = append(admin, p.Text)
+			}
+		}
+		require.Len(t, admin, 1)
+		require.Contains(t, admin[0], "cannot be delivered")
+	})
+}
+
+func TestRateLimiterFollowsTheConfig(t *testing.T) {
+	e := newEnv(t, "", nil, false, &Checker{})
+	sc := *e.cfg.Notifiers[0].Slack
+	sc.MaxRequestsPerMinute = 50
+	n := rslack.New(rslack.Options{Config: &sc, Clock: time.Now})
+	every, burst := rslack.Limits(n)
+	require.Equal(t, 1200*time.Millisecond, every, "Slack's tier 3: 50 a minute")
+	require.Equal(t, 5, burst)
+}
+
+// warned → snoozed → the silence expires → warned again → reclaimed, with the
+// message updated at every step, on a fake clock.
+func TestFullCycle(t *testing.T) {
+	checker := &Checker{}
+	e := newEnv(t, "", owners{"ml/nb-0": "U0CAROL"}, false, checker)
+	e.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	e.at(0)
+	require.Len(t, e.slack.Posts(), 1)
+	id := e.only().ID
+
+	// The button path needs a silence; the checker stands in for Alertmanager.
+	_, err := e.eng.Snooze(context.Background(), id, "<@U0CAROL>", T0.Add(time.Hour), "sil-1")
+	require.NoError(t, err)
+	checker.Set(reclaim.AlertSilenced, "carol until +1h", T0.Add(time.Hour))
+	e.at(30 * time.Minute)
+	require.Zero(t, e.actor.Count())
+
+	checker.Set(reclaim.AlertActive, "", time.Time{})
+	e.at(time.Hour)
+	e.at(time.Hour + time.Second)
+	require.Len(t, e.slack.Posts(), 2, "warned again")
+	e.at(time.Hour + 5*time.Minute)
+	e.at(time.Hour + 5*time.Minute + time.Second)
+	require.Equal(t, 1, e.actor.Count())
+
+	var story []string
+	for _, p := range e.slack.Posts() {
+		story = append(story, "post: "+headers(p))
+	}
+	for _, u := range e.slack.Updates() {
+		story = append(story, "update: "+headers(u))
+	}
+	require.Equal(t, []string{"post: Idle GPU: it will be reclaimed", "post: Idle GPU: it will be reclaimed", "update: Snoozed", "update: Reclaimed"}, story)
+	require.Equal(t, reclaim.Done, e.only().State)
+}
