@@ -28,8 +28,12 @@ func date(t time.Time) string {
 	return fmt.Sprintf("<!date^%d^{date_short_pretty} at {time}|%s>", t.Unix(), t.UTC().Format("2006-01-02 15:04 UTC"))
 }
 
-func mrkdwn(s string) *slack.TextBlockObject { return slack.NewTextBlockObject(slack.MarkdownType, s, false, false) }
-func plain(s string) *slack.TextBlockObject  { return slack.NewTextBlockObject(slack.PlainTextType, s, true, false) }
+func mrkdwn(s string) *slack.TextBlockObject {
+	return slack.NewTextBlockObject(slack.MarkdownType, s, false, false)
+}
+func plain(s string) *slack.TextBlockObject {
+	return slack.NewTextBlockObject(slack.PlainTextType, s, true, false)
+}
 
 // Pricing turns GPU time into money for the message.
 type Pricing struct {
