@@ -21,9 +21,9 @@ LDFLAGS  := -X github.com/prometheus/common/version.Version=$(VERSION) \
             -X github.com/prometheus/common/version.Branch=main
 
 KUBE_BINS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl
-TOOLS := $(BIN)/promtool $(BIN)/prometheus $(BIN)/alertmanager $(BIN)/etcd $(KUBE_BINS) $(BIN)/kwok
+TOOLS := $(BIN)/promtool $(BIN)/prometheus $(BIN)/alertmanager $(BIN)/etcd $(KUBE_BINS) $(BIN)/kwok $(BIN)/kwok-stages.yaml
 
-.PHONY: all build run test bench lint tools rules dashboards clean device-check
+.PHONY: all build run demo test bench lint tools rules dashboards clean device-check
 
 all: build
 
@@ -31,15 +31,20 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/gpureclaim-exporter ./exporter
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/gpureclaim-reclaimer ./reclaimer
 
-## run: the exporter on the node's GPUs, or on the simulated demo node when there are none.
+## run: on a GPU node, the exporter on its GPUs; elsewhere the whole system on a simulated node.
 run: build
 	@if [ -e /dev/nvidiactl ] && command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then \
-		echo "NVIDIA GPUs found: exporting them on :9847/metrics"; \
+		echo "NVIDIA GPUs found: exporting them on :9847/metrics (make demo runs the simulated system)"; \
 		exec $(BIN)/gpureclaim-exporter; \
 	else \
-		echo "No NVIDIA GPU here: running the simulated demo node on :9847/metrics"; \
-		exec $(BIN)/gpureclaim-exporter --simulate=demo --simulate.speed=60 --sample.interval=1s; \
+		$(MAKE) --no-print-directory demo; \
 	fi
+
+## demo: the whole system on loopback on a simulated 8-GPU node, with a real
+## Prometheus, Alertmanager and Kubernetes control plane (built the first time).
+demo: build tools
+	@$(GO) build -o $(BIN)/gpureclaim-demo ./hack/demo
+	@exec $(BIN)/gpureclaim-demo
 
 ## test: vet, then every test with the pinned tools required.
 test: tools lint
@@ -100,6 +105,14 @@ $(KUBE_BINS) &: hack/tools/kube/go.mod hack/tools/kube/go.sum
 $(BIN)/kwok:
 	@mkdir -p $(BIN)
 	GOBIN=$(BIN) $(GO) install sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
+
+# kwok's stages for fake nodes that come up at once and pods that run.
+$(BIN)/kwok-stages.yaml:
+	@mkdir -p $(BIN)
+	dir=$$($(GO) mod download -json sigs.k8s.io/kwok@$(KWOK_VERSION) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'); \
+	for f in node/fast/node-initialize node/heartbeat/node-heartbeat pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do \
+		cat "$$dir/kustomize/stage/$$f.yaml"; echo "---"; \
+	done > $@.tmp && mv $@.tmp $@
 
 ## device-check: on a machine with a real GPU, run the exporter while a matmul loads the GPU.
 device-check:

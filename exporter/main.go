@@ -43,6 +43,7 @@ type options struct {
 	listen, metricsPath, webConfig string
 	interval                       time.Duration
 	simulate, simulateDir          string
+	simulateKubeconfig             string
 	simulateSpeed                  float64
 	node                           string
 	procfs, passwd                 string
@@ -66,6 +67,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.interval, "sample.interval", 5*time.Second, "How often to read NVML. Scrapes are served from the last sample.")
 	fs.StringVar(&o.simulate, "simulate", "", "Run on simulated GPUs: a built-in scenario name ("+fmt.Sprint(nvmlsim.Builtin())+") or a scenario file.")
 	fs.Float64Var(&o.simulateSpeed, "simulate.speed", 0, "Run the scenario this many times faster than the wall clock (default: the scenario's speed).")
+	fs.StringVar(&o.simulateKubeconfig, "simulate.kubeconfig", "", "Follow the simulated node's pods in this cluster: a pod deleted there (evicted, scaled down) leaves its simulated GPU.")
 	fs.StringVar(&o.simulateDir, "simulate.dir", "", "Where the simulated node writes its /proc tree and kubelet socket (default: a temporary folder).")
 	fs.StringVar(&o.node, "node-name", os.Getenv("NODE_NAME"), "Node name to report (default: $NODE_NAME, else the host name; the scenario's node when simulating).")
 	fs.StringVar(&o.procfs, "path.procfs", "/proc", "The /proc to read process owners from (the host's, from a container).")
@@ -261,6 +263,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	smp := sampler.New(scfg)
 	go smp.Run(ctx, o.interval)
+	if n.sim != nil && o.simulateKubeconfig != "" {
+		w, err := newPodWatch(o.simulateKubeconfig, n.sim, n.name, logger)
+		if err != nil {
+			fmt.Fprintln(stderr, "gpureclaim-exporter: --simulate.kubeconfig:", err)
+			return 1
+		}
+		go w.run(ctx, o.interval)
+	}
 
 	g, live, err := gatherer(smp, time.Now)
 	if err != nil {

@@ -215,6 +215,13 @@ const (
 	whatUnit       = `{{ if eq $labels.kind "mig" }}MIG {{ $labels.mig_profile }} instance{{ else }}GPU{{ end }} {{ $labels.uuid }} on {{ $labels.node }}`
 )
 
+// with adds an annotation: idle_for tells the reclaimer how long the unit
+// had been idle when the alert started (the lookback).
+func with(a map[string]string, k, v string) map[string]string {
+	a[k] = v
+	return a
+}
+
 // suggest adds the action label: evict a pod, kill a bare-metal process.
 func suggest(expr string) string {
 	return fmt.Sprintf(`label_replace(
@@ -256,10 +263,10 @@ func alertRules(c Config) []Rule {
 			Expr:   Expr(suggest(RecIdleHeld+`{keep!="true"}`) + "\n"),
 			For:    idleFor,
 			Labels: map[string]string{"severity": "warning"},
-			Annotations: c.annotations("gpuidle",
+			Annotations: with(c.annotations("gpuidle",
 				`Idle `+whatUnit,
 				`The `+whatUnit+` is held by `+whoHolds+` but its {{ $labels.signal }} has stayed below `+num(c.Idle.Threshold*100)+`% for `+idleFor+` (now {{ $value | humanizePercentage }}).`,
-				unitDashboard),
+				unitDashboard), "idle_for", c.Idle.Lookback.String()),
 		},
 		{
 			Alert: AlertWasted,

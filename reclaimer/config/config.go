@@ -179,9 +179,9 @@ type Policy struct {
 	// Action is auto (the alert's action label), notify, kill, evict or scale_down.
 	Action string `yaml:"action"`
 	// Grace is the time between the warning and the action. Default 5m.
-	Grace Duration `yaml:"grace"`
-	// MinRuntime spares workloads younger than this, from their start. Default 30m.
-	MinRuntime Duration `yaml:"min_runtime"`
+	Grace *Duration `yaml:"grace"`
+	// MinRuntime spares workloads younger than this, from their start. Default 30m; 0s spares none.
+	MinRuntime *Duration `yaml:"min_runtime"`
 	// DryRun for this policy alone.
 	DryRun bool `yaml:"dry_run"`
 	// ScaleDownTo is the replica count scale_down sets. Default 0.
@@ -191,6 +191,12 @@ type Policy struct {
 
 	matchers amlabels.Matchers
 }
+
+// GraceTime is the grace, defaulted.
+func (p *Policy) GraceTime() time.Duration { return time.Duration(*p.Grace) }
+
+// MinRuntimeTime is the minimum runtime, defaulted.
+func (p *Policy) MinRuntimeTime() time.Duration { return time.Duration(*p.MinRuntime) }
 
 // Matches says whether the policy applies to an alert's labels.
 func (p *Policy) Matches(lset model.LabelSet) bool { return p.matchers.Matches(lset) }
@@ -359,6 +365,18 @@ func (c *checker) duration(field string, d *Duration, def time.Duration) {
 	}
 }
 
+// optDuration defaults a duration the file may set to zero on purpose.
+func (c *checker) optDuration(field string, d *Duration, def time.Duration) *Duration {
+	if d == nil {
+		v := Duration(def)
+		return &v
+	}
+	if *d < 0 {
+		c.errorf(field, "must not be negative")
+	}
+	return d
+}
+
 func (cfg *Config) validate() error {
 	c := &checker{dir: cfg.dir}
 
@@ -503,8 +521,8 @@ func (p *Policy) validate(c *checker, field string, names map[string]bool) {
 	default:
 		c.errorf(field+".action", "%q is not one of auto, notify, kill, evict, scale_down", p.Action)
 	}
-	c.duration(field+".grace", &p.Grace, 5*time.Minute)
-	c.duration(field+".min_runtime", &p.MinRuntime, 30*time.Minute)
+	p.Grace = c.optDuration(field+".grace", p.Grace, 5*time.Minute)
+	p.MinRuntime = c.optDuration(field+".min_runtime", p.MinRuntime, 30*time.Minute)
 	if p.ScaleDownTo < 0 {
 		c.errorf(field+".scale_down_to", "must not be negative")
 	}

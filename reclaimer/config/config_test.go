@@ -26,8 +26,8 @@ func TestGoodConfig(t *testing.T) {
 	u, _ = c.Nodes.URL("gpu-node-1")
 	require.Equal(t, "http://10.0.0.11:9848", u, "an address overrides the template")
 	require.Len(t, c.Policies, 4)
-	require.Equal(t, Duration(10*time.Minute), c.Policies[0].Grace)
-	require.Equal(t, Duration(5*time.Minute), c.Policies[1].Grace, "defaulted")
+	require.Equal(t, 10*time.Minute, c.Policies[0].GraceTime())
+	require.Equal(t, 5*time.Minute, c.Policies[1].GraceTime(), "defaulted")
 	require.True(t, c.Policies[0].Matches(model.LabelSet{"alertname": "GPUIdle", "namespace": "data-science"}))
 	require.False(t, c.Policies[0].Matches(model.LabelSet{"alertname": "GPUIdle", "namespace": "research"}))
 	w := c.Policies[1].Windows[0]
@@ -48,7 +48,11 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, []Notifier{{Type: "log"}}, c.Notifiers)
 	require.Len(t, c.Policies, 2, "act on GPUIdle as it suggests, notify on the rest")
 	require.Equal(t, ActionAuto, c.Policies[0].Action)
-	require.Equal(t, Duration(30*time.Minute), c.Policies[0].MinRuntime)
+	require.Equal(t, 30*time.Minute, c.Policies[0].MinRuntimeTime())
+	c, err = Parse([]byte("webhook: {bearer_token_file: t}\nalertmanager: {url: \"http://am:9093\"}\npolicies: [{name: p, matchers: ['a=\"b\"'], action: evict, grace: 0s, min_runtime: 0s}]\n"), dir)
+	require.NoError(t, err)
+	require.Zero(t, c.Policies[0].GraceTime(), "0s is a value, not a missing field")
+	require.Zero(t, c.Policies[0].MinRuntimeTime())
 	u, _ := c.Nodes.URL("n1")
 	require.Equal(t, "http://n1:9848", u)
 }

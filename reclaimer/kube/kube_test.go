@@ -70,7 +70,7 @@ func target(ns, pod string) *reclaim.Reclaim {
 }
 
 func TestKubernetes(t *testing.T) {
-	cl := kubetest.Start(t, false, "")
+	cl := kubetest.Start(t, false)
 	admin := cl.Client(t, kubetest.AdminToken)
 	bindReclaimerRole(t, admin)
 	cs := cl.Client(t, kubetest.ReclaimerToken)

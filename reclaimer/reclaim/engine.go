@@ -204,7 +204,7 @@ func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
 			r.Final.Sent = true
 			decide("notify")
 		default:
-			r.State, r.ActAt = Pending, now.Add(time.Duration(p.Grace))
+			r.State, r.ActAt = Pending, now.Add(p.GraceTime())
 			r.Reason = "warning the owner; reclaim after the grace period"
 			decide("pending")
 		}
@@ -596,7 +596,7 @@ func (e *Engine) checks(ctx context.Context, r *Reclaim) bool {
 		e.o.Metrics.decisions.WithLabelValues("outside_window").Inc()
 		return false
 	}
-	if e.o.Inspector != nil && p.MinRuntime > 0 {
+	if e.o.Inspector != nil && p.MinRuntimeTime() > 0 {
 		started, err := e.o.Inspector.Started(ctx, r.Target)
 		switch {
 		case errors.Is(err, ErrGone):
@@ -606,9 +606,9 @@ func (e *Engine) checks(ctx context.Context, r *Reclaim) bool {
 			e.o.Metrics.Error("inspector")
 			e.deferTo(r.ID, now.Add(time.Minute), "cannot tell when the workload started: "+err.Error())
 			return false
-		case now.Before(started.Add(time.Duration(p.MinRuntime))):
-			until := started.Add(time.Duration(p.MinRuntime))
-			e.deferTo(r.ID, until, fmt.Sprintf("the workload started %s ago; the policy spares it until it has run %s", now.Sub(started).Round(time.Second), time.Duration(p.MinRuntime)))
+		case now.Before(started.Add(p.MinRuntimeTime())):
+			until := started.Add(p.MinRuntimeTime())
+			e.deferTo(r.ID, until, fmt.Sprintf("the workload started %s ago; the policy spares it until it has run %s", now.Sub(started).Round(time.Second), p.MinRuntimeTime()))
 			e.o.Metrics.decisions.WithLabelValues("min_runtime").Inc()
 			return false
 		}
@@ -706,7 +706,7 @@ func (e *Engine) unsnooze(ctx context.Context, id string) {
 				return false
 			}
 			now := e.now()
-			c.State, c.ActAt, c.NextTry = Pending, now.Add(time.Duration(p.Grace)), time.Time{}
+			c.State, c.ActAt, c.NextTry = Pending, now.Add(p.GraceTime()), time.Time{}
 			c.Reason = "the snooze ended and the unit is still idle: warning the owner again"
 			c.Warning = Delivery{Refs: c.Warning.Refs}
 			for k := range c.Warning.Refs {

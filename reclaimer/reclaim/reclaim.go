@@ -78,13 +78,15 @@ func TargetFrom(l map[string]string) (Target, bool) {
 
 // Owner names who holds the unit, for people.
 func (t Target) Owner() string {
-	if t.Pod != "" {
+	switch {
+	case t.Pod != "":
 		return t.Namespace + "/" + t.Pod
-	}
-	if t.SlurmJob != "" {
+	case t.SlurmJob != "":
 		return fmt.Sprintf("%s (Slurm job %s)", t.User, t.SlurmJob)
+	case t.User != "":
+		return t.User
 	}
-	return t.User
+	return "the tenants of " + t.UUID
 }
 
 // Unit names the unit, for people.
@@ -196,8 +198,9 @@ func Fingerprint(labels map[string]string) string {
 	return fmt.Sprintf("%x", h.Sum(nil))[:16]
 }
 
-// IdleSince estimates when the unit went idle: the alert fired after its
-// for duration (annotation idle_for, when the rules set one).
+// IdleSince estimates when the unit went idle: Prometheus starts an alert
+// when its condition first holds, which for GPUIdle is after the rules'
+// lookback of idleness (the alert's idle_for annotation).
 func (r *Reclaim) IdleSince() time.Time {
 	if d, err := time.ParseDuration(r.Annotations["idle_for"]); err == nil {
 		return r.StartsAt.Add(-d)

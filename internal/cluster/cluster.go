@@ -1,0 +1,250 @@
+// Package cluster runs a real Kubernetes control plane on loopback from
+// the binaries `make tools` builds: etcd and kube-apiserver (token auth:
+// admintoken is cluster-admin, reclaimertoken has what RBAC grants it) and,
+// when asked, kube-controller-manager, kube-scheduler and kwok, whose fake
+// nodes run pods.
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// Tokens of the two users.
+const (
+	AdminToken     = "admintoken"
+	ReclaimerToken = "reclaimertoken"
+	ReclaimerUser  = "reclaimer"
+)
+
+// Options say what to run.
+type Options struct {
+	Bin string // folder with etcd, kube-apiserver, ...
+	Dir string // work folder, empty before Start
+	// Full adds the controller manager, the scheduler and kwok.
+	Full bool
+	// Stages is kwok's stage config (bin/kwok-stages.yaml).
+	Stages string
+}
+
+// Cluster is a running control plane.
+type Cluster struct {
+	Dir        string
+	URL        string
+	Kubeconfig string
+	procs      []*exec.Cmd
+}
+
+// FreePort returns a loopback port nobody listens on.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Start runs the control plane; Stop stops it, also on error.
+func Start(o Options) (c *Cluster, err error) {
+	c = &Cluster{Dir: o.Dir}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return c, err
+	}
+	pub, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		return c, err
+	}
+	files := map[string][]byte{
+		"sa.key":     pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}),
+		"sa.pub":     pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}),
+		"tokens.csv": []byte(AdminToken + ",admin,admin-uid,system:masters\n" + ReclaimerToken + "," + ReclaimerUser + ",reclaimer-uid\n"),
+	}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(o.Dir, name), b, 0o600); err != nil {
+			return c, err
+		}
+	}
+	ports := make([]int, 3)
+	for i := range ports {
+		if ports[i], err = FreePort(); err != nil {
+			return c, err
+		}
+	}
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	if err := c.start(filepath.Join(o.Bin, "etcd"), "etcd", "--data-dir="+filepath.Join(o.Dir, "etcd"), "--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
+		fmt.Sprintf("--listen-peer-urls=http://127.0.0.1:%d", ports[1]), fmt.Sprintf("--initial-advertise-peer-urls=http://127.0.0.1:%d", ports[1]),
+		fmt.Sprintf("--initial-cluster=default=http://127.0.0.1:%d", ports[1]), "--unsafe-no-fsync", "--log-level=warn"); err != nil {
+		return c, err
+	}
+	if err := wait("etcd", func() bool { return get(http.DefaultClient, etcdURL+"/health", "") }); err != nil {
+		return c, err
+	}
+	args := []string{"--etcd-servers=" + etcdURL, "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", ports[2]), "--cert-dir=" + filepath.Join(o.Dir, "certs"),
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + filepath.Join(o.Dir, "sa.pub"), "--service-account-signing-key-file=" + filepath.Join(o.Dir, "sa.key"),
+		"--token-auth-file=" + filepath.Join(o.Dir, "tokens.csv"), "--authorization-mode=RBAC", "--service-cluster-ip-range=10.0.0.0/24",
+		"--endpoint-reconciler-type=none"}
+	if !o.Full {
+		// Without the controller manager no default ServiceAccount exists.
+		args = append(args, "--disable-admission-plugins=ServiceAccount")
+	}
+	if err := c.start(filepath.Join(o.Bin, "kube-apiserver"), "kube-apiserver", args...); err != nil {
+		return c, err
+	}
+	c.URL = fmt.Sprintf("https://127.0.0.1:%d", ports[2])
+	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	if err := wait("kube-apiserver", func() bool { return get(insecure, c.URL+"/readyz", AdminToken) }); err != nil {
+		return c, err
+	}
+	c.Kubeconfig = filepath.Join(o.Dir, "kubeconfig")
+	if err := os.WriteFile(c.Kubeconfig, []byte(c.kubeconfig(AdminToken)), 0o600); err != nil {
+		return c, err
+	}
+	if o.Full {
+		if err := c.startControllers(o); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+func get(hc *http.Client, url, token string) bool {
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+func (c *Cluster) kubeconfig(token string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: local, cluster: {server: %q, insecure-skip-tls-verify: true}}]
+users: [{name: user, user: {token: %s}}]
+contexts: [{name: local, context: {cluster: local, user: user}}]
+current-context: local
+`, c.URL, token)
+}
+
+// KubeconfigFor writes a kubeconfig that authenticates with token.
+func (c *Cluster) KubeconfigFor(token string) (string, error) {
+	p := filepath.Join(c.Dir, "kubeconfig-"+token)
+	return p, os.WriteFile(p, []byte(c.kubeconfig(token)), 0o600)
+}
+
+// Client returns a clientset that authenticates with token.
+func (c *Cluster) Client(token string) (kubernetes.Interface, error) {
+	return kubernetes.NewForConfig(&rest.Config{Host: c.URL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{Insecure: true}, QPS: 100, Burst: 200})
+}
+
+func (c *Cluster) startControllers(o Options) error {
+	if err := c.start(filepath.Join(o.Bin, "kube-controller-manager"), "kube-controller-manager", "--kubeconfig="+c.Kubeconfig, "--leader-elect=false", "--secure-port=0",
+		"--service-account-private-key-file="+filepath.Join(o.Dir, "sa.key"), "--controllers=*", "--use-service-account-credentials=false"); err != nil {
+		return err
+	}
+	if err := c.start(filepath.Join(o.Bin, "kube-scheduler"), "kube-scheduler", "--kubeconfig="+c.Kubeconfig, "--leader-elect=false", "--secure-port=0"); err != nil {
+		return err
+	}
+	port, err := FreePort()
+	if err != nil {
+		return err
+	}
+	if err := c.start(filepath.Join(o.Bin, "kwok"), "kwok", "--kubeconfig="+c.Kubeconfig, "--config="+o.Stages, "--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake", "--node-ip=10.0.0.1", fmt.Sprintf("--server-address=127.0.0.1:%d", port)); err != nil {
+		return err
+	}
+	cs, err := c.Client(AdminToken)
+	if err != nil {
+		return err
+	}
+	return wait("the default ServiceAccount", func() bool {
+		_, err := cs.CoreV1().ServiceAccounts("default").Get(context.Background(), "default", metav1.GetOptions{})
+		return err == nil
+	})
+}
+
+func (c *Cluster) start(bin, name string, args ...string) error {
+	log, err := os.Create(filepath.Join(c.Dir, name+".log"))
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s: %w", name, err)
+	}
+	c.procs = append(c.procs, cmd)
+	return nil
+}
+
+// Stop ends every process, newest first.
+func (c *Cluster) Stop() {
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		Stop(c.procs[i], 10*time.Second)
+	}
+	c.procs = nil
+}
+
+// Stop sends SIGTERM, waits, then SIGKILL.
+func Stop(p *exec.Cmd, grace time.Duration) {
+	if p.Process == nil {
+		return
+	}
+	_ = p.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = p.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = p.Process.Kill()
+		<-done
+	}
+}
+
+// Log returns a component's log.
+func (c *Cluster) Log(name string) string {
+	b, _ := os.ReadFile(filepath.Join(c.Dir, name+".log"))
+	return string(b)
+}
+
+func wait(what string, ok func() bool) error {
+	deadline := time.Now().Add(90 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			return errors.New(what + " did not come up in 90s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil
+}
