@@ -78,11 +78,11 @@ func (s *Stack) Query(ctx context.Context, q string) ([]map[string]string, error
 
 // Reclaim is the part of a reclaim the timeline and the tests read.
 type Reclaim struct {
-	ID     string `json:"id"`
-	State  string `json:"state"`
-	Reason string `json:"reason"`
-	Action string `json:"action"`
-	Detail string `json:"detail"`
+	ID     string    `json:"id"`
+	State  string    `json:"state"`
+	Reason string    `json:"reason"`
+	Action string    `json:"action"`
+	Detail string    `json:"detail"`
 	ActAt  time.Time `json:"act_at"`
 	Target struct {
 		Alertname, UUID, Node, Namespace, Pod, User string
