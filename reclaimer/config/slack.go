@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"regexp"
+	"time"
 )
 
 // Slack is the Slack notifier: who to tell, with which token, and who may
@@ -31,12 +32,23 @@ type Slack struct {
 	RequireDelivered *bool `yaml:"require_delivered"`
 	// MaxRequestsPerMinute stays inside Slack's rate tiers. Default 50 (tier 3).
 	MaxRequestsPerMinute int `yaml:"max_requests_per_minute"`
+	// Snoozes are the snooze buttons' durations. Default [1h, 4h, 24h].
+	Snoozes []Duration `yaml:"snoozes"`
 	// PricePerGPUHour and Currency price the idle time in the warning. Default 2.5 USD.
 	PricePerGPUHour float64 `yaml:"price_per_gpu_hour"`
 	Currency        string  `yaml:"currency"`
 
 	Token         string `yaml:"-"`
 	SigningSecret string `yaml:"-"`
+}
+
+// SnoozeDurations are the snooze buttons' durations.
+func (s *Slack) SnoozeDurations() []time.Duration {
+	var out []time.Duration
+	for _, d := range s.Snoozes {
+		out = append(out, time.Duration(d))
+	}
+	return out
 }
 
 // MustDeliver says whether a reclaim waits for a delivered warning.
@@ -90,6 +102,17 @@ func (s *Slack) validate(c *checker, field string) {
 	}
 	if s.MaxRequestsPerMinute < 0 {
 		c.errorf(field+".max_requests_per_minute", "must be positive")
+	}
+	if len(s.Snoozes) == 0 {
+		s.Snoozes = []Duration{Duration(time.Hour), Duration(4 * time.Hour), Duration(24 * time.Hour)}
+	}
+	if len(s.Snoozes) > 3 {
+		c.errorf(field+".snoozes", "%d buttons: at most 3 fit beside keep and release", len(s.Snoozes))
+	}
+	for i, d := range s.Snoozes {
+		if d < Duration(time.Second) || time.Duration(d)%time.Second != 0 {
+			c.errorf(fmt.Sprintf("%s.snoozes[%d]", field, i), "%s must be whole seconds, at least 1s", d)
+		}
 	}
 	if s.PricePerGPUHour == 0 {
 		s.PricePerGPUHour = 2.5

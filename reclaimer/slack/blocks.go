@@ -10,18 +10,31 @@ import (
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
-// Button action ids.
+// Button action ids. A snooze button's id says how long: snooze_<seconds>.
 const (
-	ActionSnooze1h  = "snooze_1h"
-	ActionSnooze4h  = "snooze_4h"
-	ActionSnooze24h = "snooze_24h"
+	ActionSnooze1h  = "snooze_3600"
+	ActionSnooze4h  = "snooze_14400"
+	ActionSnooze24h = "snooze_86400"
 	ActionKeep      = "keep"
 	ActionRelease   = "release"
 	ActionRestore   = "restore"
 )
 
-// SnoozeFor is how long each snooze button snoozes.
-var SnoozeFor = map[string]time.Duration{ActionSnooze1h: time.Hour, ActionSnooze4h: 4 * time.Hour, ActionSnooze24h: 24 * time.Hour}
+// DefaultSnoozes are the snooze buttons: 1 h, 4 h, 24 h.
+var DefaultSnoozes = []time.Duration{time.Hour, 4 * time.Hour, 24 * time.Hour}
+
+func snoozeAction(d time.Duration) string { return fmt.Sprintf("snooze_%d", int(d.Seconds())) }
+
+// snoozeLabel names a duration the way people say it: 1 h, 30 min, 8 s.
+func snoozeLabel(d time.Duration) string {
+	switch {
+	case d >= time.Hour && d%time.Hour == 0:
+		return fmt.Sprintf("Snooze %d h", d/time.Hour)
+	case d >= time.Minute && d%time.Minute == 0:
+		return fmt.Sprintf("Snooze %d min", d/time.Minute)
+	}
+	return fmt.Sprintf("Snooze %d s", int(d.Seconds()))
+}
 
 // date is Slack's date formatting: each reader sees their own time zone.
 func date(t time.Time) string {
@@ -99,22 +112,21 @@ func button(action, label, value string) *slack.ButtonBlockElement {
 
 // Warning is the message that tells the owner their unit is idle and what
 // will happen when, with the buttons.
-func Warning(r *reclaim.Reclaim, now time.Time, p Pricing, statusPage string) []slack.Block {
+func Warning(r *reclaim.Reclaim, now time.Time, p Pricing, statusPage string, snoozes []time.Duration) []slack.Block {
 	release := button(ActionRelease, "Release now", r.ID).WithStyle(slack.StyleDanger)
 	release.Confirm = slack.NewConfirmationBlockObject(plain("Release the GPU now?"),
 		mrkdwn(fmt.Sprintf("%s: %s now. Unsaved work is lost.", unit(r.Target), strings.TrimPrefix(actionWords[r.Action], "its "))), plain("Release now"), plain("Cancel"))
 	release.Confirm.WithStyle(slack.StyleDanger)
+	var buttons []slack.BlockElement
+	for _, d := range snoozes {
+		buttons = append(buttons, button(snoozeAction(d), snoozeLabel(d), r.ID))
+	}
+	buttons = append(buttons, button(ActionKeep, "Keep", r.ID).WithStyle(slack.StylePrimary), release)
 	return []slack.Block{
 		slack.NewHeaderBlock(plain("Idle GPU: it will be reclaimed")),
 		facts(r, now, p),
 		slack.NewSectionBlock(mrkdwn(fmt.Sprintf("*What happens* — unless the GPU is used again, %s on %s.", actionWords[r.Action], date(r.ActAt))), nil, nil),
-		slack.NewActionBlock("gpureclaim",
-			button(ActionSnooze1h, "Snooze 1 h", r.ID),
-			button(ActionSnooze4h, "Snooze 4 h", r.ID),
-			button(ActionSnooze24h, "Snooze 24 h", r.ID),
-			button(ActionKeep, "Keep", r.ID).WithStyle(slack.StylePrimary),
-			release,
-		),
+		slack.NewActionBlock("gpureclaim", buttons...),
 		links(r, statusPage),
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -185,19 +187,20 @@ func (h *Interactions) press(ctx context.Context, cb *slack.InteractionCallback)
 	by := fmt.Sprintf("<@%s>", presser)
 	now := h.clock()
 	var err error
-	switch a.ActionID {
-	case ActionSnooze1h, ActionSnooze4h, ActionSnooze24h:
+	snooze, isSnooze := h.snoozeFor(a.ActionID)
+	switch {
+	case isSnooze:
 		if r.State != reclaim.Pending {
 			h.ephemeral(ctx, cb, h.already(r))
 			return
 		}
-		until := now.Add(SnoozeFor[a.ActionID])
+		until := now.Add(snooze)
 		var sid string
-		sid, err = h.silence(ctx, r, cb, now, until, fmt.Sprintf("snoozed from Slack for %s", SnoozeFor[a.ActionID]))
+		sid, err = h.silence(ctx, r, cb, now, until, fmt.Sprintf("snoozed from Slack for %s", snooze))
 		if err == nil {
 			_, err = h.engine.Snooze(ctx, id, by, until, sid)
 		}
-	case ActionKeep:
+	case a.ActionID == ActionKeep:
 		if r.State != reclaim.Pending && r.State != reclaim.Snoozed {
 			h.ephemeral(ctx, cb, h.already(r))
 			return
@@ -208,13 +211,13 @@ func (h *Interactions) press(ctx context.Context, cb *slack.InteractionCallback)
 		if err == nil {
 			_, err = h.engine.Keep(ctx, id, by, until, sid)
 		}
-	case ActionRelease:
+	case a.ActionID == ActionRelease:
 		if r.State != reclaim.Pending && r.State != reclaim.Snoozed {
 			h.ephemeral(ctx, cb, h.already(r))
 			return
 		}
 		_, err = h.engine.ReleaseNow(ctx, id, by)
-	case ActionRestore:
+	case a.ActionID == ActionRestore:
 		if !r.Restored.IsZero() {
 			h.ephemeral(ctx, cb, "Already restored.")
 			return
@@ -232,6 +235,20 @@ func (h *Interactions) press(ctx context.Context, cb *slack.InteractionCallback)
 		}
 		h.ephemeral(ctx, cb, msg)
 	}
+}
+
+// snoozeFor reads a snooze button's duration; only the configured ones count.
+func (h *Interactions) snoozeFor(action string) (time.Duration, bool) {
+	secs, ok := strings.CutPrefix(action, "snooze_")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(secs)
+	if err != nil {
+		return 0, false
+	}
+	d := time.Duration(n) * time.Second
+	return d, slices.Contains(h.notifier.snoozes, d)
 }
 
 func (h *Interactions) already(r *reclaim.Reclaim) string {

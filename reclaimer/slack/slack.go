@@ -36,6 +36,7 @@ type Notifier struct {
 	log        *slog.Logger
 	pricing    Pricing
 	statusPage string
+	snoozes    []time.Duration
 	sleep      func(context.Context, time.Duration) error
 }
 
@@ -71,6 +72,7 @@ func New(o Options) *Notifier {
 		log:        o.Logger,
 		pricing:    o.Pricing,
 		statusPage: o.StatusPage,
+		snoozes:    o.Config.SnoozeDurations(),
 		sleep: func(ctx context.Context, d time.Duration) error {
 			t := time.NewTimer(d)
 			defer t.Stop()
@@ -200,7 +202,7 @@ func (n *Notifier) Send(ctx context.Context, m reclaim.Message, prev map[string]
 	}
 	switch m.Kind {
 	case reclaim.MsgWarning, reclaim.MsgNotice:
-		blocks := Warning(r, now, n.pricing, n.statusPage)
+		blocks := Warning(r, now, n.pricing, n.statusPage, n.snoozes)
 		if m.Kind == reclaim.MsgNotice {
 			blocks = Notice(r, now, n.pricing, n.statusPage)
 		}

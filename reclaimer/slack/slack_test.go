@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpureclaim/gpureclaim/internal/amtest"
+	"github.com/gpureclaim/gpureclaim/internal/fakeslack"
 	"github.com/gpureclaim/gpureclaim/reclaimer/alertmanager"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
@@ -45,7 +46,7 @@ func (o owners) Owner(_ context.Context, t reclaim.Target) (string, error) { ret
 type env struct {
 	t        *testing.T
 	base     time.Time
-	slack    *fakeSlack
+	slack    *fakeslack.Server
 	cfg      *config.Config
 	clock    *Clock
 	actor    *Actor
@@ -60,7 +61,7 @@ type env struct {
 // newEnv runs an engine with the Slack notifier on a fake Slack. With a
 // real Alertmanager the silences are real; otherwise checks use checker.
 func newEnv(t *testing.T, slackYAML string, own owners, withAM bool, checker reclaim.AlertChecker) *env {
-	e := &env{t: t, slack: newFakeSlack(t), clock: NewClock(), actor: &Actor{}, base: T0}
+	e := &env{t: t, slack: fakeslack.New(t), clock: NewClock(), actor: &Actor{}, base: T0}
 	amURL := "http://127.0.0.1:1"
 	if withAM {
 		e.am = amtest.Start(t, amtest.Config("http://127.0.0.1:1/unused", "x", time.Hour))
@@ -191,12 +192,12 @@ func TestMessagesGolden(t *testing.T) {
 	p := rslack.Pricing{PerGPUHour: 2.5, Currency: "USD"}
 	page := "https://reclaimer.example.com"
 	r := sample()
-	golden(t, "warning.json", rslack.Warning(r, T0, p, page))
+	golden(t, "warning.json", rslack.Warning(r, T0, p, page, rslack.DefaultSnoozes))
 
 	mig := sample()
 	mig.Target.Kind, mig.Target.MIGProfile, mig.Target.UUID, mig.Action = "mig", "1g.10gb", "MIG-1e50", "kill"
 	mig.Target.Pod, mig.Target.Namespace, mig.Target.User, mig.Target.SlurmJob = "", "", "bob", "4242"
-	golden(t, "warning-mig-slurm.json", rslack.Warning(mig, T0, p, page))
+	golden(t, "warning-mig-slurm.json", rslack.Warning(mig, T0, p, page, []time.Duration{30 * time.Minute, 8 * time.Second}))
 
 	wasted := sample()
 	wasted.Target.Alertname = "GPUWasted"
@@ -242,7 +243,7 @@ func TestRouting(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, tc.slack, tc.owners, false, &Checker{})
 			for k, v := range tc.emails {
-				e.slack.emails[k] = v
+				e.slack.AddUser(k, v)
 			}
 			e.ingest(tc.alert)
 			e.at(0)
@@ -332,7 +333,7 @@ func TestButtonsAgainstARealAlertmanager(t *testing.T) {
 		ups := e.slack.Updates()
 		require.Len(t, ups, 1)
 		require.Equal(t, "D0CAROL", ups[0].Channel)
-		require.Equal(t, "Snoozed", headers(ups[0]))
+		require.Equal(t, "Snoozed", fakeslack.Header(ups[0]))
 
 		// A double click: no second silence, an answer instead.
 		require.Equal(t, http.StatusOK, e.press("U0CAROL", rslack.ActionSnooze1h, ids["nb-0"]))
@@ -355,7 +356,7 @@ func TestButtonsAgainstARealAlertmanager(t *testing.T) {
 		require.Contains(t, matchers(keep), "pod=nb-1", "it matches the pod: a new pod of the workload is not kept")
 		end, _ := time.Parse(time.RFC3339, keep["endsAt"].(string))
 		require.WithinDuration(t, time.Now().Add(rslack.KeepFor), end, time.Minute)
-		require.Equal(t, "Kept", headers(e.slack.Updates()[len(e.slack.Updates())-1]))
+		require.Equal(t, "Kept", fakeslack.Header(e.slack.Updates()[len(e.slack.Updates())-1]))
 	})
 
 	t.Run("release now acts at once", func(t *testing.T) {
@@ -368,7 +369,7 @@ func TestButtonsAgainstARealAlertmanager(t *testing.T) {
 		var story []string
 		for _, u := range e.slack.Updates() {
 			if u.Text != "" && strings.Contains(u.Text, "nb-2") || strings.Contains(string(u.Blocks), "nb-2") {
-				story = append(story, headers(u))
+				story = append(story, fakeslack.Header(u))
 			}
 		}
 		require.Equal(t, []string{"Released", "Reclaimed"}, story)
@@ -404,7 +405,7 @@ func TestSignatures(t *testing.T) {
 func TestSlackFailures(t *testing.T) {
 	t.Run("500, then delivered", func(t *testing.T) {
 		e := newEnv(t, "", owners{"ml/nb-0": "U0CAROL"}, false, &Checker{})
-		e.slack.failures = []int{500, 502}
+		e.slack.FailPosts("", 500, 502)
 		var waits []time.Duration
 		rslack.SetSleep(e.notifier, func(_ context.Context, d time.Duration) error { waits = append(waits, d); return nil })
 		e.ingest(IdlePod("firing", T0, "ml", "nb-0"))
@@ -415,7 +416,7 @@ func TestSlackFailures(t *testing.T) {
 	})
 	t.Run("429 honours Retry-After", func(t *testing.T) {
 		e := newEnv(t, "", owners{"ml/nb-0": "U0CAROL"}, false, &Checker{})
-		e.slack.failures, e.slack.retryAfter = []int{429}, "7"
+		e.slack.FailPosts("7", 429)
 		var waits []time.Duration
 		rslack.SetSleep(e.notifier, func(_ context.Context, d time.Duration) error { waits = append(waits, d); return nil })
 		e.ingest(IdlePod("firing", T0, "ml", "nb-0"))
@@ -425,7 +426,7 @@ func TestSlackFailures(t *testing.T) {
 	})
 	t.Run("down for good: the reclaim waits and the admins hear of it", func(t *testing.T) {
 		e := newEnv(t, "admin_channel: C0ADMIN", owners{"ml/nb-0": "U0CAROL"}, false, &Checker{})
-		e.slack.dmsDown = true
+		e.slack.DMsDown(true)
 		e.ingest(IdlePod("firing", T0, "ml", "nb-0"))
 		for m := 0; m <= 20; m++ {
 			e.at(time.Duration(m) * time.Minute)
@@ -482,10 +483,10 @@ func TestFullCycle(t *testing.T) {
 
 	var story []string
 	for _, p := range e.slack.Posts() {
-		story = append(story, "post: "+headers(p))
+		story = append(story, "post: "+fakeslack.Header(p))
 	}
 	for _, u := range e.slack.Updates() {
-		story = append(story, "update: "+headers(u))
+		story = append(story, "update: "+fakeslack.Header(u))
 	}
 	require.Equal(t, []string{"post: Idle GPU: it will be reclaimed", "post: Idle GPU: it will be reclaimed", "update: Snoozed", "update: Reclaimed"}, story)
 	require.Equal(t, reclaim.Done, e.only().State)

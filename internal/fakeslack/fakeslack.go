@@ -1,4 +1,7 @@
-package slack_test
+// Package fakeslack is slacktest's server extended with what it lacks:
+// chat.update, conversations.open, users.lookupByEmail that knows users,
+// a record of every message with its blocks, and failures on demand.
+package fakeslack
 
 import (
 	"encoding/json"
@@ -11,30 +14,30 @@ import (
 	"github.com/slack-go/slack/slacktest"
 )
 
-// fakeSlack is slacktest's server extended with what it lacks: chat.update,
-// conversations.open, users.lookupByEmail that knows users, and a record of
-// every message with its blocks; it can be told to fail.
-type fakeSlack struct {
+// Server is a fake Slack Web API.
+type Server struct {
 	*slacktest.Server
 	mu         sync.Mutex
-	posts      []message
-	updates    []message
-	ephemerals []message
+	posts      []Message
+	updates    []Message
+	ephemerals []Message
 	emails     map[string]string
 	failures   []int // status codes to answer chat.postMessage with, in turn
 	retryAfter string
-	dmsDown    bool // every post to a DM fails with 503
+	dmsDown    bool
 	calls      map[string]int
 	seq        int
 }
 
-type message struct {
+// Message is a message as Slack received it.
+type Message struct {
 	Channel, TS, User, Text string
 	Blocks                  json.RawMessage
 }
 
-func newFakeSlack(t *testing.T) *fakeSlack {
-	f := &fakeSlack{emails: map[string]string{}, calls: map[string]int{}}
+// New starts a server; it stops at the end of the test.
+func New(t testing.TB) *Server {
+	f := &Server{emails: map[string]string{}, calls: map[string]int{}}
 	f.Server = slacktest.NewTestServer(func(c slacktest.Customize) {
 		c.Handle("/chat.postMessage", f.postMessage)
 		c.Handle("/chat.update", f.update)
@@ -47,7 +50,7 @@ func newFakeSlack(t *testing.T) *fakeSlack {
 	return f
 }
 
-func (f *fakeSlack) count(call string) {
+func (f *Server) count(call string) {
 	f.mu.Lock()
 	f.calls[call]++
 	f.mu.Unlock()
@@ -58,7 +61,7 @@ func reply(w http.ResponseWriter, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-func (f *fakeSlack) postMessage(w http.ResponseWriter, r *http.Request) {
+func (f *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 	f.count("chat.postMessage")
 	_ = r.ParseForm()
 	f.mu.Lock()
@@ -78,32 +81,32 @@ func (f *fakeSlack) postMessage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.seq++
-	m := message{Channel: r.Form.Get("channel"), TS: fmt.Sprintf("1772445600.%06d", f.seq), Text: r.Form.Get("text"), Blocks: json.RawMessage(r.Form.Get("blocks"))}
+	m := Message{Channel: r.Form.Get("channel"), TS: fmt.Sprintf("1772445600.%06d", f.seq), Text: r.Form.Get("text"), Blocks: json.RawMessage(r.Form.Get("blocks"))}
 	f.posts = append(f.posts, m)
 	f.mu.Unlock()
 	reply(w, map[string]any{"ok": true, "channel": m.Channel, "ts": m.TS})
 }
 
-func (f *fakeSlack) update(w http.ResponseWriter, r *http.Request) {
+func (f *Server) update(w http.ResponseWriter, r *http.Request) {
 	f.count("chat.update")
 	_ = r.ParseForm()
 	f.mu.Lock()
-	m := message{Channel: r.Form.Get("channel"), TS: r.Form.Get("ts"), Text: r.Form.Get("text"), Blocks: json.RawMessage(r.Form.Get("blocks"))}
+	m := Message{Channel: r.Form.Get("channel"), TS: r.Form.Get("ts"), Text: r.Form.Get("text"), Blocks: json.RawMessage(r.Form.Get("blocks"))}
 	f.updates = append(f.updates, m)
 	f.mu.Unlock()
 	reply(w, map[string]any{"ok": true, "channel": m.Channel, "ts": m.TS, "text": m.Text})
 }
 
-func (f *fakeSlack) ephemeral(w http.ResponseWriter, r *http.Request) {
+func (f *Server) ephemeral(w http.ResponseWriter, r *http.Request) {
 	f.count("chat.postEphemeral")
 	_ = r.ParseForm()
 	f.mu.Lock()
-	f.ephemerals = append(f.ephemerals, message{Channel: r.Form.Get("channel"), User: r.Form.Get("user"), Text: r.Form.Get("text")})
+	f.ephemerals = append(f.ephemerals, Message{Channel: r.Form.Get("channel"), User: r.Form.Get("user"), Text: r.Form.Get("text")})
 	f.mu.Unlock()
 	reply(w, map[string]any{"ok": true, "message_ts": "1772445600.999999"})
 }
 
-func (f *fakeSlack) open(w http.ResponseWriter, r *http.Request) {
+func (f *Server) open(w http.ResponseWriter, r *http.Request) {
 	f.count("conversations.open")
 	_ = r.ParseForm()
 	users := r.Form.Get("users")
@@ -114,7 +117,7 @@ func (f *fakeSlack) open(w http.ResponseWriter, r *http.Request) {
 	reply(w, map[string]any{"ok": true, "channel": map[string]any{"id": "D" + strings.TrimPrefix(users, "U")}})
 }
 
-func (f *fakeSlack) lookup(w http.ResponseWriter, r *http.Request) {
+func (f *Server) lookup(w http.ResponseWriter, r *http.Request) {
 	f.count("users.lookupByEmail")
 	_ = r.ParseForm()
 	f.mu.Lock()
@@ -127,32 +130,32 @@ func (f *fakeSlack) lookup(w http.ResponseWriter, r *http.Request) {
 	reply(w, map[string]any{"ok": true, "user": map[string]any{"id": id, "name": r.Form.Get("email")}})
 }
 
-func (f *fakeSlack) Posts() []message {
+func (f *Server) Posts() []Message {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]message(nil), f.posts...)
+	return append([]Message(nil), f.posts...)
 }
 
-func (f *fakeSlack) Updates() []message {
+func (f *Server) Updates() []Message {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]message(nil), f.updates...)
+	return append([]Message(nil), f.updates...)
 }
 
-func (f *fakeSlack) Ephemerals() []message {
+func (f *Server) Ephemerals() []Message {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]message(nil), f.ephemerals...)
+	return append([]Message(nil), f.ephemerals...)
 }
 
-func (f *fakeSlack) Calls(call string) int {
+func (f *Server) Calls(call string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.calls[call]
 }
 
-// headers of the blocks of a message, to follow the story.
-func headers(m message) string {
+// Header is the header block's text of a message, to follow the story.
+func Header(m Message) string {
 	var blocks []struct {
 		Type string `json:"type"`
 		Text *struct {
@@ -166,4 +169,26 @@ func headers(m message) string {
 		}
 	}
 	return ""
+}
+
+// AddUser makes users.lookupByEmail know an address.
+func (f *Server) AddUser(email, id string) {
+	f.mu.Lock()
+	f.emails[email] = id
+	f.mu.Unlock()
+}
+
+// FailPosts answers the next chat.postMessage calls with these status codes
+// (a 429 carries Retry-After: retryAfter seconds).
+func (f *Server) FailPosts(retryAfter string, codes ...int) {
+	f.mu.Lock()
+	f.failures, f.retryAfter = append(f.failures, codes...), retryAfter
+	f.mu.Unlock()
+}
+
+// DMsDown makes every post to a DM fail with 503.
+func (f *Server) DMsDown(down bool) {
+	f.mu.Lock()
+	f.dmsDown = down
+	f.mu.Unlock()
 }
