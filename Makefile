@@ -23,7 +23,7 @@ LDFLAGS  := -X github.com/prometheus/common/version.Version=$(VERSION) \
 KUBE_BINS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl
 TOOLS := $(BIN)/promtool $(BIN)/prometheus $(BIN)/alertmanager $(BIN)/etcd $(KUBE_BINS) $(BIN)/kwok $(BIN)/kwok-stages.yaml
 
-.PHONY: all build run demo test bench lint tools rules dashboards clean device-check
+.PHONY: all build run demo test e2e bench lint tools chromium rules dashboards clean device-check
 
 all: build
 
@@ -46,9 +46,14 @@ demo: build tools
 	@$(GO) build -o $(BIN)/gpureclaim-demo ./hack/demo
 	@exec $(BIN)/gpureclaim-demo
 
-## test: vet, then every test with the pinned tools required.
+## test: vet, then every test with the pinned tools required, the end-to-end suite included.
 test: tools lint
-	GPURECLAIM_REQUIRE_TOOLS=1 $(GO) test -count=1 ./...
+	GPURECLAIM_REQUIRE_TOOLS=1 $(GO) test -count=1 -timeout 30m ./...
+
+## e2e: the whole system end to end; the screenshot and timings land in out/e2e.
+e2e: tools build
+	@mkdir -p out/e2e
+	GPURECLAIM_REQUIRE_TOOLS=1 $(GO) test -count=1 -v -run TestEndToEnd -artifacts -outputdir $(CURDIR)/out/e2e ./e2e/
 
 ## rules: regenerate the committed rules from the default config.
 rules:
@@ -66,7 +71,13 @@ lint:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-tools: $(TOOLS)
+tools: $(TOOLS) chromium
+
+# Headless Chromium for the status page test, from the machine's packages.
+chromium:
+	@command -v chromium >/dev/null || { \
+		echo "installing Debian's chromium for the browser test"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; }
 
 # Built once per version: the stamp names the version, so a bump rebuilds.
 $(BIN)/.prometheus-$(PROMETHEUS_VERSION):

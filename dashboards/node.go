@@ -61,7 +61,7 @@ func Node() Dashboard {
 	l.add(series("Sample age", "Time since the exporter last read NVML; scrapes serve that sample.", "s",
 		Target{Expr: `gpureclaim_exporter_sample_age_seconds * on (instance) group_left (node) max by (instance, node) (gpureclaim_driver_info{node=~"$node"})`, LegendFormat: "{{node}}"}), 8, 7)
 	l.add(series("NVML errors", "Failed NVML calls per second, by call and return code.", "reqps",
-		Target{Expr: `sum by (node, call, error) (rate(gpureclaim_exporter_nvml_errors_total[$__rate_interval]) * on (instance) group_left (node) max by (instance, node) (gpureclaim_driver_info{node=~"$node"}))`, LegendFormat: "{{node}} {{call}} {{error}}"}), 8, 7)
+		Target{Expr: `sum by (node, call, error) (rate(gpureclaim_exporter_nvml_errors_total[$__rate_interval]) * on (instance) group_left (node) max by (instance, node) (gpureclaim_driver_info{node=~"$node"})) or vector(0)`, LegendFormat: "{{node}} {{call}} {{error}}"}), 8, 7)
 
 	return base("gpureclaim-node", "gpureclaim / Node and GPU", "What each GPU and MIG instance on a node does, who holds it, and how its exporter is doing.",
 		[]Variable{

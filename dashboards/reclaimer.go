@@ -15,7 +15,7 @@ func Reclaimer() Dashboard {
 	l.row("What it did")
 	l.add(series("Messages sent", "Warnings, notices and outcomes sent to owners and admins, per second.", "reqps",
 		Target{Expr: `sum by (kind) (rate(gpureclaim_reclaimer_messages_total{result="sent"}[$__rate_interval]))`, LegendFormat: "{{kind}}"},
-		Target{Expr: `sum by (notifier) (rate(gpureclaim_reclaimer_messages_total{result="error"}[$__rate_interval]))`, LegendFormat: "failed: {{notifier}}"}), 12, 8)
+		Target{Expr: `sum by (notifier) (rate(gpureclaim_reclaimer_messages_total{result="error"}[$__rate_interval])) or vector(0)`, LegendFormat: "failed: {{notifier}}"}), 12, 8)
 	l.add(series("Actions", "Actions per second, by action and result.", "ops",
 		Target{Expr: `sum by (action, result) (rate(gpureclaim_reclaimer_actions_total[$__rate_interval]))`, LegendFormat: "{{action}} {{result}}"}), 12, 8)
 	l.add(series("Decisions", "What the policy decided, per second.", "ops",
@@ -32,7 +32,7 @@ func Reclaimer() Dashboard {
 
 	l.row("Health")
 	l.add(series("Errors", "Errors per second, by component.", "reqps",
-		Target{Expr: `sum by (component) (rate(gpureclaim_reclaimer_errors_total[$__rate_interval]))`, LegendFormat: "{{component}}"}), 12, 7)
+		Target{Expr: `sum by (component) (rate(gpureclaim_reclaimer_errors_total[$__rate_interval])) or vector(0)`, LegendFormat: "{{component}}"}), 12, 7)
 	l.add(series("Webhook requests", "Alertmanager's notifications by status code: 4xx are never retried, 5xx are.", "reqps",
 		Target{Expr: `sum by (code) (rate(gpureclaim_reclaimer_http_requests_total{handler="webhook"}[$__rate_interval]))`, LegendFormat: "{{code}}"}), 12, 7)
 	return base("gpureclaim-reclaimer", "gpureclaim / Reclaimer", "What the reclaimer decided, warned, did and freed, and how its parts are doing.", nil, l.panels)

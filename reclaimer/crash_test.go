@@ -24,18 +24,6 @@ import (
 	"github.com/gpureclaim/gpureclaim/reclaimer/notify"
 )
 
-// build compiles a command of this module into dir.
-func build(t *testing.T, dir, pkg, name string) string {
-	t.Helper()
-	out := filepath.Join(dir, name)
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Dir = tooltest.Root(t)
-	cmd.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
-	b, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s", b)
-	return out
-}
-
 func freeAddr(t *testing.T) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -86,8 +74,8 @@ func TestCrashAtEveryStep(t *testing.T) {
 	}
 	points := []string{"ingested", "before-warning", "after-warning", "before-action", "after-action", "before-final"}
 	dir := t.TempDir()
-	reclaimerBin := build(t, dir, "./reclaimer", "gpureclaim-reclaimer")
-	exporterBin := build(t, dir, "./exporter", "gpureclaim-exporter")
+	reclaimerBin := tooltest.Build(t, dir, "./reclaimer", "gpureclaim-reclaimer")
+	exporterBin := tooltest.Build(t, dir, "./exporter", "gpureclaim-exporter")
 
 	// One simulated node: an idle bare-metal process per case, each its own GPU.
 	scenario := crashScenario

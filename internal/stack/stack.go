@@ -33,11 +33,20 @@ import (
 
 // Node is a simulated GPU node.
 type Node struct {
-	Name     string
-	Scenario string // a scenario file or a built-in name
+	Name     string // the scenario's node name
+	Scenario string // a scenario file or a built-in name, read when it is needed
 	Addr     string // its exporter, once started
+}
 
-	sc *nvmlsim.Scenario
+func (n *Node) scenario() (*nvmlsim.Scenario, error) {
+	sc, err := nvmlsim.Open(n.Scenario)
+	if err != nil {
+		return nil, err
+	}
+	if n.Name == "" {
+		n.Name = sc.Node
+	}
+	return sc, nil
 }
 
 // Options say what to run.
@@ -88,13 +97,8 @@ func New(o Options) (*Stack, error) {
 		}
 	}
 	for _, n := range o.Nodes {
-		sc, err := nvmlsim.Open(n.Scenario)
-		if err != nil {
+		if _, err := n.scenario(); err != nil {
 			return nil, err
-		}
-		n.sc = sc
-		if n.Name == "" {
-			n.Name = sc.Node
 		}
 	}
 	port, err := cluster.FreePort()
@@ -235,8 +239,12 @@ func PodSpec(node string, gpus int) corev1.PodSpec {
 // its node (namespaces too), with the scenario's labels and annotations.
 func (s *Stack) CreatePods(ctx context.Context) error {
 	for _, n := range s.o.Nodes {
+		sc, err := n.scenario()
+		if err != nil {
+			return err
+		}
 		units := map[string]int{}
-		for _, g := range n.sc.GPUs {
+		for _, g := range sc.GPUs {
 			for _, p := range g.Pods {
 				units[p]++
 			}
@@ -246,7 +254,7 @@ func (s *Stack) CreatePods(ctx context.Context) error {
 				}
 			}
 		}
-		for _, p := range n.sc.Pods {
+		for _, p := range sc.Pods {
 			if _, err := s.Admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.Namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 				return err
 			}

@@ -29,6 +29,19 @@ func Root(t testing.TB) string {
 	}
 }
 
+// Build compiles a command of this module (e.g. ./exporter) into dir.
+func Build(t testing.TB, dir, pkg, name string) string {
+	t.Helper()
+	out := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = Root(t)
+	cmd.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building %s: %v\n%s", pkg, err, b)
+	}
+	return out
+}
+
 // Bin returns the path of a tool built by `make tools`.
 func Bin(t testing.TB, name string) string {
 	t.Helper()
@@ -43,5 +56,19 @@ func Bin(t testing.TB, name string) string {
 		t.Fatalf("%s is not in bin/: run `make tools`", name)
 	}
 	t.Skipf("%s is not in bin/: run `make tools` (make test does)", name)
+	return ""
+}
+
+// System returns the path of a program the Makefile installs with the
+// machine's package manager (chromium).
+func System(t testing.TB, name string) string {
+	t.Helper()
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	if os.Getenv("GPURECLAIM_REQUIRE_TOOLS") != "" {
+		t.Fatalf("%s is not installed: run `make tools`", name)
+	}
+	t.Skipf("%s is not installed: run `make tools` (make test does)", name)
 	return ""
 }
