@@ -13,6 +13,10 @@ PROMETHEUS_RELEASE   := 3.16.0
 ALERTMANAGER_VERSION := v0.35.0
 KUBE_VERSION         := v1.37.2
 KWOK_VERSION         := v0.8.0
+HELM_VERSION         := v3.22.0
+# prometheus-operator's CRDs, for validating the chart's ServiceMonitor,
+# PrometheusRule and AlertmanagerConfig on a real apiserver.
+PROMETHEUS_OPERATOR_VERSION := v0.94.0
 
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
@@ -21,14 +25,14 @@ LDFLAGS  := -X github.com/prometheus/common/version.Version=$(VERSION) \
             -X github.com/prometheus/common/version.Branch=main
 
 KUBE_BINS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl
-TOOLS := $(BIN)/promtool $(BIN)/prometheus $(BIN)/alertmanager $(BIN)/etcd $(KUBE_BINS) $(BIN)/kwok $(BIN)/kwok-stages.yaml
+TOOLS := $(BIN)/promtool $(BIN)/prometheus $(BIN)/alertmanager $(BIN)/amtool $(BIN)/etcd $(KUBE_BINS) $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/helm $(BIN)/crds/.$(PROMETHEUS_OPERATOR_VERSION)
 
-.PHONY: all build run demo test e2e bench lint tools chromium rules dashboards clean device-check
+.PHONY: all build run demo test e2e bench lint tools chromium rules dashboards manifests images clean device-check
 
 all: build
 
 build:
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/gpureclaim-exporter ./exporter
+	$(GO) build -ldflags '$(LDFLAGS) -extldflags=-Wl,-z,lazy' -o $(BIN)/gpureclaim-exporter ./exporter
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/gpureclaim-reclaimer ./reclaimer
 
 ## run: on a GPU node, the exporter on its GPUs; elsewhere the whole system on a simulated node.
@@ -55,13 +59,26 @@ e2e: tools build
 	@mkdir -p out/e2e
 	GPURECLAIM_REQUIRE_TOOLS=1 $(GO) test -count=1 -v -run TestEndToEnd -artifacts -outputdir $(CURDIR)/out/e2e ./e2e/
 
-## rules: regenerate the committed rules from the default config.
+CHART := deploy/helm/gpureclaim
+
+## rules: regenerate the committed rules from the default config (and the chart's copy).
 rules:
 	$(GO) run ./rules/gen -o rules/gpureclaim.rules.yml
+	cp rules/gpureclaim.rules.yml $(CHART)/files/gpureclaim.rules.yml
 
-## dashboards: regenerate the committed Grafana dashboards.
+## dashboards: regenerate the committed Grafana dashboards (and the chart's copies).
 dashboards:
 	$(GO) run ./dashboards/gen -o dashboards
+	rm -f $(CHART)/files/dashboards/*.json && cp dashboards/*.json $(CHART)/files/dashboards/
+
+## manifests: render the chart with its defaults into deploy/manifests.
+manifests: $(BIN)/helm
+	$(GO) run ./deploy/gen -helm $(BIN)/helm -chart $(CHART) -o deploy/manifests
+
+## images: the exporter's and the reclaimer's container images (needs a container engine).
+images:
+	docker build --target exporter --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t gpureclaim-exporter:$(VERSION) .
+	docker build --target reclaimer --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t gpureclaim-reclaimer:$(VERSION) .
 
 ## bench: benchmarks with allocations.
 bench:
@@ -73,11 +90,16 @@ lint:
 
 tools: $(TOOLS) chromium
 
-# Headless Chromium for the status page test, from the machine's packages.
+# From the machine's packages: headless Chromium for the browser tests,
+# systemd-analyze for checking the systemd units.
 chromium:
-	@command -v chromium >/dev/null || { \
-		echo "installing Debian's chromium for the browser test"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; }
+	@missing=""; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian's$$missing for the tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
 
 # Built once per version: the stamp names the version, so a bump rebuilds.
 $(BIN)/.prometheus-$(PROMETHEUS_VERSION):
@@ -93,13 +115,13 @@ $(BIN)/promtool $(BIN)/prometheus: $(BIN)/.prometheus-$(PROMETHEUS_VERSION)
 # Alertmanager's module ships without its web UI's build output, which
 # go install needs: build from a copy with empty UI files (the API is all
 # gpureclaim uses).
-$(BIN)/alertmanager:
+$(BIN)/alertmanager $(BIN)/amtool &:
 	@mkdir -p $(BIN) .cache
 	dir=$$($(GO) mod download -json github.com/prometheus/alertmanager@$(ALERTMANAGER_VERSION) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'); \
 	rm -rf .cache/alertmanager && cp -r "$$dir" .cache/alertmanager && chmod -R u+w .cache/alertmanager && \
 	mkdir -p .cache/alertmanager/ui/app/dist/elm .cache/alertmanager/ui/app/dist/mantine && \
 	touch .cache/alertmanager/ui/app/dist/elm/index.html .cache/alertmanager/ui/app/dist/mantine/index.html && \
-	cd .cache/alertmanager && $(GO) build -o $(BIN)/alertmanager -ldflags '-X github.com/prometheus/common/version.Version=$(ALERTMANAGER_VERSION:v%=%)' ./cmd/alertmanager
+	cd .cache/alertmanager && $(GO) build -o $(BIN)/ -ldflags '-X github.com/prometheus/common/version.Version=$(ALERTMANAGER_VERSION:v%=%)' ./cmd/alertmanager ./cmd/amtool
 
 # etcd and Kubernetes refuse go install (replace directives): build them
 # from the wrapper modules in hack/tools, which pin every staging module.
@@ -124,6 +146,18 @@ $(BIN)/kwok-stages.yaml:
 	for f in node/fast/node-initialize node/heartbeat/node-heartbeat pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do \
 		cat "$$dir/kustomize/stage/$$f.yaml"; echo "---"; \
 	done > $@.tmp && mv $@.tmp $@
+
+$(BIN)/helm:
+	@mkdir -p $(BIN)
+	GOBIN=$(BIN) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+$(BIN)/crds/.$(PROMETHEUS_OPERATOR_VERSION):
+	@mkdir -p $(BIN)/crds
+	dir=$$($(GO) mod download -json github.com/prometheus-operator/prometheus-operator@$(PROMETHEUS_OPERATOR_VERSION) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'); \
+	for k in servicemonitors prometheusrules alertmanagerconfigs; do \
+		cp "$$dir/example/prometheus-operator-crd/monitoring.coreos.com_$$k.yaml" $(BIN)/crds/ && chmod u+w $(BIN)/crds/monitoring.coreos.com_$$k.yaml; \
+	done
+	@touch $@
 
 ## device-check: on a machine with a real GPU, run the exporter while a matmul loads the GPU.
 device-check:

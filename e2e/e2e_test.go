@@ -131,7 +131,7 @@ func start(t *testing.T) *suite {
 	su.nodeB = &stack.Node{Name: "gpu-b", Scenario: filepath.Join(dir, "gpu-b.yaml")}
 	s, err := stack.New(stack.Options{Bin: binDir(t), Dir: dir, Nodes: []*stack.Node{su.nodeA, su.nodeB}, Speed: 60,
 		Rules: filepath.Join(root, "rules", "demo.yaml"), Kubernetes: true, IdleWindow: 5 * time.Second,
-		Role: filepath.Join(root, "deploy", "rbac", "reclaimer-clusterrole.yaml")})
+		Manifests: filepath.Join(root, "deploy", "manifests", "gpureclaim.yaml")})
 	require.NoError(t, err)
 	su.s = s
 	t.Cleanup(func() {

@@ -70,7 +70,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.simulateKubeconfig, "simulate.kubeconfig", "", "Follow the simulated node's pods in this cluster: a pod deleted there (evicted, scaled down) leaves its simulated GPU.")
 	fs.StringVar(&o.simulateDir, "simulate.dir", "", "Where the simulated node writes its /proc tree and kubelet socket (default: a temporary folder).")
 	fs.StringVar(&o.node, "node-name", os.Getenv("NODE_NAME"), "Node name to report (default: $NODE_NAME, else the host name; the scenario's node when simulating).")
-	fs.StringVar(&o.procfs, "path.procfs", "/proc", "The /proc to read process owners from (the host's, from a container).")
+	fs.StringVar(&o.procfs, "path.procfs", "/proc", "The /proc to read process owners from (the host's, from a container); empty turns process attribution off.")
 	fs.StringVar(&o.passwd, "path.passwd", "/etc/passwd", "The passwd file to name users by (the host's, from a container); empty keeps uids.")
 	fs.StringVar(&o.podResourcesSocket, "kubelet.pod-resources-socket", podresources.DefaultSocket, "The kubelet's pod-resources socket; empty turns pod attribution off.")
 	fs.StringVar(&o.logLevel, "log.level", "info", "Log level: debug, info, warn, error.")
@@ -93,6 +93,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.actionListen != "" && o.actionTokenFile == "" {
 		return nil, errors.New("--action.listen-address: needs --action.token-file; the endpoint never runs unauthenticated")
+	}
+	if o.actionTokenFile != "" && o.procfs == "" {
+		return nil, errors.New("--action.token-file: the action endpoint checks processes in /proc before it signals them; --path.procfs must not be empty")
 	}
 	if o.actionGrace < 0 || o.actionWindow <= 0 {
 		return nil, errors.New("--action.kill-grace must not be negative and --action.idle-window must be positive")
@@ -136,7 +139,10 @@ func realNode(o *options, logger *slog.Logger) (*node, error) {
 	if ret := lib.Init(); ret != nvml.SUCCESS {
 		return nil, fmt.Errorf(noDriverHelp, ret.Error())
 	}
-	n := &node{nvml: lib, name: o.node, proc: procfs.New(o.procfs, o.passwd), close: func() { lib.Shutdown() }}
+	n := &node{nvml: lib, name: o.node, close: func() { lib.Shutdown() }}
+	if o.procfs != "" {
+		n.proc = procfs.New(o.procfs, o.passwd)
+	}
 	if n.name == "" {
 		n.name, _ = os.Hostname()
 	}

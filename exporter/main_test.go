@@ -39,6 +39,9 @@ func TestBadFlags(t *testing.T) {
 		{"--log.level=loud", "--log.level"},
 		{"--simulate=nope", `scenario "nope" is neither a file nor built in (demo`},
 		{"extra", "unexpected arguments"},
+		{"--action.listen-address=:9848", "--action.listen-address: needs --action.token-file"},
+		{"--action.token-file=t --path.procfs=", "--path.procfs must not be empty"},
+		{"--action.idle-threshold=1.5 --action.token-file=t", "--action.idle-threshold: 1.5 must be between 0 and 1"},
 	} {
 		var stderr bytes.Buffer
 		code := run(context.Background(), strings.Fields(tc.args), io.Discard, &stderr)

@@ -56,7 +56,7 @@ func run() error {
 		Rules:      filepath.Join(root, "rules", "demo.yaml"),
 		Kubernetes: true,
 		IdleWindow: 5 * time.Second,
-		Role:       filepath.Join(root, "deploy", "rbac", "reclaimer-clusterrole.yaml"),
+		Manifests:  filepath.Join(root, "deploy", "manifests", "gpureclaim.yaml"),
 		Log:        os.Stdout,
 	})
 	if err != nil {

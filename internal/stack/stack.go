@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpureclaim/gpureclaim/deploy"
 	"github.com/gpureclaim/gpureclaim/internal/cluster"
 	"github.com/gpureclaim/gpureclaim/internal/nvmlsim"
 	"github.com/gpureclaim/gpureclaim/rules"
@@ -62,8 +63,9 @@ type Options struct {
 	Kubernetes bool
 	// IdleWindow is the exporters' own idle re-check window.
 	IdleWindow time.Duration
-	// Role is the reclaimer's ClusterRole (deploy/rbac/reclaimer-clusterrole.yaml).
-	Role string
+	// Manifests is deploy/manifests/gpureclaim.yaml: the reclaimer is bound
+	// to its ClusterRole.
+	Manifests string
 	// Log gets one line per component started.
 	Log io.Writer
 }
@@ -205,7 +207,7 @@ func (s *Stack) StartKubernetes(ctx context.Context) error {
 }
 
 func (s *Stack) applyRole(ctx context.Context) error {
-	b, err := os.ReadFile(s.o.Role)
+	b, err := deploy.Find(s.o.Manifests, "ClusterRole", "gpureclaim-reclaimer")
 	if err != nil {
 		return err
 	}

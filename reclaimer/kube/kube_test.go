@@ -3,7 +3,6 @@ package kube_test
 import (
 	"context"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"log/slog"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpureclaim/gpureclaim/deploy"
 	"github.com/gpureclaim/gpureclaim/internal/kubetest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/kube"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
@@ -32,7 +32,7 @@ func ptr[T any](v T) *T { return &v }
 // bindReclaimerRole applies the ClusterRole we ship and binds it to the
 // reclaimer's token.
 func bindReclaimerRole(t *testing.T, admin kubernetes.Interface) {
-	b, err := os.ReadFile("../../deploy/rbac/reclaimer-clusterrole.yaml")
+	b, err := deploy.ReclaimerClusterRole("../..")
 	require.NoError(t, err)
 	var role rbacv1.ClusterRole
 	require.NoError(t, yaml.UnmarshalStrict(b, &role))

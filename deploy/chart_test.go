@@ -1,0 +1,346 @@
+package deploy_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpureclaim/gpureclaim/deploy"
+	"github.com/gpureclaim/gpureclaim/internal/tooltest"
+	rconfig "github.com/gpureclaim/gpureclaim/reclaimer/config"
+)
+
+// valueSets are the values files the chart is rendered with: its defaults,
+// everything on, and the least it runs with.
+var valueSets = map[string][]string{
+	"defaults": nil,
+	"all-on":   {"ci/all-on-values.yaml"},
+	"minimal":  {"ci/minimal-values.yaml"},
+}
+
+func chart(t *testing.T) string {
+	return filepath.Join(tooltest.Root(t), "deploy", "helm", "gpureclaim")
+}
+
+func render(t *testing.T, helm, set string) []byte {
+	t.Helper()
+	var files []string
+	for _, f := range valueSets[set] {
+		files = append(files, filepath.Join(chart(t), f))
+	}
+	out, err := deploy.Template(helm, chart(t), files...)
+	require.NoError(t, err)
+	return out
+}
+
+// objects decodes the rendered documents the client-go scheme knows; the
+// others (prometheus-operator's) come back as maps.
+func objects(t *testing.T, out []byte) (typed []runtime.Object, custom []map[string]any) {
+	t.Helper()
+	for _, d := range deploy.Docs(out) {
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(d, nil, nil)
+		if runtime.IsNotRegisteredError(err) {
+			var m map[string]any
+			require.NoError(t, yaml.Unmarshal(d, &m))
+			custom = append(custom, m)
+			continue
+		}
+		require.NoError(t, err, string(d))
+		typed = append(typed, obj)
+	}
+	return typed, custom
+}
+
+func find[T runtime.Object](objs []runtime.Object) []T {
+	var out []T
+	for _, o := range objs {
+		if v, ok := o.(T); ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func TestChartLints(t *testing.T) {
+	helm := tooltest.Bin(t, "helm")
+	for name, files := range valueSets {
+		args := []string{"lint", "--strict", chart(t)}
+		for _, f := range files {
+			args = append(args, "--values", filepath.Join(chart(t), f))
+		}
+		out, err := deploy.Helm(helm, args...).CombinedOutput()
+		require.NoError(t, err, "%s:\n%s", name, out)
+		require.Contains(t, string(out), "0 chart(s) failed", name)
+	}
+}
+
+func TestManifestsAreCurrent(t *testing.T) {
+	files, err := deploy.Manifests(tooltest.Bin(t, "helm"), chart(t))
+	require.NoError(t, err)
+	for name, want := range files {
+		got, err := os.ReadFile(filepath.Join(tooltest.Root(t), "deploy", "manifests", name))
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(got), "deploy/manifests/%s is stale: run make manifests", name)
+	}
+
+	b, err := os.ReadFile(filepath.Join(chart(t), "values.yaml"))
+	require.NoError(t, err)
+	vs, err := deploy.Values(b)
+	require.NoError(t, err, "every value needs a \"# --\" comment")
+	readme, err := os.ReadFile(filepath.Join(chart(t), "README.md"))
+	require.NoError(t, err)
+	want, err := deploy.WithValuesTable(readme, vs)
+	require.NoError(t, err)
+	require.Equal(t, string(want), string(readme), "the chart's README lists other values than values.yaml: run make manifests")
+}
+
+func TestValuesWithoutDocsAreRefused(t *testing.T) {
+	_, err := deploy.Values([]byte("exporter:\n  # -- documented\n  enabled: true\n  port: 9847\n"))
+	require.ErrorContains(t, err, "exporter.port has no")
+}
+
+// The chart's copies of the rules and dashboards are those of rules/ and
+// dashboards/, byte for byte, and the PrometheusRule carries them whole.
+func TestChartCarriesTheGeneratedRulesAndDashboards(t *testing.T) {
+	root := tooltest.Root(t)
+	rules, err := os.ReadFile(filepath.Join(root, "rules", "gpureclaim.rules.yml"))
+	require.NoError(t, err)
+	copyOf, err := os.ReadFile(filepath.Join(chart(t), "files", "gpureclaim.rules.yml"))
+	require.NoError(t, err)
+	require.Equal(t, string(rules), string(copyOf), "the chart's rules are stale: run make rules")
+
+	want, _ := filepath.Glob(filepath.Join(root, "dashboards", "*.json"))
+	got, _ := filepath.Glob(filepath.Join(chart(t), "files", "dashboards", "*.json"))
+	require.NotEmpty(t, want)
+	require.Len(t, got, len(want), "the chart's dashboards are stale: run make dashboards")
+	for _, p := range want {
+		a, _ := os.ReadFile(p)
+		b, err := os.ReadFile(filepath.Join(chart(t), "files", "dashboards", filepath.Base(p)))
+		require.NoError(t, err)
+		require.Equal(t, string(a), string(b), "the chart's %s is stale: run make dashboards", filepath.Base(p))
+	}
+
+	typed, custom := objects(t, render(t, tooltest.Bin(t, "helm"), "defaults"))
+	var groups any
+	for _, m := range custom {
+		if m["kind"] == "PrometheusRule" {
+			groups = m["spec"]
+		}
+	}
+	var file any
+	require.NoError(t, yaml.Unmarshal(rules, &file))
+	require.Equal(t, file, groups, "the PrometheusRule's spec is the rules file")
+
+	dashboards := map[string]bool{}
+	for _, cm := range find[*corev1.ConfigMap](typed) {
+		if cm.Labels["grafana_dashboard"] != "1" {
+			continue
+		}
+		for k, v := range cm.Data {
+			a, err := os.ReadFile(filepath.Join(root, "dashboards", strings.TrimPrefix(k, "gpureclaim-")))
+			require.NoError(t, err, k)
+			require.JSONEq(t, string(a), v, k)
+			dashboards[k] = true
+		}
+	}
+	require.Len(t, dashboards, len(want))
+}
+
+// The exporter gets the privileges its values ask for and no others.
+func TestExporterPrivileges(t *testing.T) {
+	helm := tooltest.Bin(t, "helm")
+	for _, tc := range []struct {
+		set                  string
+		hostPID, root        bool
+		caps                 []corev1.Capability
+		hostPort, podSockets bool
+	}{
+		{set: "defaults", hostPID: true, root: true, caps: []corev1.Capability{"SYS_ADMIN"}, podSockets: true},
+		{set: "all-on", hostPID: true, root: true, caps: []corev1.Capability{"SYS_ADMIN", "KILL"}, hostPort: true, podSockets: true},
+		{set: "minimal"},
+	} {
+		t.Run(tc.set, func(t *testing.T) {
+			typed, _ := objects(t, render(t, helm, tc.set))
+			ds := find[*appsv1.DaemonSet](typed)
+			require.Len(t, ds, 1)
+			spec := ds[0].Spec.Template.Spec
+			require.Equal(t, tc.hostPID, spec.HostPID)
+			require.False(t, spec.HostNetwork)
+			require.NotNil(t, spec.AutomountServiceAccountToken)
+			require.False(t, *spec.AutomountServiceAccountToken, "the exporter calls no API")
+			c := spec.Containers[0]
+			sc := c.SecurityContext
+			require.False(t, *sc.AllowPrivilegeEscalation)
+			require.True(t, *sc.ReadOnlyRootFilesystem)
+			require.Nil(t, sc.Privileged)
+			require.Equal(t, []corev1.Capability{"ALL"}, sc.Capabilities.Drop)
+			require.ElementsMatch(t, tc.caps, sc.Capabilities.Add)
+			require.Equal(t, tc.root, *sc.RunAsUser == 0)
+			var hostPorts []int32
+			for _, p := range c.Ports {
+				if p.HostPort != 0 {
+					hostPorts = append(hostPorts, p.HostPort)
+				}
+			}
+			require.Equal(t, tc.hostPort, len(hostPorts) > 0)
+			for _, m := range c.VolumeMounts {
+				require.True(t, m.ReadOnly, "%s is mounted writable", m.Name)
+			}
+			var socket bool
+			for _, v := range spec.Volumes {
+				if v.HostPath != nil && v.HostPath.Path == "/var/lib/kubelet/pod-resources" {
+					socket = true
+				}
+			}
+			require.Equal(t, tc.podSockets, socket)
+		})
+	}
+}
+
+func TestActionEndpointNeedsProcessAttribution(t *testing.T) {
+	helm := tooltest.Bin(t, "helm")
+	cmd := deploy.Helm(helm, "template", "x", chart(t), "--kube-version", deploy.KubeVersion,
+		"--set", "exporter.action.enabled=true", "--set", "exporter.processAttribution.enabled=false")
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(out), "exporter.action.enabled needs exporter.processAttribution.enabled")
+}
+
+// The reclaimer's role grants what it calls and nothing that reads secrets
+// or deletes anything.
+func TestReclaimerRoleIsLeast(t *testing.T) {
+	typed, _ := objects(t, render(t, tooltest.Bin(t, "helm"), "defaults"))
+	roles := find[*rbacv1.ClusterRole](typed)
+	require.Len(t, roles, 1)
+	grants := map[string][]string{}
+	for _, r := range roles[0].Rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				grants[g+"/"+res] = append(grants[g+"/"+res], r.Verbs...)
+			}
+		}
+	}
+	require.Equal(t, map[string][]string{
+		"/pods":                   {"get", "list", "watch"},
+		"/namespaces":             {"get"},
+		"/pods/eviction":          {"create"},
+		"apps/replicasets":        {"get"},
+		"apps/deployments":        {"get", "patch"},
+		"apps/statefulsets":       {"get", "patch"},
+		"apps/deployments/scale":  {"get", "update"},
+		"apps/statefulsets/scale": {"get", "update"},
+		"/events":                 {"create"},
+	}, grants)
+	nsRoles := find[*rbacv1.Role](typed)
+	require.Len(t, nsRoles, 1)
+	require.Equal(t, deploy.Namespace, nsRoles[0].Namespace, "leases only in the reclaimer's namespace")
+	require.Equal(t, []string{"leases"}, nsRoles[0].Rules[0].Resources)
+}
+
+// The configuration and the flags the chart renders are what the binaries
+// accept: the config through the reclaimer's own loader, the flags through
+// the binaries' parsers (--version exits after parsing).
+func TestChartRendersWhatTheBinariesAccept(t *testing.T) {
+	helm := tooltest.Bin(t, "helm")
+	exporter, reclaimer := binaries(t)
+	secrets := t.TempDir()
+	for _, f := range []string{"webhook/token", "admin/token", "node/token", "slack/token", "slack/signing-secret"} {
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(secrets, f)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(secrets, f), []byte("s3cret\n"), 0o600))
+	}
+	for set := range valueSets {
+		t.Run(set, func(t *testing.T) {
+			typed, _ := objects(t, render(t, helm, set))
+			var cfg string
+			for _, cm := range find[*corev1.ConfigMap](typed) {
+				if v, ok := cm.Data["reclaimer.yml"]; ok {
+					cfg = v
+				}
+			}
+			require.NotEmpty(t, cfg)
+			c, err := rconfig.Parse([]byte(strings.ReplaceAll(cfg, "/etc/gpureclaim/secrets", secrets)), t.TempDir())
+			require.NoError(t, err, cfg)
+			require.Equal(t, "s3cret", c.Webhook.BearerToken)
+			if set == "all-on" {
+				require.False(t, c.DryRun)
+				require.Equal(t, "s3cret", c.Nodes.BearerToken)
+				require.Equal(t, "s3cret", c.AdminBearerToken)
+				u, err := c.Nodes.URL("gpu-node-7")
+				require.NoError(t, err)
+				require.Equal(t, "http://gpu-node-7:9848", u)
+				require.Len(t, c.Notifiers, 1)
+				require.Equal(t, "s3cret", c.Notifiers[0].Slack.SigningSecret)
+			} else {
+				require.True(t, c.DryRun, "the chart installs in dry run")
+			}
+
+			for _, ds := range find[*appsv1.DaemonSet](typed) {
+				args := slices.Concat(ds.Spec.Template.Spec.Containers[0].Args, []string{"--version"})
+				out, err := exec.Command(exporter, args...).CombinedOutput()
+				require.NoError(t, err, "%v: %s", args, out)
+			}
+			for _, d := range find[*appsv1.Deployment](typed) {
+				args := slices.Concat(d.Spec.Template.Spec.Containers[0].Args, []string{"--version"})
+				out, err := exec.Command(reclaimer, args...).CombinedOutput()
+				require.NoError(t, err, "%v: %s", args, out)
+			}
+		})
+	}
+}
+
+// The example Alertmanager configuration passes amtool's check, and each
+// copy of an alert goes to one receiver only.
+func TestAlertmanagerExampleRoutes(t *testing.T) {
+	amtool := tooltest.Bin(t, "amtool")
+	file := filepath.Join(tooltest.Root(t), "deploy", "alertmanager", "alertmanager.yml")
+	out, err := exec.Command(amtool, "check-config", file).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, tc := range []struct {
+		labels []string
+		want   string
+	}{
+		{[]string{"alertname=GPUIdle", "audience=reclaimer", "uuid=GPU-1"}, "gpureclaim"},
+		{[]string{"alertname=GPUIdle", "audience=people", "uuid=GPU-1"}, "gpu-owners"},
+		{[]string{"alertname=MIGInstanceOversized", "audience=reclaimer"}, "gpureclaim"},
+		{[]string{"alertname=GPUWasted", "audience=people"}, "gpu-owners"},
+		{[]string{"alertname=GPUExporterDown"}, "default"},
+	} {
+		out, err := exec.Command(amtool, slices.Concat([]string{"config", "routes", "test", "--config.file=" + file}, tc.labels)...).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Equal(t, tc.want, strings.TrimSpace(string(out)), "%v", tc.labels)
+	}
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	type webhook struct {
+		URL          string         `json:"url"`
+		SendResolved bool           `json:"send_resolved"`
+		MaxAlerts    int            `json:"max_alerts"`
+		HTTPConfig   map[string]any `json:"http_config"`
+	}
+	type receiver struct {
+		Name     string    `json:"name"`
+		Webhooks []webhook `json:"webhook_configs"`
+	}
+	var cfg struct {
+		Receivers []receiver `json:"receivers"`
+	}
+	require.NoError(t, yaml.Unmarshal(b, &cfg))
+	i := slices.IndexFunc(cfg.Receivers, func(r receiver) bool { return r.Name == "gpureclaim" })
+	require.GreaterOrEqual(t, i, 0)
+	w := cfg.Receivers[i].Webhooks[0]
+	require.True(t, w.SendResolved, "resolved alerts cancel pending reclaims")
+	require.Zero(t, w.MaxAlerts)
+	require.Contains(t, w.HTTPConfig, "authorization", "the webhook authenticates")
+	require.Equal(t, "http://gpureclaim-reclaimer.gpureclaim.svc:9849/webhook", w.URL, "the plain manifests' Service")
+}

@@ -1,0 +1,82 @@
+{{/* The release's name for objects: <release>-gpureclaim, or the release alone when it holds the chart's name. */}}
+{{- define "gpureclaim.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gpureclaim.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gpureclaim.exporter.fullname" -}}
+{{- printf "%s-exporter" (include "gpureclaim.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gpureclaim.reclaimer.fullname" -}}
+{{- printf "%s-reclaimer" (include "gpureclaim.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gpureclaim.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "gpureclaim.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: gpureclaim
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "gpureclaim.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpureclaim.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "gpureclaim.image" -}}
+{{- $tag := default .root.Chart.AppVersion .image.tag -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .image.repository $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Where the reclaimer finds its secrets. */}}
+{{- define "gpureclaim.secretDir" -}}
+/etc/gpureclaim/secrets
+{{- end -}}
+
+{{/* The reclaimer's configuration: reclaimer.config with the parts the chart owns filled in. */}}
+{{- define "gpureclaim.reclaimer.config" -}}
+{{- $r := .Values.reclaimer -}}
+{{- $dir := include "gpureclaim.secretDir" . -}}
+{{- $c := deepCopy $r.config -}}
+{{- $_ := set $c "webhook" (merge (dict "bearer_token_file" (printf "%s/webhook/token" $dir)) (default dict $c.webhook)) -}}
+{{- $_ := set $c "alertmanager" (merge (dict "url" $r.alertmanagerURL) (default dict $c.alertmanager)) -}}
+{{- if $r.adminSecret.name -}}
+{{- $_ := set $c "admin_bearer_token_file" (printf "%s/admin/token" $dir) -}}
+{{- end -}}
+{{- if .Values.exporter.action.enabled -}}
+{{- $nodes := default dict $c.nodes -}}
+{{- $_ := set $nodes "bearer_token_file" (printf "%s/node/token" $dir) -}}
+{{- if not $nodes.url_template -}}
+{{- $_ := set $nodes "url_template" (printf "http://{{ .Node }}:%v" .Values.exporter.action.port) -}}
+{{- end -}}
+{{- $_ := set $c "nodes" $nodes -}}
+{{- end -}}
+{{- if $r.slack.enabled -}}
+{{- $slack := merge (dict "token_file" (printf "%s/slack/token" $dir) "signing_secret_file" (printf "%s/slack/signing-secret" $dir)) (deepCopy $r.slack.config) -}}
+{{- $_ := set $c "notifiers" (append (default list $c.notifiers) (dict "type" "slack" "slack" $slack)) -}}
+{{- end -}}
+{{- toYaml $c -}}
+{{- end -}}
