@@ -123,6 +123,9 @@ func TestManifestsOnAPIServer(t *testing.T) {
 		createPod(t, admin, team, "inference-1-abcde", &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: ptr(true)})
 
 		r := &reclaim.Reclaim{ID: "r2", ActAt: time.Now(), Target: reclaim.Target{Alertname: "GPUIdle", UUID: "GPU-2", Namespace: team, Pod: "inference-1-abcde"}}
+		ctl, err := rc.Controller(ctx, r.Target)
+		require.NoError(t, err)
+		require.Equal(t, reclaim.Controller{Kind: "Deployment", Name: "inference", Replicas: 3}, ctl)
 		res, err := rc.ScaleDown(ctx, r, 0)
 		require.NoError(t, err)
 		d, err = admin.AppsV1().Deployments(team).Get(ctx, "inference", metav1.GetOptions{})

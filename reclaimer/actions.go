@@ -73,3 +73,10 @@ func (i *inspector) Started(ctx context.Context, t reclaim.Target) (time.Time, e
 	}
 	return i.nodes.Started(ctx, t)
 }
+
+func (i *inspector) Controller(ctx context.Context, t reclaim.Target) (reclaim.Controller, error) {
+	if t.Pod == "" || i.kube == nil {
+		return reclaim.Controller{}, nil
+	}
+	return i.kube.Controller(ctx, t)
+}

@@ -71,6 +71,47 @@ func (c *Client) Evict(ctx context.Context, r *reclaim.Reclaim) (reclaim.Result,
 	return reclaim.Result{}, fmt.Errorf("evicting %s/%s: %w", ns, name, err)
 }
 
+// Controller finds what runs a pod: its Deployment (through its
+// ReplicaSet) or StatefulSet with the replicas it asks for, or the kind
+// and name of any other controller; nothing for a bare pod.
+func (c *Client) Controller(ctx context.Context, t reclaim.Target) (reclaim.Controller, error) {
+	p, err := c.cs.CoreV1().Pods(t.Namespace).Get(ctx, t.Pod, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return reclaim.Controller{}, reclaim.ErrGone
+	}
+	if err != nil {
+		return reclaim.Controller{}, err
+	}
+	ref := metav1.GetControllerOf(p)
+	if ref == nil {
+		return reclaim.Controller{}, nil
+	}
+	ctl := reclaim.Controller{Kind: ref.Kind, Name: ref.Name}
+	switch ref.Kind {
+	case "ReplicaSet":
+		rs, err := c.cs.AppsV1().ReplicaSets(t.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+		if err != nil {
+			return reclaim.Controller{}, err
+		}
+		d := metav1.GetControllerOf(rs)
+		if d == nil || d.Kind != "Deployment" {
+			return ctl, nil
+		}
+		ctl = reclaim.Controller{Kind: "Deployment", Name: d.Name}
+	case "StatefulSet":
+	default:
+		return ctl, nil
+	}
+	s, err := c.scalerFor(ctl.Kind, t.Namespace, ctl.Name)
+	if err != nil {
+		return reclaim.Controller{}, err
+	}
+	if ctl.Replicas, _, err = s.get(ctx); err != nil {
+		return reclaim.Controller{}, err
+	}
+	return ctl, nil
+}
+
 // workload finds the Deployment or StatefulSet that owns a pod.
 func (c *Client) workload(ctx context.Context, ns, pod string) (kind, name string, err error) {
 	p, err := c.cs.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})

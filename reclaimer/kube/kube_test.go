@@ -167,6 +167,9 @@ func TestKubernetes(t *testing.T) {
 			&metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: ptr(true)})
 
 		r := target(ns, "chat-api-5d8f7c9b4-x2x7p")
+		ctl, err := kc.Controller(ctx, r.Target)
+		require.NoError(t, err)
+		require.Equal(t, reclaim.Controller{Kind: "Deployment", Name: "chat-api", Replicas: 3}, ctl)
 		res, err := kc.ScaleDown(ctx, r, 0)
 		require.NoError(t, err)
 		require.Equal(t, &reclaim.Workload{Kind: "Deployment", Namespace: ns, Name: "chat-api", PreviousReplicas: 3, ScaledTo: 0}, res.Workload)
@@ -210,6 +213,9 @@ func TestKubernetes(t *testing.T) {
 		pod(t, admin, ns, "vllm-1", map[string]string{"app": "vllm"}, nil,
 			&metav1.OwnerReference{APIVersion: "apps/v1", Kind: "StatefulSet", Name: s.Name, UID: s.UID, Controller: ptr(true)})
 		r := target(ns, "vllm-1")
+		ctl, err := kc.Controller(ctx, r.Target)
+		require.NoError(t, err)
+		require.Equal(t, reclaim.Controller{Kind: "StatefulSet", Name: "vllm", Replicas: 2}, ctl)
 		res, err := kc.ScaleDown(ctx, r, 1)
 		require.NoError(t, err)
 		require.Equal(t, "StatefulSet vllm scaled from 2 to 1 replicas", strings.Replace(res.Detail, "sts/", "", 1))
@@ -226,6 +232,11 @@ func TestKubernetes(t *testing.T) {
 		pod(t, admin, ns, "lonely", nil, nil, nil)
 		_, err := kc.ScaleDown(ctx, target(ns, "lonely"), 0)
 		require.ErrorContains(t, err, "has no controller to scale down")
+		ctl, err := kc.Controller(ctx, target(ns, "lonely").Target)
+		require.NoError(t, err)
+		require.Equal(t, reclaim.Controller{}, ctl)
+		_, err = kc.Controller(ctx, target(ns, "gone").Target)
+		require.ErrorIs(t, err, reclaim.ErrGone)
 	})
 
 	t.Run("kept pods and namespaces, and start times", func(t *testing.T) {

@@ -41,7 +41,21 @@ type Inspector interface {
 	// Started is when the workload started: the pod's start, or the oldest
 	// process's on bare metal.
 	Started(ctx context.Context, t Target) (time.Time, error)
+	// Controller says what runs the target's pod; the zero Controller for
+	// a bare pod or a process.
+	Controller(ctx context.Context, t Target) (Controller, error)
 }
+
+// Controller is what runs a pod: a Deployment or a StatefulSet (a
+// service, with its replicas), a Job, or another controller.
+type Controller struct {
+	Kind, Name string
+	Replicas   int32
+}
+
+// Service says whether the controller keeps its pods running: evicting
+// one of its pods only makes it start another.
+func (c Controller) Service() bool { return c.Kind == "Deployment" || c.Kind == "StatefulSet" }
 
 // Actor carries out an action. Acting twice on the same reclaim must have
 // the effect of acting once: a crash between acting and recording it

@@ -478,6 +478,11 @@ func (e *Engine) warn(ctx context.Context, id string) {
 			return
 		}
 	}
+	if r.State == Pending && r.Action == config.ActionEvict && e.o.Inspector != nil {
+		if r = e.serviceAction(ctx, r); r == nil || r.State.Terminal() && r.State != Notified {
+			return
+		}
+	}
 	kind := MsgWarning
 	if r.State == Notified {
 		kind = MsgNotice
@@ -523,6 +528,51 @@ func (e *Engine) warn(ctx context.Context, id string) {
 	if !delivered && d.Attempts == 3 {
 		e.send(ctx, Message{Kind: MsgAdmin, Reclaim: r, Text: fmt.Sprintf("The warning to %s about %s cannot be delivered (%s); the reclaim waits.", r.Target.Owner(), r.Target.Unit(), d.Error)}, nil)
 	}
+}
+
+// serviceAction picks the action for a pod a Deployment or StatefulSet
+// runs, when the policy leaves it to the alert (auto): evicting such a
+// pod frees nothing, its controller starts another. With one replica the
+// workload is scaled down (and can be restored); with more, scaling down
+// would stop busy replicas too, so the owner is told and nothing is done.
+func (e *Engine) serviceAction(ctx context.Context, r *Reclaim) *Reclaim {
+	p := e.policy(r)
+	if p == nil || p.Action != config.ActionAuto || r.Target.Pod == "" {
+		return r
+	}
+	ctl, err := e.o.Inspector.Controller(ctx, r.Target)
+	if err != nil {
+		e.o.Metrics.Error("kubernetes")
+		e.o.Logger.Warn("looking up the pod's controller; evicting as the alert suggests", "reclaim", r.ID, "err", err)
+		return r
+	}
+	if !ctl.Service() {
+		return r
+	}
+	what := fmt.Sprintf("%s %s/%s", ctl.Kind, r.Target.Namespace, ctl.Name)
+	c, err := e.update(r.ID, func(c *Reclaim) []Event {
+		return []Event{e.event(c, "decided", fmt.Sprintf("%s: %s, %d replicas", c.State, what, ctl.Replicas), "policy")}
+	}, func(c *Reclaim) bool {
+		if c.State != Pending {
+			return false
+		}
+		if ctl.Replicas > 1 {
+			c.State, c.Closed, c.Final.Sent = Notified, e.now(), true
+			c.Reason = fmt.Sprintf("one of %d replicas of %s: an eviction would be replaced and a scale-down would stop busy replicas too; telling the owner only", ctl.Replicas, what)
+			return true
+		}
+		c.Action = config.ActionScaleDown
+		c.Reason = fmt.Sprintf("warning the owner; %s has one replica: scale it down (restorable) after the grace period", what)
+		return true
+	})
+	if err != nil {
+		e.o.Logger.Error("recording the service's action", "reclaim", r.ID, "err", err)
+		return nil
+	}
+	if c.State == Notified {
+		e.o.Metrics.decisions.WithLabelValues("notify").Inc()
+	}
+	return c
 }
 
 // defer records why an action waits and until when.

@@ -494,3 +494,44 @@ func count(ks []reclaim.MessageKind, k reclaim.MessageKind) int {
 }
 
 var _ = testutil.ToFloat64
+
+// Left to the alert (auto), a pod that a Deployment or StatefulSet runs is
+// scaled down rather than evicted, whose replacement would take a GPU
+// again; with several replicas its owner is only told; a Job's or a bare
+// pod is evicted.
+func TestAutoActionForServices(t *testing.T) {
+	f := newFixture(t, "")
+	f.inspector.Controllers = map[string]reclaim.Controller{
+		"serve/api-0":   {Kind: "Deployment", Name: "api", Replicas: 1},
+		"serve/multi-0": {Kind: "StatefulSet", Name: "multi", Replicas: 3},
+		"batch/train-0": {Kind: "Job", Name: "train"},
+	}
+	f.ingest(IdlePod("firing", T0, "serve", "api-0"), IdlePod("firing", T0, "serve", "multi-0"),
+		IdlePod("firing", T0, "batch", "train-0"), IdlePod("firing", T0, "lab", "notebook"))
+	f.at(0)
+	require.Equal(t, config.ActionScaleDown, f.of("serve/api-0").Action)
+	require.Contains(t, f.of("serve/api-0").Reason, "Deployment serve/api has one replica")
+	multi := f.of("serve/multi-0")
+	require.Equal(t, reclaim.Notified, multi.State)
+	require.Contains(t, multi.Reason, "one of 3 replicas of StatefulSet serve/multi")
+	require.Equal(t, config.ActionEvict, f.of("batch/train-0").Action)
+	require.Equal(t, config.ActionEvict, f.of("lab/notebook").Action)
+
+	f.at(5 * time.Minute)
+	require.ElementsMatch(t, []string{"scale_down serve/api-0", "evict batch/train-0", "evict lab/notebook"}, f.actor.Calls)
+}
+
+// A policy that names its action keeps it, service or not.
+func TestNamedActionIgnoresTheController(t *testing.T) {
+	f := newFixture(t, `
+policies:
+  - name: evict
+    matchers: ['alertname="GPUIdle"']
+    action: evict
+`)
+	f.inspector.Controllers = map[string]reclaim.Controller{"serve/api-0": {Kind: "Deployment", Name: "api", Replicas: 1}}
+	f.ingest(IdlePod("firing", T0, "serve", "api-0"))
+	f.at(0)
+	f.at(5 * time.Minute)
+	require.Equal(t, []string{"evict serve/api-0"}, f.actor.Calls)
+}

@@ -169,11 +169,18 @@ func (c *Checker) Set(st reclaim.AlertStatus, why string, until time.Time) {
 	c.mu.Unlock()
 }
 
-// Inspector answers keep and start-time lookups.
+// Inspector answers keep, start-time and controller lookups.
 type Inspector struct {
-	mu    sync.Mutex
-	Keep  map[string]bool      // by owner
-	Start map[string]time.Time // by owner
+	mu          sync.Mutex
+	Keep        map[string]bool               // by owner
+	Start       map[string]time.Time          // by owner
+	Controllers map[string]reclaim.Controller // by owner; none is a bare pod
+}
+
+func (i *Inspector) Controller(_ context.Context, t reclaim.Target) (reclaim.Controller, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.Controllers[t.Owner()], nil
 }
 
 func (i *Inspector) Kept(_ context.Context, t reclaim.Target) (bool, string, error) {
