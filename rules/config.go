@@ -38,6 +38,29 @@ type Idle struct {
 	// Lookback is how far back each evaluation looks for a burst of work, so
 	// that bursts between evaluations are not missed. Default 2m.
 	Lookback model.Duration `yaml:"lookback"`
+	// Aggregation is how the lookback's samples are combined before they
+	// are compared with Threshold: max (every sample idle) or avg. Default max.
+	Aggregation string `yaml:"aggregation"`
+	// ReclaimAfter is how long a unit must stay idle before the reclaimer's
+	// copy of GPUIdle fires; people's copy fires after For. Default 45m.
+	ReclaimAfter model.Duration `yaml:"reclaim_after"`
+	// Pauses, when set, make the reclaimer's copy wait out each workload's
+	// own pauses as well.
+	Pauses *Pauses `yaml:"pauses"`
+}
+
+// Pauses remembers how long each workload (a unit's owner) paused before
+// its work came back, so that a workload that pauses for an hour is not
+// taken for one that is gone: the reclaimer's copy of GPUIdle fires only
+// once the unit has been idle for ReclaimAfter beyond Factor times the
+// longest such pause in Window, at most Max beyond.
+type Pauses struct {
+	// Window is how far back pauses are remembered. Default 1d.
+	Window model.Duration `yaml:"window"`
+	// Factor multiplies the longest pause. Default 1.
+	Factor float64 `yaml:"factor"`
+	// Max caps the wait the pauses add. Default 4h.
+	Max model.Duration `yaml:"max"`
 }
 
 // Wasted: a held unit with low average activity that holds much of its memory.
@@ -111,7 +134,7 @@ type Links struct {
 // DefaultConfig returns the seed defaults.
 func DefaultConfig() Config {
 	return Config{
-		Idle:       Idle{Threshold: 0.05, For: dur(10 * time.Minute), Lookback: dur(2 * time.Minute)},
+		Idle:       Idle{Threshold: 0.05, For: dur(10 * time.Minute), Lookback: dur(2 * time.Minute), Aggregation: "max", ReclaimAfter: dur(45 * time.Minute)},
 		Wasted:     Wasted{ActivityBelow: 0.2, MemoryAbove: 0.5, Window: dur(30 * time.Minute), For: dur(15 * time.Minute)},
 		Overcommit: Overcommit{MinTenants: 2, MemoryAbove: 0.95, ActivityAbove: 0.95, Window: dur(5 * time.Minute), For: dur(5 * time.Minute)},
 		MIG:        MIG{PeakWindow: dur(24 * time.Hour), Headroom: 0.1, For: dur(time.Hour)},
@@ -166,8 +189,25 @@ func (c *Config) Validate() error {
 	ratio("idle.threshold", c.Idle.Threshold)
 	positive("idle.for", c.Idle.For)
 	positive("idle.lookback", c.Idle.Lookback)
-	if c.Idle.Lookback > c.Idle.For {
-		errs = append(errs, fmt.Errorf("idle.lookback: %s is longer than idle.for (%s)", c.Idle.Lookback, c.Idle.For))
+	if c.Idle.Aggregation != "max" && c.Idle.Aggregation != "avg" {
+		errs = append(errs, fmt.Errorf("idle.aggregation: %q is not max or avg", c.Idle.Aggregation))
+	}
+	positive("idle.reclaim_after", c.Idle.ReclaimAfter)
+	if p := c.Idle.Pauses; p != nil {
+		if p.Window == 0 {
+			p.Window = dur(24 * time.Hour)
+		}
+		if p.Factor == 0 {
+			p.Factor = 1
+		}
+		if p.Max == 0 {
+			p.Max = dur(4 * time.Hour)
+		}
+		positive("idle.pauses.window", p.Window)
+		positive("idle.pauses.max", p.Max)
+		if p.Factor < 0 {
+			errs = append(errs, fmt.Errorf("idle.pauses.factor: %g must be positive", p.Factor))
+		}
 	}
 	ratio("wasted.activity_below", c.Wasted.ActivityBelow)
 	if c.Wasted.ActivityBelow <= c.Idle.Threshold {

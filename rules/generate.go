@@ -44,35 +44,37 @@ func (e Expr) MarshalYAML() (any, error) {
 
 // Names of the recording rules, used by the alerts and the dashboards.
 const (
-	RecActivity         = "uuid:gpureclaim_unit_activity:ratio"
-	RecActivityLookback = "uuid:gpureclaim_unit_activity:max_idle_lookback"
-	RecActivityWaste    = "uuid:gpureclaim_unit_activity:avg_waste_window"
-	RecActivityPeak     = "uuid:gpureclaim_unit_activity:max_peak_window"
-	RecMemoryRatio      = "uuid:gpureclaim_unit_memory_used:ratio"
-	RecMemoryPeak       = "uuid:gpureclaim_unit_memory_used_bytes:max_peak_window"
-	RecSize             = "uuid:gpureclaim_unit_size:gpus"
-	RecOwners           = "uuid:gpureclaim_unit_owners:count"
-	RecHeld             = "uuid_owner:gpureclaim_unit_held:info"
-	RecIdleHeld         = "uuid_owner:gpureclaim_unit_idle_held:activity"
-	RecIdleHeldGPUs     = "uuid_owner:gpureclaim_unit_idle_held:gpus"
-	RecWastedMemory     = "uuid:gpureclaim_unit_wasted_memory:bytes"
-	RecMemoryPressure   = "uuid:gpureclaim_unit_memory_pressure:ratio"
-	RecSMSaturation     = "uuid:gpureclaim_unit_sm_saturation:ratio"
-	RecRightsizeScore   = "uuid:gpureclaim_mig_rightsize_candidate:score"
-	RecRightsizeMemory  = "uuid:gpureclaim_mig_rightsize_memory:bytes"
-	RecRightsizeFreed   = "uuid:gpureclaim_mig_rightsize_freed:bytes"
-	RecFleetTotal       = "fleet:gpureclaim_gpus:total"
-	RecFleetHeld        = "fleet:gpureclaim_gpus:held"
-	RecFleetUsed        = "fleet:gpureclaim_gpus:used"
-	RecFleetIdleHeld    = "fleet:gpureclaim_gpus:idle_held"
-	RecFleetEffective   = "fleet:gpureclaim_effective_utilization:ratio"
-	RecFleetMIGFreed    = "fleet:gpureclaim_mig_rightsize_freed:bytes"
-	RecOwnerIdle        = "owner:gpureclaim_gpus_idle_held:sum"
-	RecNamespaceIdle    = "namespace:gpureclaim_gpus_idle_held:sum"
-	RecOwnerIdleHours   = "owner:gpureclaim_idle_gpu_hours:cost_window"
-	RecNSIdleHours      = "namespace:gpureclaim_idle_gpu_hours:cost_window"
-	RecOwnerIdleCost    = "owner:gpureclaim_idle_cost:cost_window"
-	RecNSIdleCost       = "namespace:gpureclaim_idle_cost:cost_window"
+	RecActivity        = "uuid:gpureclaim_unit_activity:ratio"
+	RecActivityWaste   = "uuid:gpureclaim_unit_activity:avg_waste_window"
+	RecActivityPeak    = "uuid:gpureclaim_unit_activity:max_peak_window"
+	RecMemoryRatio     = "uuid:gpureclaim_unit_memory_used:ratio"
+	RecMemoryPeak      = "uuid:gpureclaim_unit_memory_used_bytes:max_peak_window"
+	RecSize            = "uuid:gpureclaim_unit_size:gpus"
+	RecOwners          = "uuid:gpureclaim_unit_owners:count"
+	RecHeld            = "uuid_owner:gpureclaim_unit_held:info"
+	RecIdleHeld        = "uuid_owner:gpureclaim_unit_idle_held:activity"
+	RecIdleHeldGPUs    = "uuid_owner:gpureclaim_unit_idle_held:gpus"
+	RecPauseEnded      = "uuid_owner:gpureclaim_unit_pause:seconds"
+	RecIdleSince       = "uuid_owner:gpureclaim_unit_idle_since_timestamp:seconds"
+	RecPauseLongest    = "uuid_owner:gpureclaim_unit_pause_seconds:max_pauses_window"
+	RecWastedMemory    = "uuid:gpureclaim_unit_wasted_memory:bytes"
+	RecMemoryPressure  = "uuid:gpureclaim_unit_memory_pressure:ratio"
+	RecSMSaturation    = "uuid:gpureclaim_unit_sm_saturation:ratio"
+	RecRightsizeScore  = "uuid:gpureclaim_mig_rightsize_candidate:score"
+	RecRightsizeMemory = "uuid:gpureclaim_mig_rightsize_memory:bytes"
+	RecRightsizeFreed  = "uuid:gpureclaim_mig_rightsize_freed:bytes"
+	RecFleetTotal      = "fleet:gpureclaim_gpus:total"
+	RecFleetHeld       = "fleet:gpureclaim_gpus:held"
+	RecFleetUsed       = "fleet:gpureclaim_gpus:used"
+	RecFleetIdleHeld   = "fleet:gpureclaim_gpus:idle_held"
+	RecFleetEffective  = "fleet:gpureclaim_effective_utilization:ratio"
+	RecFleetMIGFreed   = "fleet:gpureclaim_mig_rightsize_freed:bytes"
+	RecOwnerIdle       = "owner:gpureclaim_gpus_idle_held:sum"
+	RecNamespaceIdle   = "namespace:gpureclaim_gpus_idle_held:sum"
+	RecOwnerIdleHours  = "owner:gpureclaim_idle_gpu_hours:cost_window"
+	RecNSIdleHours     = "namespace:gpureclaim_idle_gpu_hours:cost_window"
+	RecOwnerIdleCost   = "owner:gpureclaim_idle_cost:cost_window"
+	RecNSIdleCost      = "namespace:gpureclaim_idle_cost:cost_window"
 )
 
 // Alert names.
@@ -90,7 +92,15 @@ const (
 const (
 	ownerLabels = "namespace, pod, container, user, slurm_job"
 	unitContext = "node, kind, mig_profile, model"
+	// ownerKey identifies a unit's owner among the records per owner.
+	ownerKey = "uuid, " + ownerLabels
 )
+
+// RecActivityLookback is the record of the activity combined over the idle
+// lookback (uuid:gpureclaim_unit_activity:max_idle_lookback by default).
+func RecActivityLookback(c Config) string {
+	return "uuid:gpureclaim_unit_activity:" + c.Idle.Aggregation + "_idle_lookback"
+}
 
 func num(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
@@ -101,7 +111,7 @@ func Generate(c Config) File {
 	// (groups run on their own timers, in no set order).
 	units := append(unitRules(c), fleetRules(c)...)
 	return File{Groups: []Group{
-		{Name: "gpureclaim.units", Rules: append(units, forEachAudience(alertRules(c))...)},
+		{Name: "gpureclaim.units", Rules: append(units, alerts(c)...)},
 		{Name: "gpureclaim.exporter", Rules: exporterRules(c)},
 	}}
 }
@@ -120,12 +130,12 @@ func Render(c Config) ([]byte, error) {
 
 func unitRules(c Config) []Rule {
 	h := num(1 + c.MIG.Headroom)
-	return []Rule{
+	rs := []Rule{
 		{Record: RecActivity, Expr: Expr(`  label_replace(max by (uuid, gpu_uuid) (gpureclaim_unit_sm_active_ratio), "signal", "sm_active", "", "")
 or on (uuid)
   label_replace(max by (uuid, gpu_uuid) (gpureclaim_unit_utilization_ratio), "signal", "utilization", "", "")
 `)},
-		{Record: RecActivityLookback, Expr: Expr(fmt.Sprintf("max_over_time(%s[%s])", RecActivity, c.Idle.Lookback))},
+		{Record: RecActivityLookback(c), Expr: Expr(fmt.Sprintf("%s_over_time(%s[%s])", c.Idle.Aggregation, RecActivity, c.Idle.Lookback))},
 		{Record: RecActivityWaste, Expr: Expr(fmt.Sprintf("avg_over_time(%s[%s])", RecActivity, c.Wasted.Window))},
 		{Record: RecMemoryRatio, Expr: Expr("max by (uuid, gpu_uuid) (gpureclaim_unit_memory_used_bytes)\n/\nmax by (uuid, gpu_uuid) (gpureclaim_unit_memory_total_bytes > 0)\n")},
 		{Record: RecSize, Expr: Expr(`  max by (uuid, gpu_uuid) (gpureclaim_unit_info{kind="gpu"})
@@ -140,7 +150,7 @@ or on (uuid)
 		{Record: RecIdleHeld, Expr: Expr(fmt.Sprintf(`  %s
 * on (uuid) group_left (signal)
   (%s < %s)
-`, RecHeld, RecActivityLookback, num(c.Idle.Threshold)))},
+`, RecHeld, RecActivityLookback(c), num(c.Idle.Threshold)))},
 		{Record: RecIdleHeldGPUs, Expr: Expr(fmt.Sprintf(`  (%s * 0 + 1)
 * on (uuid) group_left ()
   (%s / %s)
@@ -173,6 +183,7 @@ and on (uuid) %s
 		{Record: RecRightsizeMemory, Expr: Expr(fmt.Sprintf("max by (uuid, gpu_uuid, profile) (gpureclaim_mig_profile_memory_bytes)\nand on (uuid, profile) %s\n", RecRightsizeScore))},
 		{Record: RecRightsizeFreed, Expr: Expr(fmt.Sprintf("  max by (uuid, gpu_uuid) (gpureclaim_unit_memory_total_bytes)\n- on (uuid) group_right ()\n  %s\n", RecRightsizeMemory))},
 	}
+	return append(rs, pauseRules(c)...)
 }
 
 func fleetRules(c Config) []Rule {
@@ -240,6 +251,17 @@ const (
 	AudienceReclaimer = "reclaimer"
 )
 
+// alerts are the unit alerts, once for each audience.
+func alerts(c Config) []Rule {
+	rs := forEachAudience(alertRules(c))
+	for i, r := range rs {
+		if r.Alert == AlertIdle && r.Labels["audience"] == AudienceReclaimer {
+			rs[i] = reclaimIdle(c, r)
+		}
+	}
+	return rs
+}
+
 func forEachAudience(rs []Rule) []Rule {
 	var out []Rule
 	for _, r := range rs {
@@ -253,6 +275,52 @@ func forEachAudience(rs []Rule) []Rule {
 		}
 	}
 	return out
+}
+
+// pauseRules remember, per owner, when the unit was last busy and how
+// long its pauses lasted when its work came back. The last-busy record
+// outlives its owner's series by the window, so that a pause during which
+// the workload was reclaimed and came back counts too. The pause rule
+// reads the last-busy record before this evaluation updates it: a group
+// evaluates in order.
+func pauseRules(c Config) []Rule {
+	p := c.Idle.Pauses
+	if p == nil {
+		return nil
+	}
+	busy := fmt.Sprintf("(%s >= %s)", RecActivityLookback(c), num(c.Idle.Threshold))
+	return []Rule{
+		// Busy at two evaluations in a row is no pause: only gaps longer than the lookback count.
+		{Record: RecPauseEnded, Expr: Expr(fmt.Sprintf(`  (time() - %s > %d)
+and on (%s)
+  (%s and on (uuid) %s)
+`, RecIdleSince, int64(time.Duration(c.Idle.Lookback).Seconds()), ownerKey, RecHeld, busy))},
+		{Record: RecIdleSince, Expr: Expr(fmt.Sprintf(`    (%s * 0 + time()) and on (uuid) %s
+  or
+    %s > (time() - %d)
+  or
+    %s * 0 + time()
+`, RecHeld, busy, RecIdleSince, int64(time.Duration(p.Window).Seconds()), RecHeld))},
+		{Record: RecPauseLongest, Expr: Expr(fmt.Sprintf("max_over_time(%s[%s])", RecPauseEnded, p.Window))},
+	}
+}
+
+// reclaimIdle is the reclaimer's copy of GPUIdle: it fires after
+// idle.reclaim_after and, with idle.pauses, only once the unit has been idle
+// beyond its owner's longest recent pause.
+func reclaimIdle(c Config, r Rule) Rule {
+	r.For = c.Idle.ReclaimAfter.String()
+	r.Annotations = with(c.annotations("gpuidle",
+		`Idle `+whatUnit,
+		`The `+whatUnit+` is held by `+whoHolds+` but its {{ $labels.signal }} has stayed below `+num(c.Idle.Threshold*100)+`% for `+r.For+` (now {{ $value | humanizePercentage }}).`,
+		unitDashboard), "idle_for", c.Idle.Lookback.String())
+	if p := c.Idle.Pauses; p != nil {
+		r.Expr = Expr(suggest(fmt.Sprintf(`  %s{keep!="true"}
+unless on (%s)
+  (time() - %s < clamp_max(%s * %s, %d))
+`, RecIdleHeld, ownerKey, RecIdleSince, RecPauseLongest, num(p.Factor), int64(time.Duration(p.Max).Seconds()))) + "\n")
+	}
+	return r
 }
 
 func alertRules(c Config) []Rule {

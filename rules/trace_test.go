@@ -6,8 +6,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpureclaim/gpureclaim/internal/backtest"
 	"github.com/gpureclaim/gpureclaim/internal/nvmlsim"
+	"github.com/gpureclaim/gpureclaim/reclaimer/backtest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
 // The first four hours of twelve pods of the shared trace (inference pods
@@ -18,13 +19,13 @@ import (
 func TestTraceExcerptIdleAlerts(t *testing.T) {
 	tr, err := nvmlsim.LoadTrace("../traces/genai-pods.csv.gz")
 	require.NoError(t, err)
-	all := backtest.FromTrace(tr)
+	all := backtest.FromTrace(tr, reclaim.Controller{})
 	var ids []string
 	for _, w := range all.Workloads[:12] {
 		ids = append(ids, w.ID)
 	}
 	h := all.Slice(0, 240, ids...)
-	timelines, err := backtest.ReplayRules(h, t.TempDir(), "gpureclaim.rules.yml")
+	timelines, err := backtest.ReplayRules(h, t.TempDir(), AudiencePeople, "gpureclaim.rules.yml")
 	require.NoError(t, err)
 
 	firing := map[string][2]int{} // minutes firing, stretches

@@ -94,11 +94,12 @@ func (e *Evaluator) Eval(ts time.Time) error {
 
 // Alert is an active alert after the last Eval.
 type Alert struct {
-	Name     string
-	Firing   bool
-	Labels   labels.Labels
-	ActiveAt time.Time
-	Value    float64
+	Name        string
+	Firing      bool
+	Labels      labels.Labels
+	Annotations labels.Labels
+	ActiveAt    time.Time
+	Value       float64
 }
 
 // Alerts lists the active (pending and firing) alerts.
@@ -107,7 +108,7 @@ func (e *Evaluator) Alerts() []Alert {
 	for _, g := range e.groups {
 		for _, r := range g.AlertingRules() {
 			for _, a := range r.ActiveAlerts() {
-				out = append(out, Alert{Name: r.Name(), Firing: a.State == rules.StateFiring, Labels: a.Labels, ActiveAt: a.ActiveAt, Value: a.Value})
+				out = append(out, Alert{Name: r.Name(), Firing: a.State == rules.StateFiring, Labels: a.Labels, Annotations: a.Annotations, ActiveAt: a.ActiveAt, Value: a.Value})
 			}
 		}
 	}

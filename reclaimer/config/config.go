@@ -52,7 +52,8 @@ type Config struct {
 
 	AdminBearerToken string `yaml:"-"`
 
-	dir string
+	dir         string
+	skipSecrets bool
 }
 
 // Webhook is how Alertmanager authenticates to POST /webhook: a bearer
@@ -178,7 +179,7 @@ type Policy struct {
 	Matchers []string `yaml:"matchers"`
 	// Action is auto (the alert's action label), notify, kill, evict or scale_down.
 	Action string `yaml:"action"`
-	// Grace is the time between the warning and the action. Default 5m.
+	// Grace is the time between the warning and the action. Default 15m.
 	Grace *Duration `yaml:"grace"`
 	// MinRuntime spares workloads younger than this, from their start. Default 30m; 0s spares none.
 	MinRuntime *Duration `yaml:"min_runtime"`
@@ -282,8 +283,31 @@ func Load(path string) (*Config, error) {
 }
 
 // Parse reads, defaults and validates a config; it reads the secret files.
-func Parse(b []byte, dir string) (*Config, error) {
-	c := &Config{dir: dir}
+func Parse(b []byte, dir string) (*Config, error) { return parse(b, dir, true) }
+
+// LoadWithoutSecrets reads and validates a config as Load does but leaves
+// its secret files unread: the backtest runs the policies of a config
+// written for another machine.
+func LoadWithoutSecrets(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := parse(b, filepath.Dir(path), false)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// DefaultWithoutSecrets is the configuration with every default, for the
+// backtest: its policies are DefaultPolicies.
+func DefaultWithoutSecrets() (*Config, error) {
+	return parse([]byte("webhook: {bearer_token_file: unread}\nalertmanager: {url: http://alertmanager:9093}\n"), "", false)
+}
+
+func parse(b []byte, dir string, secrets bool) (*Config, error) {
+	c := &Config{dir: dir, skipSecrets: !secrets}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
@@ -302,8 +326,9 @@ var (
 )
 
 type checker struct {
-	errs []error
-	dir  string
+	errs        []error
+	dir         string
+	skipSecrets bool
 }
 
 func (c *checker) errorf(field, format string, args ...any) {
@@ -312,7 +337,7 @@ func (c *checker) errorf(field, format string, args ...any) {
 
 // secret reads a secret file; the value must not be empty.
 func (c *checker) secret(field, path string) string {
-	if path == "" {
+	if path == "" || c.skipSecrets {
 		return ""
 	}
 	if !filepath.IsAbs(path) {
@@ -378,7 +403,7 @@ func (c *checker) optDuration(field string, d *Duration, def time.Duration) *Dur
 }
 
 func (cfg *Config) validate() error {
-	c := &checker{dir: cfg.dir}
+	c := &checker{dir: cfg.dir, skipSecrets: cfg.skipSecrets}
 
 	w := &cfg.Webhook
 	if w.BearerTokenFile == "" && w.BasicAuth == nil {
@@ -405,7 +430,7 @@ func (cfg *Config) validate() error {
 		if !filepath.IsAbs(k.Kubeconfig) {
 			k.Kubeconfig = filepath.Join(c.dir, k.Kubeconfig)
 		}
-		if _, err := os.Stat(k.Kubeconfig); err != nil {
+		if _, err := os.Stat(k.Kubeconfig); err != nil && !c.skipSecrets {
 			c.errorf("kubernetes.kubeconfig", "%v", err)
 		}
 	}
@@ -521,7 +546,7 @@ func (p *Policy) validate(c *checker, field string, names map[string]bool) {
 	default:
 		c.errorf(field+".action", "%q is not one of auto, notify, kill, evict, scale_down", p.Action)
 	}
-	p.Grace = c.optDuration(field+".grace", p.Grace, 5*time.Minute)
+	p.Grace = c.optDuration(field+".grace", p.Grace, 15*time.Minute)
 	p.MinRuntime = c.optDuration(field+".min_runtime", p.MinRuntime, 30*time.Minute)
 	if p.ScaleDownTo < 0 {
 		c.errorf(field+".scale_down_to", "must not be negative")

@@ -27,7 +27,7 @@ func TestGoodConfig(t *testing.T) {
 	require.Equal(t, "http://10.0.0.11:9848", u, "an address overrides the template")
 	require.Len(t, c.Policies, 4)
 	require.Equal(t, 10*time.Minute, c.Policies[0].GraceTime())
-	require.Equal(t, 5*time.Minute, c.Policies[1].GraceTime(), "defaulted")
+	require.Equal(t, 15*time.Minute, c.Policies[1].GraceTime(), "defaulted")
 	require.True(t, c.Policies[0].Matches(model.LabelSet{"alertname": "GPUIdle", "namespace": "data-science"}))
 	require.False(t, c.Policies[0].Matches(model.LabelSet{"alertname": "GPUIdle", "namespace": "research"}))
 	w := c.Policies[1].Windows[0]
@@ -73,4 +73,20 @@ func TestBadConfigsNameTheField(t *testing.T) {
 			require.ErrorContains(t, err, f, "the error names the file")
 		})
 	}
+}
+
+// The backtest reads a config written for the reclaimer's host, whose
+// secret files are not here: everything else is still checked.
+func TestLoadWithoutSecrets(t *testing.T) {
+	_, err := Load("../reclaimer.example.yml")
+	require.ErrorContains(t, err, "webhook.bearer_token_file")
+	c, err := LoadWithoutSecrets("../reclaimer.example.yml")
+	require.NoError(t, err)
+	require.Empty(t, c.Webhook.BearerToken)
+	require.Len(t, c.Policies, 2)
+
+	bad := filepath.Join(t.TempDir(), "bad.yml")
+	require.NoError(t, os.WriteFile(bad, []byte("webhook: {bearer_token_file: /nowhere}\nalertmanager: {url: ftp://x}\n"), 0o644))
+	_, err = LoadWithoutSecrets(bad)
+	require.ErrorContains(t, err, `alertmanager.url: "ftp://x" is not an http(s) URL`)
 }

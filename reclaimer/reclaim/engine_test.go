@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,7 +35,18 @@ type fixture struct {
 	reg       *prometheus.Registry
 }
 
+// testPolicies are the default policies with a grace of 5 minutes, which
+// the tests' clocks count in.
+const testPolicies = `
+policies:
+  - {name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 5m}
+  - {name: notify, matchers: ['alertname=~"GPUWasted|GPUOvercommitted|MIGInstanceOversized"'], action: notify}
+`
+
 func newFixture(t *testing.T, cfgYAML string) *fixture {
+	if !strings.Contains(cfgYAML, "policies:") {
+		cfgYAML += testPolicies
+	}
 	f := &fixture{t: t, clock: NewClock(), notifier: NewNotifier("test"), actor: &Actor{}, checker: &Checker{}, inspector: &Inspector{},
 		cfg: Config(t, cfgYAML), path: filepath.Join(t.TempDir(), "state.db")}
 	f.open()
@@ -127,7 +139,7 @@ func TestWarnGraceAct(t *testing.T) {
 	r := f.only()
 	require.Equal(t, reclaim.Pending, r.State)
 	require.True(t, r.Warning.Sent)
-	require.Equal(t, T0.Add(5*time.Minute), r.ActAt, "the default grace")
+	require.Equal(t, T0.Add(5*time.Minute), r.ActAt, "the policy's grace")
 	require.Equal(t, []reclaim.MessageKind{reclaim.MsgWarning}, f.notifier.Kinds())
 
 	f.at(5*time.Minute - time.Second)
@@ -260,6 +272,7 @@ func TestScheduleWindows(t *testing.T) {
   - name: nightly
     matchers: ['alertname="GPUIdle"']
     action: auto
+    grace: 5m
     windows: [{from: "22:00", to: "06:00", days: [mon, tue, wed, thu, fri]}]
 `)
 	f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
@@ -322,7 +335,7 @@ func TestCircuitBreaker(t *testing.T) {
 func TestDryRun(t *testing.T) {
 	for name, cfg := range map[string]string{
 		"global": "dry_run: true\n",
-		"policy": "policies: [{name: p, matchers: ['alertname=\"GPUIdle\"'], action: auto, dry_run: true}]\n",
+		"policy": "policies: [{name: p, matchers: ['alertname=\"GPUIdle\"'], action: auto, grace: 5m, dry_run: true}]\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t, cfg)
@@ -528,6 +541,7 @@ policies:
   - name: evict
     matchers: ['alertname="GPUIdle"']
     action: evict
+    grace: 5m
 `)
 	f.inspector.Controllers = map[string]reclaim.Controller{"serve/api-0": {Kind: "Deployment", Name: "api", Replicas: 1}}
 	f.ingest(IdlePod("firing", T0, "serve", "api-0"))

@@ -77,7 +77,11 @@ notifiers:
       api_url: %q
       admins: [U0ADMIN]
       max_requests_per_minute: 60000
-%s`, amURL, e.slack.GetAPIURL(), indent(slackYAML)))
+%s
+policies:
+  - {name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 5m}
+  - {name: notify, matchers: ['alertname=~"GPUWasted|GPUOvercommitted|MIGInstanceOversized"'], action: notify}
+`, amURL, e.slack.GetAPIURL(), indent(slackYAML)))
 	sc := e.cfg.Notifiers[0].Slack
 	e.notifier = rslack.New(rslack.Options{Config: sc, Owners: own, Clock: e.clock.Now, Pricing: rslack.Pricing{PerGPUHour: 2.5, Currency: "USD"}, StatusPage: e.cfg.StatusPageURL})
 	rslack.SetSleep(e.notifier, func(context.Context, time.Duration) error { return nil })

@@ -186,7 +186,7 @@ func TestStatusPage(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, page, "Pending reclaims (1)")
 	require.Contains(t, page, "data-science/notebook-carol")
-	require.Contains(t, page, `class="countdown" data-at="2026-03-02T10:05:00Z"`)
+	require.Contains(t, page, `class="countdown" data-at="2026-03-02T10:15:00Z"`)
 	require.Contains(t, page, "evict")
 }
 

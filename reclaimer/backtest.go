@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gpureclaim/gpureclaim/internal/nvmlsim"
+	"github.com/gpureclaim/gpureclaim/reclaimer/backtest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+)
+
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+type backtestOptions struct {
+	trace, prometheus, controller string
+	rules                         stringList
+	configFile                    string
+	regret                        time.Duration
+	threshold                     float64
+	format                        string
+	top                           int
+	plotWorkload, plotFile        string
+}
+
+func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, error) {
+	o := &backtestOptions{}
+	fs := flag.NewFlagSet("gpureclaim-reclaimer backtest", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: gpureclaim-reclaimer backtest --rules=FILE [--config.file=FILE] (--history.trace=FILE | --history.prometheus=FILE) [flags]")
+		fmt.Fprintln(stderr, "\nReplays recorded GPU activity through the rules and the reclaimer's policy on a simulated clock and reports what the policy would have done.")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.trace, "history.trace", "", "A trace CSV (timestamp, pod, gpu_duty_cycle_percent, gpu_memory_used_bytes; gzipped or not), one row per pod and minute.")
+	fs.StringVar(&o.prometheus, "history.prometheus", "", "A Prometheus range-query export (the JSON of /api/v1/query_range) of the exporter's unit metrics.")
+	fs.StringVar(&o.controller, "history.controller", "", "What runs the history's pods, which a trace or an export does not say: Deployment or StatefulSet (a service of one replica), Job, or empty (bare pods).")
+	fs.Var(&o.rules, "rules", "A Prometheus rule file, as Prometheus loads it (repeatable).")
+	fs.StringVar(&o.configFile, "config.file", "", "The reclaimer's configuration, read without its secret files; empty for the defaults. Dry run is ignored.")
+	fs.DurationVar(&o.regret, "regret.window", 30*time.Minute, "A reclaim after which the workload's activity came back within this window is counted as regret.")
+	fs.Float64Var(&o.threshold, "idle.threshold", 0.05, "Activity at or under which a held minute is idle, and above which work came back.")
+	fs.StringVar(&o.format, "format", "text", "Report format: text, markdown or json.")
+	fs.IntVar(&o.top, "top", 20, "Owners and workloads listed, most idle first (0: all).")
+	fs.StringVar(&o.plotWorkload, "plot.workload", "", "Plot this workload's activity with the warnings and reclaims (SVG).")
+	fs.StringVar(&o.plotFile, "plot.file", "backtest.svg", "Where the plot goes.")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	case (o.trace == "") == (o.prometheus == ""):
+		return nil, errors.New("give one history: --history.trace or --history.prometheus")
+	case len(o.rules) == 0:
+		return nil, errors.New("--rules: give the rule files (e.g. rules/gpureclaim.rules.yml)")
+	case o.regret <= 0:
+		return nil, errors.New("--regret.window: must be positive")
+	case o.threshold <= 0 || o.threshold >= 1:
+		return nil, fmt.Errorf("--idle.threshold: %g must be between 0 and 1", o.threshold)
+	case o.format != "text" && o.format != "markdown" && o.format != "json":
+		return nil, fmt.Errorf("--format: %q is not text, markdown or json", o.format)
+	}
+	switch o.controller {
+	case "", "Deployment", "StatefulSet", "Job":
+	default:
+		return nil, fmt.Errorf("--history.controller: %q is not Deployment, StatefulSet, Job or empty", o.controller)
+	}
+	return o, nil
+}
+
+func backtestCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parseBacktestFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "gpureclaim-reclaimer backtest:", err)
+		return 2
+	}
+	if err := runBacktest(ctx, o, stdout); err != nil {
+		fmt.Fprintln(stderr, "gpureclaim-reclaimer backtest:", err)
+		return 1
+	}
+	return 0
+}
+
+func runBacktest(ctx context.Context, o *backtestOptions, stdout io.Writer) error {
+	cfg, err := config.DefaultWithoutSecrets()
+	if o.configFile != "" {
+		cfg, err = config.LoadWithoutSecrets(o.configFile)
+	}
+	if err != nil {
+		return err
+	}
+	ctl := reclaim.Controller{Kind: o.controller}
+	if ctl.Service() {
+		ctl.Name, ctl.Replicas = "replayed", 1
+	}
+	var h backtest.History
+	if o.trace != "" {
+		tr, err := nvmlsim.LoadTrace(o.trace)
+		if err != nil {
+			return fmt.Errorf("--history.trace: %w", err)
+		}
+		h = backtest.FromTrace(tr, ctl)
+	} else {
+		f, err := os.Open(o.prometheus)
+		if err != nil {
+			return fmt.Errorf("--history.prometheus: %w", err)
+		}
+		h, err = backtest.FromPrometheus(f, ctl)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("--history.prometheus: %s: %w", o.prometheus, err)
+		}
+	}
+	dir, err := os.MkdirTemp("", "gpureclaim-backtest")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	res, err := backtest.Run(ctx, h, backtest.Options{RuleFiles: o.rules, Config: cfg, Dir: dir, RegretWindow: o.regret, IdleThreshold: o.threshold})
+	if err != nil {
+		return err
+	}
+	rep := backtest.Summarize(res)
+	switch o.format {
+	case "json":
+		err = rep.JSON(stdout)
+	case "markdown":
+		err = rep.Markdown(stdout, o.top)
+	default:
+		err = rep.Text(stdout, o.top)
+	}
+	if err != nil || o.plotWorkload == "" {
+		return err
+	}
+	f, err := os.Create(o.plotFile)
+	if err != nil {
+		return err
+	}
+	if err := backtest.Plot(f, h, res, o.plotWorkload); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

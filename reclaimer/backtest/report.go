@@ -1,0 +1,214 @@
+package backtest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/prometheus/common/model"
+)
+
+// Figures are the totals of a set of workloads. Minutes are GPU-minutes
+// (a workload holds one unit; a step is converted to minutes).
+type Figures struct {
+	Name         string  `json:"name"`
+	Workloads    int     `json:"workloads"`
+	HeldMinutes  float64 `json:"held_gpu_minutes"`
+	IdleMinutes  float64 `json:"idle_gpu_minutes"`
+	FreedMinutes float64 `json:"freed_gpu_minutes"`
+	// ReclaimableMinutes bound what any policy frees without regret.
+	ReclaimableMinutes float64 `json:"reclaimable_gpu_minutes"`
+	// RegretFreeMinutes were freed by the reclaims not regretted.
+	RegretFreeMinutes float64        `json:"freed_without_regret_gpu_minutes"`
+	Warnings          int            `json:"warnings"`
+	Reclaims          int            `json:"reclaims"`
+	ByAction          map[string]int `json:"reclaims_by_action"`
+	Regrets           int            `json:"regrets"`
+}
+
+// Recovered is the share of the idle-held GPU-minutes the policy freed.
+func (f Figures) Recovered() float64 {
+	if f.IdleMinutes == 0 {
+		return 0
+	}
+	return f.FreedMinutes / f.IdleMinutes
+}
+
+// RegretShare is the share of the reclaims after which work came back in time.
+func (f Figures) RegretShare() float64 {
+	if f.Reclaims == 0 {
+		return 0
+	}
+	return float64(f.Regrets) / float64(f.Reclaims)
+}
+
+func (f *Figures) add(w WorkloadResult, minutes float64) {
+	f.Workloads++
+	f.HeldMinutes += float64(w.Held) * minutes
+	f.IdleMinutes += float64(w.Idle) * minutes
+	f.FreedMinutes += float64(w.Freed) * minutes
+	f.ReclaimableMinutes += float64(w.Reclaimable) * minutes
+	f.Warnings += len(w.Warned)
+	if f.ByAction == nil {
+		f.ByAction = map[string]int{}
+	}
+	for _, r := range w.Reclaims {
+		f.Reclaims++
+		f.ByAction[r.Action]++
+		if r.Regret {
+			f.Regrets++
+		} else {
+			f.RegretFreeMinutes += float64(r.Freed) * minutes
+		}
+	}
+}
+
+// Report is a result's figures: in all, per owner and per workload.
+type Report struct {
+	Start         time.Time      `json:"start"`
+	End           time.Time      `json:"end"`
+	RegretWindow  string         `json:"regret_window"`
+	IdleThreshold float64        `json:"idle_threshold"`
+	Total         Figures        `json:"total"`
+	Owners        []Figures      `json:"owners"`
+	Workloads     []Figures      `json:"workloads"`
+	States        map[string]int `json:"reclaims_by_state"`
+}
+
+// Summarize totals a result.
+func Summarize(r *Result) Report {
+	minutes := r.Step.Minutes()
+	rep := Report{Start: r.Start, End: r.Start.Add(time.Duration(r.Steps) * r.Step), RegretWindow: model.Duration(r.RegretWindow).String(),
+		IdleThreshold: r.IdleThreshold, Total: Figures{Name: "all"}, States: r.States}
+	owners := map[string]*Figures{}
+	for _, w := range r.Workloads {
+		rep.Total.add(w, minutes)
+		o := owners[w.Owner]
+		if o == nil {
+			o = &Figures{Name: w.Owner}
+			owners[w.Owner] = o
+		}
+		o.add(w, minutes)
+		f := Figures{Name: w.ID}
+		f.add(w, minutes)
+		rep.Workloads = append(rep.Workloads, f)
+	}
+	for _, o := range owners {
+		rep.Owners = append(rep.Owners, *o)
+	}
+	// Most idle first: where the waste is.
+	byIdle := func(fs []Figures) {
+		sort.Slice(fs, func(i, j int) bool {
+			if fs[i].IdleMinutes != fs[j].IdleMinutes {
+				return fs[i].IdleMinutes > fs[j].IdleMinutes
+			}
+			return fs[i].Name < fs[j].Name
+		})
+	}
+	byIdle(rep.Owners)
+	byIdle(rep.Workloads)
+	return rep
+}
+
+// JSON writes the report as JSON.
+func (rep Report) JSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
+}
+
+func actions(m map[string]int) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	var keys []string
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
+
+var header = []string{"", "workloads", "held GPU-min", "idle GPU-min", "reclaimable", "freed GPU-min", "recovered", "freed w/o regret", "warnings", "reclaims", "regret", "by action"}
+
+func row(f Figures) []string {
+	return []string{f.Name, fmt.Sprint(f.Workloads), fmt.Sprintf("%.0f", f.HeldMinutes), fmt.Sprintf("%.0f", f.IdleMinutes),
+		fmt.Sprintf("%.0f", f.ReclaimableMinutes), fmt.Sprintf("%.0f", f.FreedMinutes), pct(f.Recovered()),
+		fmt.Sprintf("%.0f", f.RegretFreeMinutes), fmt.Sprint(f.Warnings), fmt.Sprint(f.Reclaims),
+		fmt.Sprintf("%d (%s)", f.Regrets, pct(f.RegretShare())), actions(f.ByAction)}
+}
+
+// Text writes the report as aligned columns; top bounds the owners and
+// workloads listed (0: all).
+func (rep Report) Text(w io.Writer, top int) error {
+	fmt.Fprintf(w, "%s to %s; idle: activity at or under %g; regret: work back within %s of a reclaim\n\n",
+		rep.Start.UTC().Format(time.RFC3339), rep.End.UTC().Format(time.RFC3339), rep.IdleThreshold, rep.RegretWindow)
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
+	// Every line has every cell, so that one table's columns line up.
+	line := func(cells ...string) {
+		full := make([]string, len(header))
+		copy(full, cells)
+		fmt.Fprintln(tw, strings.Join(full, "\t"))
+	}
+	line(header...)
+	line(row(rep.Total)...)
+	for _, section := range []struct {
+		name string
+		fs   []Figures
+	}{{"owners", rep.Owners}, {"workloads", rep.Workloads}} {
+		line()
+		line(section.name + ":")
+		for i, f := range section.fs {
+			if top > 0 && i == top {
+				line(fmt.Sprintf("(%d more)", len(section.fs)-top))
+				break
+			}
+			line(row(f)...)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, l := range strings.SplitAfter(buf.String(), "\n") {
+		if _, err := io.WriteString(w, strings.TrimRight(l, " \n")+strings.Repeat("\n", strings.Count(l, "\n"))); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(w, "\nreclaims by state: %s\n", actions(rep.States))
+	return nil
+}
+
+// Markdown writes the totals and the owners as a Markdown table.
+func (rep Report) Markdown(w io.Writer, top int) error {
+	cells := func(c []string) { fmt.Fprintf(w, "| %s |\n", strings.Join(c, " | ")) }
+	cells(header)
+	sep := make([]string, len(header))
+	for i := range sep {
+		sep[i] = "---"
+	}
+	cells(sep)
+	total := row(rep.Total)
+	total[0] = "**all**"
+	cells(total)
+	for i, f := range rep.Owners {
+		if top > 0 && i == top {
+			break
+		}
+		if len(rep.Owners) > 1 {
+			cells(row(f))
+		}
+	}
+	return nil
+}

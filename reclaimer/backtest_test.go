@@ -1,0 +1,79 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// trace writes a trace CSV: pod "gone" idles for good after an hour, pod
+// "busy" never does.
+func trace(t *testing.T) string {
+	var b strings.Builder
+	b.WriteString("timestamp,pod,gpu_duty_cycle_percent,gpu_memory_used_bytes\n")
+	for m := range 240 {
+		gone := 80
+		if m >= 60 {
+			gone = 0
+		}
+		fmt.Fprintf(&b, "%d,gone,%d,21474836480\n%d,busy,90,21474836480\n", 1700000000+60*m, gone, 1700000000+60*m)
+	}
+	p := filepath.Join(t.TempDir(), "trace.csv")
+	require.NoError(t, os.WriteFile(p, []byte(b.String()), 0o644))
+	return p
+}
+
+func TestBacktestCommand(t *testing.T) {
+	plot := filepath.Join(t.TempDir(), "gone.svg")
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"backtest", "--history.trace=" + trace(t), "--rules=../rules/gpureclaim.rules.yml",
+		"--history.controller=Deployment", "--format=json", "--plot.workload=gone", "--plot.file=" + plot}, &out, &errb)
+	require.Zero(t, code, errb.String())
+	var rep struct {
+		Total struct {
+			Workloads int            `json:"workloads"`
+			Reclaims  int            `json:"reclaims"`
+			ByAction  map[string]int `json:"reclaims_by_action"`
+			Idle      float64        `json:"idle_gpu_minutes"`
+		} `json:"total"`
+	}
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rep))
+	require.Equal(t, 2, rep.Total.Workloads)
+	require.Equal(t, map[string]int{"scale_down": 1}, rep.Total.ByAction)
+	require.Equal(t, 180.0, rep.Total.Idle)
+	svg, err := os.ReadFile(plot)
+	require.NoError(t, err)
+	require.Contains(t, string(svg), "<svg")
+	require.Contains(t, string(svg), "gone: reclaimed 1 times")
+}
+
+func TestBacktestBadFlags(t *testing.T) {
+	tr := trace(t)
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--rules=r.yml"}, 2, "give one history"},
+		{[]string{"--history.trace=" + tr}, 2, "--rules: give the rule files"},
+		{[]string{"--history.trace=" + tr, "--rules=r.yml", "--format=xml"}, 2, `--format: "xml" is not text, markdown or json`},
+		{[]string{"--history.trace=" + tr, "--rules=r.yml", "--history.controller=CronJob"}, 2, `--history.controller: "CronJob"`},
+		{[]string{"--history.trace=" + tr, "--rules=r.yml", "--idle.threshold=2"}, 2, "--idle.threshold: 2 must be between 0 and 1"},
+		{[]string{"--history.trace=" + tr, "--rules=/nonexistent.yml"}, 1, "nonexistent.yml"},
+		{[]string{"--history.trace=/nonexistent.csv", "--rules=r.yml"}, 1, "--history.trace"},
+		{[]string{"--history.trace=" + tr, "--rules=../rules/gpureclaim.rules.yml", "--config.file=/nonexistent.yml"}, 1, "nonexistent.yml"},
+		{[]string{"--history.trace=" + tr, "--rules=../rules/gpureclaim.rules.yml", "--plot.workload=nobody", "--plot.file=" + filepath.Join(t.TempDir(), "p.svg")}, 1, `no workload "nobody"`},
+	} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), append([]string{"backtest"}, tc.args...), &out, &errb)
+		require.Equal(t, tc.code, code, "%v: %s", tc.args, errb.String())
+		require.Contains(t, errb.String(), tc.want, tc.args)
+	}
+}
