@@ -27,7 +27,7 @@ LDFLAGS  := -X github.com/prometheus/common/version.Version=$(VERSION) \
 KUBE_BINS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl
 TOOLS := $(BIN)/promtool $(BIN)/prometheus $(BIN)/alertmanager $(BIN)/amtool $(BIN)/etcd $(KUBE_BINS) $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/helm $(BIN)/crds/.$(PROMETHEUS_OPERATOR_VERSION)
 
-.PHONY: all build run demo test e2e bench lint tools chromium rules dashboards manifests images clean device-check
+.PHONY: all build run demo test e2e bench lint tools chromium rules dashboards manifests images backtest clean device-check
 
 all: build
 
@@ -79,6 +79,10 @@ manifests: $(BIN)/helm
 images:
 	docker build --target exporter --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t gpureclaim-exporter:$(VERSION) .
 	docker build --target reclaimer --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t gpureclaim-reclaimer:$(VERSION) .
+
+## backtest: the shared trace through the old and new defaults and two simple rules (docs/backtest).
+backtest: build
+	./hack/backtest.sh
 
 ## bench: benchmarks with allocations.
 bench:

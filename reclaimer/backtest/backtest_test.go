@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -27,7 +28,7 @@ var (
 )
 
 // history builds a one-minute history from each workload's activity.
-func history(t *testing.T, steps int, workloads map[string]func(minute int) float64) backtest.History {
+func history(t testing.TB, steps int, workloads map[string]func(minute int) float64) backtest.History {
 	t.Helper()
 	tr := &nvmlsim.Trace{Start: start, Step: time.Minute, Duty: map[string][]float64{}, Memory: map[string][]float64{}}
 	for id, f := range workloads {
@@ -211,4 +212,32 @@ func golden(t *testing.T, name string, got []byte) {
 	want, err := os.ReadFile(p)
 	require.NoError(t, err, "run go test -update to write %s", p)
 	require.Equal(t, string(want), string(got), "%s differs; go test -update rewrites it", p)
+}
+
+// BenchmarkRun replays 20 workloads for four hours through the committed
+// rules and the default policy; ns/op over 240 steps is the cost of a
+// step of a 20-workload fleet.
+func BenchmarkRun(b *testing.B) {
+	ws := map[string]func(int) float64{}
+	for i := range 20 {
+		switch i % 3 {
+		case 0:
+			ws[fmt.Sprintf("gone-%d", i)] = goneAt(30 + i)
+		case 1:
+			ws[fmt.Sprintf("pauses-%d", i)] = pauses
+		default:
+			ws[fmt.Sprintf("busy-%d", i)] = busy
+		}
+	}
+	h := history(b, 240, ws)
+	cfg, err := config.DefaultWithoutSecrets()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := backtest.Run(context.Background(), h, backtest.Options{RuleFiles: []string{committedRules}, Config: cfg, Dir: b.TempDir()}); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
