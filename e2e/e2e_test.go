@@ -296,7 +296,7 @@ func TestEndToEnd(t *testing.T) {
 		r := su.waitState("nb-idle", pod("lab", "nb-idle"), "done", 90*time.Second)
 		require.True(t, su.podGone("lab", "nb-idle"))
 		require.Equal(t, "evict", r.Action)
-		require.Contains(t, posts(su.slack, "D0CAROL"), "Idle GPU: it will be reclaimed")
+		require.Contains(t, headers(su.slack.Posts(), "D0CAROL"), "Idle GPU: it will be reclaimed")
 		su.timing("idle pod → evicted", su.started, r.Warning.At, su.freed(r.Target.UUID))
 	})
 
@@ -337,7 +337,7 @@ func TestEndToEnd(t *testing.T) {
 		k, err := su.s.Query(ctx, `gpureclaim_exporter_actions_total{result="killed"} > 0`)
 		require.NoError(t, err)
 		require.Len(t, k, 1, "one node killed")
-		require.Contains(t, posts(su.slack, "D0BOB"), "Idle GPU")
+		require.Contains(t, headers(su.slack.Posts(), "D0BOB"), "Idle GPU")
 		su.timing("idle bare-metal process → killed", su.started, r.Warning.At, su.freed(uuid))
 	})
 
@@ -356,7 +356,7 @@ func TestEndToEnd(t *testing.T) {
 		r := su.waitState("flappy", pod("flappy", "flappy"), "cancelled", 90*time.Second)
 		require.Contains(t, r.Reason, "busy again")
 		require.False(t, su.podGone("flappy", "flappy"))
-		require.Contains(t, updates(su.slack, "D0ERIN"), "Cancelled")
+		require.Contains(t, headers(su.slack.Updates(), "D0ERIN"), "Cancelled")
 		su.times = append(su.times, fmt.Sprintf("%-40s idle → warned %5.1fs   busy again at 25.0s → cancelled %5.1fs", "flapping GPU → cancelled", r.Warning.At.Sub(su.started).Seconds(), time.Since(su.started).Seconds()))
 	})
 
@@ -367,8 +367,8 @@ func TestEndToEnd(t *testing.T) {
 		done := su.waitState("snoozy", pod("lab", "snoozy"), "done", 90*time.Second)
 		require.True(t, su.podGone("lab", "snoozy"))
 		require.True(t, done.ActedAt.After(pressed.Add(8*time.Second)), "no action before the 8 s snooze ended (pressed %s, acted %s)", pressed, done.ActedAt)
-		require.GreaterOrEqual(t, strings.Count(posts(su.slack, "D0CAROL"), "Idle GPU: it will be reclaimed"), 3, "nb-idle's warning, snoozy's, and snoozy's again")
-		require.Contains(t, updates(su.slack, "D0CAROL"), "Snoozed")
+		require.GreaterOrEqual(t, strings.Count(headers(su.slack.Posts(), "D0CAROL"), "Idle GPU: it will be reclaimed"), 3, "nb-idle's warning, snoozy's, and snoozy's again")
+		require.Contains(t, headers(su.slack.Updates(), "D0CAROL"), "Snoozed")
 		su.times = append(su.times, fmt.Sprintf("%-40s snoozed %5.1fs after idle, for 8 s; warned again and reclaimed %5.1fs after idle", "snoozed GPU → warned again → evicted", pressed.Sub(su.started).Seconds(), done.ActedAt.Sub(su.started).Seconds()))
 	})
 
@@ -418,19 +418,10 @@ func (su *suite) snoozeWhenWarned(ns, name string) <-chan time.Time {
 	return out
 }
 
-func posts(f *fakeslack.Server, channel string) string {
+// headers lists the headers of the messages to one channel.
+func headers(ms []fakeslack.Message, channel string) string {
 	var b strings.Builder
-	for _, m := range f.Posts() {
-		if m.Channel == channel {
-			b.WriteString(fakeslack.Header(m) + "\n")
-		}
-	}
-	return b.String()
-}
-
-func updates(f *fakeslack.Server, channel string) string {
-	var b strings.Builder
-	for _, m := range f.Updates() {
+	for _, m := range ms {
 		if m.Channel == channel {
 			b.WriteString(fakeslack.Header(m) + "\n")
 		}
