@@ -46,7 +46,7 @@ run: build
 
 ## demo: the whole system on loopback on a simulated 8-GPU node, with a real
 ## Prometheus, Alertmanager and Kubernetes control plane (built the first time).
-demo: build tools
+demo: build $(TOOLS)
 	@$(GO) build -o $(BIN)/gpureclaim-demo ./hack/demo
 	@exec $(BIN)/gpureclaim-demo
 
@@ -54,7 +54,7 @@ demo: build tools
 test: tools lint
 	GPURECLAIM_REQUIRE_TOOLS=1 $(GO) test -count=1 -timeout 30m ./...
 
-## e2e: the whole system end to end; the screenshot and timings land in out/e2e.
+## e2e: the whole system end to end; the timings and the status page screenshot land in out/e2e/_artifacts.
 e2e: tools build
 	@mkdir -p out/e2e
 	GPURECLAIM_REQUIRE_TOOLS=1 $(GO) test -count=1 -v -run TestEndToEnd -artifacts -outputdir $(CURDIR)/out/e2e ./e2e/
