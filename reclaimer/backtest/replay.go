@@ -6,7 +6,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/rulefmt"
@@ -214,9 +213,6 @@ func FiringStretches(h History, timelines map[string]Timeline, alert string, bus
 	}
 	return out
 }
-
-// stepsIn converts a duration to whole steps.
-func (h *History) stepsIn(d time.Duration) int { return int(d / h.Step) }
 
 // Query evaluates an instant query at step i, after Step(i).
 func (r *Replayer) Query(expr string, i int) (promql.Vector, error) {
