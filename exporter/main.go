@@ -22,13 +22,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/prometheus/common/promslog"
 	"github.com/prometheus/common/version"
 	"github.com/prometheus/exporter-toolkit/web"
 
 	"github.com/gpureclaim/gpureclaim/exporter/action"
 	"github.com/gpureclaim/gpureclaim/exporter/collector"
 	"github.com/gpureclaim/gpureclaim/exporter/sampler"
+	"github.com/gpureclaim/gpureclaim/internal/logging"
 	"github.com/gpureclaim/gpureclaim/internal/nvmlsim"
 	"github.com/gpureclaim/gpureclaim/internal/podmeta"
 	"github.com/gpureclaim/gpureclaim/internal/podresources"
@@ -107,17 +107,6 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("--simulate.speed: must not be negative")
 	}
 	return o, nil
-}
-
-func newLogger(o *options, w io.Writer) (*slog.Logger, error) {
-	lvl, fmtv := promslog.NewLevel(), promslog.NewFormat()
-	if err := lvl.Set(o.logLevel); err != nil {
-		return nil, fmt.Errorf("--log.level: %w", err)
-	}
-	if err := fmtv.Set(o.logFormat); err != nil {
-		return nil, fmt.Errorf("--log.format: %w", err)
-	}
-	return promslog.New(&promslog.Config{Level: lvl, Format: fmtv, Writer: w}), nil
 }
 
 // node is what the exporter samples: a real or a simulated node.
@@ -239,7 +228,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, version.Print("gpureclaim-exporter"))
 		return 0
 	}
-	logger, err := newLogger(o, stderr)
+	logger, err := logging.New(o.logLevel, o.logFormat, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "gpureclaim-exporter:", err)
 		return 2

@@ -22,13 +22,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
-	"github.com/prometheus/common/promslog"
 	"github.com/prometheus/common/version"
 	"github.com/prometheus/exporter-toolkit/web"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gpureclaim/gpureclaim/internal/logging"
 	"github.com/gpureclaim/gpureclaim/reclaimer/alertmanager"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/kube"
@@ -75,17 +75,6 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("--step.interval: %s is too short", o.step)
 	}
 	return o, nil
-}
-
-func newLogger(o *options, w io.Writer) (*slog.Logger, error) {
-	lvl, f := promslog.NewLevel(), promslog.NewFormat()
-	if err := lvl.Set(o.logLevel); err != nil {
-		return nil, fmt.Errorf("--log.level: %w", err)
-	}
-	if err := f.Set(o.logFormat); err != nil {
-		return nil, fmt.Errorf("--log.format: %w", err)
-	}
-	return promslog.New(&promslog.Config{Level: lvl, Format: f, Writer: w}), nil
 }
 
 func kubeClient(c config.Kubernetes) (kubernetes.Interface, error) {
@@ -144,7 +133,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s: OK (%d policies, %d notifiers)\n", o.configFile, len(cfg.Policies), len(cfg.Notifiers))
 		return 0
 	}
-	logger, err := newLogger(o, stderr)
+	logger, err := logging.New(o.logLevel, o.logFormat, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "gpureclaim-reclaimer:", err)
 		return 2

@@ -5,13 +5,13 @@ package simtest
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpureclaim/gpureclaim/exporter/sampler"
+	"github.com/gpureclaim/gpureclaim/internal/fakeclock"
 	"github.com/gpureclaim/gpureclaim/internal/nvmlsim"
 	"github.com/gpureclaim/gpureclaim/internal/podmeta"
 	"github.com/gpureclaim/gpureclaim/internal/podresources"
@@ -22,34 +22,10 @@ import (
 var T0 = time.Date(2026, 1, 5, 9, 0, 0, 0, time.UTC)
 
 // Clock is a settable clock.
-type Clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+type Clock = fakeclock.Clock
 
 // NewClock starts a clock at t.
-func NewClock(t time.Time) *Clock { return &Clock{now: t} }
-
-// Now reads the clock.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Set moves the clock to t.
-func (c *Clock) Set(t time.Time) {
-	c.mu.Lock()
-	c.now = t
-	c.mu.Unlock()
-}
-
-// Advance moves the clock forward.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+func NewClock(t time.Time) *Clock { return fakeclock.New(t) }
 
 // Node is a simulated node with a sampler reading it.
 type Node struct {

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/alertmanager/template"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpureclaim/gpureclaim/internal/fakeclock"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
@@ -24,30 +25,10 @@ import (
 var T0 = time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
 
 // Clock is a settable clock.
-type Clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+type Clock = fakeclock.Clock
 
-func NewClock() *Clock { return &Clock{now: T0} }
-
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-func (c *Clock) Set(t time.Time) {
-	c.mu.Lock()
-	c.now = t
-	c.mu.Unlock()
-}
+// NewClock starts a clock at T0.
+func NewClock() *Clock { return fakeclock.New(T0) }
 
 // Config parses a config, with secrets written to a temporary folder; the
 // webhook token is "t0ken".
