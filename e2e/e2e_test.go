@@ -227,6 +227,13 @@ func (su *suite) podGone(ns, name string) bool {
 	return apierrors.IsNotFound(err)
 }
 
+// waitPodGone waits out an evicted pod's termination: the eviction is
+// accepted at once, the kubelet (kwok here) deletes the pod a moment later.
+func (su *suite) waitPodGone(t *testing.T, ns, name string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return su.podGone(ns, name) }, 30*time.Second, 100*time.Millisecond, "pod %s/%s is still there", ns, name)
+}
+
 // freed waits until Prometheus sees no owner on the unit.
 func (su *suite) freed(uuid string) time.Time {
 	require.Eventually(su.t, func() bool {
@@ -294,7 +301,7 @@ func TestEndToEnd(t *testing.T) {
 
 	t.Run("an idle held GPU: warned, then its pod evicted", func(t *testing.T) {
 		r := su.waitState("nb-idle", pod("lab", "nb-idle"), "done", 90*time.Second)
-		require.True(t, su.podGone("lab", "nb-idle"))
+		su.waitPodGone(t, "lab", "nb-idle")
 		require.Equal(t, "evict", r.Action)
 		require.Contains(t, headers(su.slack.Posts(), "D0CAROL"), "Idle GPU: it will be reclaimed")
 		su.timing("idle pod → evicted", su.started, r.Warning.At, su.freed(r.Target.UUID))
@@ -343,7 +350,7 @@ func TestEndToEnd(t *testing.T) {
 
 	t.Run("a MIG slice reclaimed while its neighbour keeps running", func(t *testing.T) {
 		r := su.waitState("mig-idle", pod("research", "mig-idle"), "done", 60*time.Second)
-		require.True(t, su.podGone("research", "mig-idle"))
+		su.waitPodGone(t, "research", "mig-idle")
 		require.False(t, su.podGone("research", "mig-busy"))
 		big := su.unitUUID("gpu-b", 0, "3g.40gb")
 		o, err := su.s.Query(ctx, fmt.Sprintf(`gpureclaim_unit_owner_processes{uuid=%q,pod="mig-busy"} == 1`, big))
@@ -365,7 +372,7 @@ func TestEndToEnd(t *testing.T) {
 		require.False(t, pressed.IsZero(), "the owner could press snooze")
 		require.NotEmpty(t, silencesBy(t, su.s.AlertmanagerURL, "carol (Slack U0CAROL)"))
 		done := su.waitState("snoozy", pod("lab", "snoozy"), "done", 90*time.Second)
-		require.True(t, su.podGone("lab", "snoozy"))
+		su.waitPodGone(t, "lab", "snoozy")
 		require.True(t, done.ActedAt.After(pressed.Add(8*time.Second)), "no action before the 8 s snooze ended (pressed %s, acted %s)", pressed, done.ActedAt)
 		require.GreaterOrEqual(t, strings.Count(headers(su.slack.Posts(), "D0CAROL"), "Idle GPU: it will be reclaimed"), 3, "nb-idle's warning, snoozy's, and snoozy's again")
 		require.Contains(t, headers(su.slack.Updates(), "D0CAROL"), "Snoozed")
