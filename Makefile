@@ -17,6 +17,13 @@ HELM_VERSION         := v3.22.0
 # prometheus-operator's CRDs, for validating the chart's ServiceMonitor,
 # PrometheusRule and AlertmanagerConfig on a real apiserver.
 PROMETHEUS_OPERATOR_VERSION := v0.94.0
+# Upstream CRDs of the workload kinds the reclaimer stops, for its tests on
+# a real apiserver (the rest are in reclaimer/kube/testdata/crds).
+KUEUE_VERSION             := v0.17.0
+KUBERAY_VERSION           := v1.5.0
+TRAINING_OPERATOR_VERSION := v1.8.1
+TRAINER_VERSION           := v2.0.0
+WORKLOAD_CRDS_STAMP := $(BIN)/workload-crds/.$(KUEUE_VERSION)-$(KUBERAY_VERSION)-$(TRAINING_OPERATOR_VERSION)-$(TRAINER_VERSION)
 
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
@@ -25,7 +32,7 @@ LDFLAGS  := -X github.com/prometheus/common/version.Version=$(VERSION) \
             -X github.com/prometheus/common/version.Branch=main
 
 KUBE_BINS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl
-TOOLS := $(BIN)/promtool $(BIN)/prometheus $(BIN)/alertmanager $(BIN)/amtool $(BIN)/etcd $(KUBE_BINS) $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/helm $(BIN)/crds/.$(PROMETHEUS_OPERATOR_VERSION)
+TOOLS := $(BIN)/promtool $(BIN)/prometheus $(BIN)/alertmanager $(BIN)/amtool $(BIN)/etcd $(KUBE_BINS) $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/helm $(BIN)/crds/.$(PROMETHEUS_OPERATOR_VERSION) $(WORKLOAD_CRDS_STAMP)
 
 .PHONY: all build run demo test e2e bench lint tools chromium rules dashboards manifests images backtest clean device-check
 
@@ -146,11 +153,13 @@ $(BIN)/kwok:
 	@mkdir -p $(BIN)
 	GOBIN=$(BIN) $(GO) install sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
 
-# kwok's stages for fake nodes that come up at once and pods that run.
-$(BIN)/kwok-stages.yaml:
+# kwok's stages for fake nodes that come up at once and pods that run (a
+# Job's pods too: kwok's pod-complete stage would end them at once, and a
+# training Job holds its GPU until it is done). Rebuilt when this file changes.
+$(BIN)/kwok-stages.yaml: Makefile
 	@mkdir -p $(BIN)
 	dir=$$($(GO) mod download -json sigs.k8s.io/kwok@$(KWOK_VERSION) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'); \
-	for f in node/fast/node-initialize node/heartbeat/node-heartbeat pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do \
+	for f in node/fast/node-initialize node/heartbeat/node-heartbeat pod/fast/pod-ready pod/fast/pod-delete; do \
 		cat "$$dir/kustomize/stage/$$f.yaml"; echo "---"; \
 	done > $@.tmp && mv $@.tmp $@
 
@@ -164,6 +173,21 @@ $(BIN)/crds/.$(PROMETHEUS_OPERATOR_VERSION):
 	for k in servicemonitors prometheusrules alertmanagerconfigs; do \
 		cp "$$dir/example/prometheus-operator-crd/monitoring.coreos.com_$$k.yaml" $(BIN)/crds/ && chmod u+w $(BIN)/crds/monitoring.coreos.com_$$k.yaml; \
 	done
+	@touch $@
+
+# The CRDs as each project ships them in its Go module, pinned.
+$(WORKLOAD_CRDS_STAMP):
+	@rm -rf $(BIN)/workload-crds && mkdir -p $(BIN)/workload-crds
+	set -e; moddir() { $(GO) mod download -json "$$1" | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'; }; \
+	kueue=$$(moddir sigs.k8s.io/kueue@$(KUEUE_VERSION)); \
+	ray=$$(moddir github.com/ray-project/kuberay/ray-operator@$(KUBERAY_VERSION)); \
+	training=$$(moddir github.com/kubeflow/training-operator@$(TRAINING_OPERATOR_VERSION)); \
+	trainer=$$(moddir github.com/kubeflow/trainer/v2@$(TRAINER_VERSION)); \
+	cp "$$kueue/config/components/crd/bases/kueue.x-k8s.io_workloads.yaml" \
+	   "$$ray/config/crd/bases/ray.io_rayclusters.yaml" "$$ray/config/crd/bases/ray.io_rayjobs.yaml" \
+	   "$$training/manifests/base/crds/kubeflow.org_pytorchjobs.yaml" \
+	   "$$trainer/manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml" $(BIN)/workload-crds/; \
+	chmod u+w $(BIN)/workload-crds/*.yaml
 	@touch $@
 
 ## device-check: on a machine with a real GPU, run the exporter while a matmul loads the GPU.

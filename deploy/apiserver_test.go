@@ -14,15 +14,18 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	authv1 "k8s.io/api/authentication/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpureclaim/gpureclaim/deploy"
 	"github.com/gpureclaim/gpureclaim/internal/kubetest"
 	"github.com/gpureclaim/gpureclaim/internal/tooltest"
+	rconfig "github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/kube"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
@@ -92,7 +95,9 @@ func TestManifestsOnAPIServer(t *testing.T) {
 		&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(3600))}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	sa := c.Client(t, tok.Status.Token)
-	rc := kube.New(sa, time.Minute, true, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	rc, err := kube.New(c.RESTConfig(tok.Status.Token), kube.Options{Workloads: rconfig.BuiltinWorkloads(), Kueue: true,
+		EvictionDeadline: time.Minute, Events: true, Clock: time.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
 
 	team := "team-a"
 	_, err = admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: team}}, metav1.CreateOptions{})
@@ -132,7 +137,7 @@ func TestManifestsOnAPIServer(t *testing.T) {
 		r := &reclaim.Reclaim{ID: "r2", ActAt: time.Now(), Target: reclaim.Target{Alertname: "GPUIdle", UUID: "GPU-2", Namespace: team, Pod: "inference-1-abcde"}}
 		ctl, err := rc.Controller(ctx, r.Target)
 		require.NoError(t, err)
-		require.Equal(t, reclaim.Controller{Kind: "Deployment", Name: "inference", Replicas: 3}, ctl)
+		require.Equal(t, reclaim.Controller{APIVersion: "apps/v1", Kind: "Deployment", Namespace: team, Name: "inference", Replicas: 3, Stop: reclaim.StopScale, Stopped: "scaled down"}, ctl)
 		res, err := rc.ScaleDown(ctx, r, 0)
 		require.NoError(t, err)
 		d, err = admin.AppsV1().Deployments(team).Get(ctx, "inference", metav1.GetOptions{})
@@ -145,6 +150,27 @@ func TestManifestsOnAPIServer(t *testing.T) {
 		d, err = admin.AppsV1().Deployments(team).Get(ctx, "inference", metav1.GetOptions{})
 		require.NoError(t, err)
 		require.Equal(t, int32(3), *d.Spec.Replicas)
+	})
+
+	t.Run("suspends a Job and resumes it", func(t *testing.T) {
+		job, err := admin.BatchV1().Jobs(team).Create(ctx, &batchv1.Job{
+			ObjectMeta: metav1.ObjectMeta{Name: "train"},
+			Spec:       batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: podSpec().Containers}}},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		createPod(t, admin, team, "train-abcde", &metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID, Controller: ptr(true)})
+		r := &reclaim.Reclaim{ID: "r3", ActAt: time.Now(), Target: reclaim.Target{Alertname: "GPUIdle", UUID: "GPU-3", Namespace: team, Pod: "train-abcde"}}
+		ctl, err := rc.Controller(ctx, r.Target)
+		require.NoError(t, err)
+		r.Controller = &ctl
+		res, err := rc.Stop(ctx, r)
+		require.NoError(t, err)
+		require.Equal(t, "Job team-a/train suspended", res.Detail)
+		r.Workload = res.Workload
+		require.NoError(t, rc.Restore(ctx, r))
+		job, err = admin.BatchV1().Jobs(team).Get(ctx, "train", metav1.GetOptions{})
+		require.NoError(t, err)
+		require.False(t, *job.Spec.Suspend)
 	})
 
 	t.Run("takes leases in its own namespace only", func(t *testing.T) {
@@ -177,6 +203,20 @@ func TestManifestsOnAPIServer(t *testing.T) {
 			"list ConfigMaps":     func() error { _, err := sa.CoreV1().ConfigMaps(team).List(ctx, metav1.ListOptions{}); return err },
 			"create pods": func() error {
 				_, err := sa.CoreV1().Pods(team).Create(ctx, podObject("x", nil), metav1.CreateOptions{})
+				return err
+			},
+			"delete a Job": func() error { return sa.BatchV1().Jobs(team).Delete(ctx, "train", metav1.DeleteOptions{}) },
+			"list Jobs":    func() error { _, err := sa.BatchV1().Jobs(team).List(ctx, metav1.ListOptions{}); return err },
+			"create a Job": func() error {
+				_, err := sa.BatchV1().Jobs(team).Create(ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
+				return err
+			},
+			"patch a CronJob": func() error {
+				_, err := sa.BatchV1().CronJobs(team).Patch(ctx, "nightly", types.MergePatchType, []byte(`{"spec":{"suspend":true}}`), metav1.PatchOptions{})
+				return err
+			},
+			"patch a DaemonSet": func() error {
+				_, err := sa.AppsV1().DaemonSets(team).Patch(ctx, "x", types.MergePatchType, []byte(`{}`), metav1.PatchOptions{})
 				return err
 			},
 			"escalate its role": func() error {

@@ -217,31 +217,11 @@ func TestActionEndpointNeedsProcessAttribution(t *testing.T) {
 	require.Contains(t, string(out), "exporter.action.enabled needs exporter.processAttribution.enabled")
 }
 
-// The reclaimer's role grants what it calls and nothing that reads secrets
-// or deletes anything.
+// The reclaimer's namespaced Role is for leases in its own namespace only;
+// its ClusterRole is TestChartGrantsTheEnabledWorkloadKinds's.
 func TestReclaimerRoleIsLeast(t *testing.T) {
 	typed, _ := objects(t, render(t, tooltest.Bin(t, "helm"), "defaults"))
-	roles := find[*rbacv1.ClusterRole](typed)
-	require.Len(t, roles, 1)
-	grants := map[string][]string{}
-	for _, r := range roles[0].Rules {
-		for _, g := range r.APIGroups {
-			for _, res := range r.Resources {
-				grants[g+"/"+res] = append(grants[g+"/"+res], r.Verbs...)
-			}
-		}
-	}
-	require.Equal(t, map[string][]string{
-		"/pods":                   {"get", "list", "watch"},
-		"/namespaces":             {"get"},
-		"/pods/eviction":          {"create"},
-		"apps/replicasets":        {"get"},
-		"apps/deployments":        {"get", "patch"},
-		"apps/statefulsets":       {"get", "patch"},
-		"apps/deployments/scale":  {"get", "update"},
-		"apps/statefulsets/scale": {"get", "update"},
-		"/events":                 {"create"},
-	}, grants)
+	require.Len(t, find[*rbacv1.ClusterRole](typed), 1)
 	nsRoles := find[*rbacv1.Role](typed)
 	require.Len(t, nsRoles, 1)
 	require.Equal(t, deploy.Namespace, nsRoles[0].Namespace, "leases only in the reclaimer's namespace")
@@ -255,7 +235,7 @@ func TestChartRendersWhatTheBinariesAccept(t *testing.T) {
 	helm := tooltest.Bin(t, "helm")
 	exporter, reclaimer := binaries(t)
 	secrets := t.TempDir()
-	for _, f := range []string{"webhook/token", "admin/token", "node/token", "slack/token", "slack/signing-secret"} {
+	for _, f := range []string{"webhook/token", "admin/token", "node/token", "slack/token", "slack/signing-secret", "jupyterhub/token"} {
 		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(secrets, f)), 0o755))
 		require.NoError(t, os.WriteFile(filepath.Join(secrets, f), []byte("s3cret\n"), 0o600))
 	}
@@ -281,6 +261,7 @@ func TestChartRendersWhatTheBinariesAccept(t *testing.T) {
 				require.Equal(t, "http://gpu-node-7:9848", u)
 				require.Len(t, c.Notifiers, 1)
 				require.Equal(t, "s3cret", c.Notifiers[0].Slack.SigningSecret)
+				require.Equal(t, "s3cret", c.Kubernetes.JupyterHub.Token)
 			} else {
 				require.True(t, c.DryRun, "the chart installs in dry run")
 			}
@@ -343,4 +324,63 @@ func TestAlertmanagerExampleRoutes(t *testing.T) {
 	require.Zero(t, w.MaxAlerts)
 	require.Contains(t, w.HTTPConfig, "authorization", "the webhook authenticates")
 	require.Equal(t, "http://gpureclaim-reclaimer.gpureclaim.svc:9849/webhook", w.URL, "the plain manifests' Service")
+}
+
+// The reclaimer's ClusterRole grants exactly what the enabled workload
+// kinds need, from the same table the reclaimer's config has built in, and
+// the rendered config turns the others off.
+func TestChartGrantsTheEnabledWorkloadKinds(t *testing.T) {
+	helm := tooltest.Bin(t, "helm")
+	base := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}},
+	}
+	kueue := rbacv1.PolicyRule{APIGroups: []string{"kueue.x-k8s.io"}, Resources: []string{"workloads"}, Verbs: []string{"get", "list", "patch"}}
+	for _, tc := range []struct {
+		set     string
+		enabled func(rconfig.Workload) bool
+		kueue   bool
+	}{
+		{"defaults", func(rconfig.Workload) bool { return true }, true},
+		{"minimal", func(w rconfig.Workload) bool { return w.Group == "apps" || w.Group == "batch" }, false},
+	} {
+		t.Run(tc.set, func(t *testing.T) {
+			typed, _ := objects(t, render(t, helm, tc.set))
+			var role *rbacv1.ClusterRole
+			for _, r := range find[*rbacv1.ClusterRole](typed) {
+				role = r
+			}
+			require.NotNil(t, role)
+			want := slices.Clone(base)
+			for _, w := range rconfig.BuiltinWorkloads() {
+				if !tc.enabled(w) {
+					continue
+				}
+				want = append(want, rbacv1.PolicyRule{APIGroups: []string{w.Group}, Resources: []string{w.Resource}, Verbs: []string{"get", "patch"}})
+				if w.Scale {
+					want = append(want, rbacv1.PolicyRule{APIGroups: []string{w.Group}, Resources: []string{w.Resource + "/scale"}, Verbs: []string{"get", "patch"}})
+				}
+			}
+			if tc.kueue {
+				want = append(want, kueue)
+			}
+			require.ElementsMatch(t, want, role.Rules)
+
+			var cfg string
+			for _, cm := range find[*corev1.ConfigMap](typed) {
+				if v, ok := cm.Data["reclaimer.yml"]; ok {
+					cfg = v
+				}
+			}
+			c, err := rconfig.ParseWithoutSecrets([]byte(cfg))
+			require.NoError(t, err)
+			for _, w := range rconfig.BuiltinWorkloads() {
+				_, on := c.WorkloadFor(w.Group, w.Kind)
+				require.Equal(t, tc.enabled(w), on, "%s", w.Name)
+			}
+			require.Equal(t, tc.kueue, c.Kubernetes.Kueue.On())
+		})
+	}
 }

@@ -86,17 +86,25 @@ gpus:
 `, chatPod, chatPod, chatPod)
 }
 
-const nodeBScenario = `node: gpu-b
+// nodeBScenario has a MIG GPU and the pods of a Job and of a Kubeflow
+// Notebook, whose names their controllers choose.
+func nodeBScenario(jobPod, notebookPod string) string {
+	return fmt.Sprintf(`node: gpu-b
 system: dgxh100
 pods:
   - {name: mig-busy, namespace: research, container: main, annotations: {gpureclaim.io/owner: U0ALICE}}
   - {name: mig-idle, namespace: research, container: main, annotations: {gpureclaim.io/owner: U0ALICE}}
+  - {name: %[1]s, namespace: batch, container: main}
+  - {name: %[2]s, namespace: notebooks, container: main}
 gpus:
   - index: 0
     mig:
       - {profile: 3g.40gb, sm_active: 0.25, pods: [mig-busy], processes: [{pid: 3001, pod: mig-busy, memory_used: 7GiB, started: -3h}]}
       - {profile: 1g.10gb, sm_active: 0, pods: [mig-idle], processes: [{pid: 3002, pod: mig-idle, memory_used: 4GiB, started: -3h}]}
-`
+  - {index: 1, sm_active: 0, pods: [%[1]s], processes: [{pid: 3003, pod: %[1]s, memory_used: 40GiB, started: -3h}]}
+  - {index: 2, sm_active: 0, pods: [%[2]s], processes: [{pid: 3004, pod: %[2]s, memory_used: 12GiB, started: -3h}]}
+`, jobPod, notebookPod)
+}
 
 func reclaimerConfig(slackURL, dir string) string {
 	return fmt.Sprintf(`notifiers:
@@ -126,7 +134,7 @@ func start(t *testing.T) *suite {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "slack.signing"), []byte(signingSecret+"\n"), 0o600))
 	// The Deployment's pod name is known once it exists: the scenario follows.
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "gpu-a.yaml"), []byte(nodeAScenario("placeholder")), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "gpu-b.yaml"), []byte(nodeBScenario), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "gpu-b.yaml"), []byte(nodeBScenario("placeholder-job", "placeholder-nb")), 0o644))
 	su.nodeA = &stack.Node{Name: "gpu-a", Scenario: filepath.Join(dir, "gpu-a.yaml")}
 	su.nodeB = &stack.Node{Name: "gpu-b", Scenario: filepath.Join(dir, "gpu-b.yaml")}
 	s, err := stack.New(stack.Options{Bin: binDir(t), Dir: dir, Nodes: []*stack.Node{su.nodeA, su.nodeB}, Speed: 60,
@@ -145,6 +153,7 @@ func start(t *testing.T) *suite {
 	require.NoError(t, s.StartKubernetes(ctx))
 	chatPod := su.deployChatAPI()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "gpu-a.yaml"), []byte(nodeAScenario(chatPod)), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "gpu-b.yaml"), []byte(nodeBScenario(su.deployJob(), su.deployNotebook())), 0o644))
 	require.NoError(t, su.s.CreatePods(ctx))
 	su.waitRunning()
 	require.NoError(t, su.s.StartExporters(ctx))
@@ -182,7 +191,7 @@ func (su *suite) deployChatAPI() string {
 func (su *suite) waitRunning() {
 	require.Eventually(su.t, func() bool {
 		pods, err := su.s.Admin.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
-		if err != nil || len(pods.Items) < 8 { // six on gpu-a, two on gpu-b
+		if err != nil || len(pods.Items) < 10 { // six on gpu-a, four on gpu-b
 			return false
 		}
 		for _, p := range pods.Items {
@@ -333,6 +342,10 @@ func TestEndToEnd(t *testing.T) {
 		require.EqualValues(t, 1, *d.Spec.Replicas)
 	})
 
+	t.Run("an idle Job: suspended, its pod deleted by the Job controller, none started, then resumed", su.idleJob)
+
+	t.Run("an idle Kubeflow Notebook: the stop annotation, its StatefulSet at 0, then started", su.idleNotebook)
+
 	t.Run("a bare-metal process: killed through the node endpoint", func(t *testing.T) {
 		r := su.waitState("bob", func(x stack.Reclaim) bool { return x.Target.User == "bob" }, "done", 60*time.Second)
 		require.Equal(t, "kill", r.Action)
@@ -363,7 +376,8 @@ func TestEndToEnd(t *testing.T) {
 		r := su.waitState("flappy", pod("flappy", "flappy"), "cancelled", 90*time.Second)
 		require.Contains(t, r.Reason, "busy again")
 		require.False(t, su.podGone("flappy", "flappy"))
-		require.Contains(t, headers(su.slack.Updates(), "D0ERIN"), "Cancelled")
+		// The owner's message is updated on the step after the cancel is recorded.
+		require.Eventually(t, func() bool { return strings.Contains(headers(su.slack.Updates(), "D0ERIN"), "Cancelled") }, 10*time.Second, 100*time.Millisecond, "the warning is updated to Cancelled")
 		su.times = append(su.times, fmt.Sprintf("%-40s idle → warned %5.1fs   busy again at 25.0s → cancelled %5.1fs", "flapping GPU → cancelled", r.Warning.At.Sub(su.started).Seconds(), time.Since(su.started).Seconds()))
 	})
 

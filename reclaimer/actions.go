@@ -11,8 +11,8 @@ import (
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
-// actor sends each action where it belongs: pods to Kubernetes, processes
-// to their node.
+// actor sends each action where it belongs: pods and their owners to
+// Kubernetes (or the JupyterHub that runs them), processes to their node.
 type actor struct {
 	cfg   *config.Config
 	kube  *kube.Client // nil without Kubernetes
@@ -23,21 +23,22 @@ func (a *actor) Act(ctx context.Context, action string, r *reclaim.Reclaim) (rec
 	switch action {
 	case config.ActionKill:
 		return a.nodes.Kill(ctx, r)
-	case config.ActionEvict, config.ActionScaleDown:
+	case config.ActionEvict, config.ActionScaleDown, config.ActionStop:
 		if a.kube == nil {
 			return reclaim.Result{}, fmt.Errorf("%s needs Kubernetes, which is off in the config", action)
 		}
 		if r.Target.Pod == "" {
 			return reclaim.Result{}, fmt.Errorf("%s needs a pod; the target is %s", action, r.Target.Owner())
 		}
-		if action == config.ActionEvict {
+		switch action {
+		case config.ActionEvict:
 			return a.kube.Evict(ctx, r)
+		case config.ActionStop:
+			return a.kube.Stop(ctx, r)
 		}
 		var to int32
-		for _, p := range a.cfg.Policies {
-			if p.Name == r.Policy {
-				to = p.ScaleDownTo
-			}
+		if p := a.cfg.Policy(r.Policy); p != nil {
+			to = p.ScaleDownTo
 		}
 		return a.kube.ScaleDown(ctx, r, to)
 	}

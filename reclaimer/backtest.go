@@ -43,7 +43,7 @@ func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, erro
 	}
 	fs.StringVar(&o.trace, "history.trace", "", "A trace CSV (timestamp, pod, gpu_duty_cycle_percent, gpu_memory_used_bytes; gzipped or not), one row per pod and minute.")
 	fs.StringVar(&o.prometheus, "history.prometheus", "", "A Prometheus range-query export (the JSON of /api/v1/query_range) of the exporter's unit metrics.")
-	fs.StringVar(&o.controller, "history.controller", "", "What runs the history's pods, which a trace or an export does not say: Deployment or StatefulSet (a service of one replica), Job, or empty (bare pods).")
+	fs.StringVar(&o.controller, "history.controller", "", "What runs the history's pods, which a trace or an export does not say: a workload kind the config knows (Deployment, StatefulSet or another that scales, replayed with one replica; Job, Notebook, RayJob or another that stops), or empty (bare pods).")
 	fs.Var(&o.rules, "rules", "A Prometheus rule file, as Prometheus loads it (repeatable).")
 	fs.StringVar(&o.configFile, "config.file", "", "The reclaimer's configuration, read without its secret files; empty for the defaults. Dry run is ignored.")
 	fs.DurationVar(&o.regret, "regret.window", 30*time.Minute, "A reclaim after which the workload's activity came back within this window is counted as regret.")
@@ -68,11 +68,6 @@ func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, erro
 		return nil, fmt.Errorf("--idle.threshold: %g must be between 0 and 1", o.threshold)
 	case o.format != "text" && o.format != "markdown" && o.format != "json":
 		return nil, fmt.Errorf("--format: %q is not text, markdown or json", o.format)
-	}
-	switch o.controller {
-	case "", "Deployment", "StatefulSet", "Job":
-	default:
-		return nil, fmt.Errorf("--history.controller: %q is not Deployment, StatefulSet, Job or empty", o.controller)
 	}
 	return o, nil
 }
@@ -101,9 +96,9 @@ func runBacktest(ctx context.Context, o *backtestOptions, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	ctl := reclaim.Controller{Kind: o.controller}
-	if ctl.Service() {
-		ctl.Name, ctl.Replicas = "replayed", 1
+	ctl, err := replayedController(cfg, o.controller)
+	if err != nil {
+		return err
 	}
 	var h backtest.History
 	if o.trace != "" {
@@ -153,4 +148,28 @@ func runBacktest(ctx context.Context, o *backtestOptions, stdout io.Writer) erro
 		return err
 	}
 	return f.Close()
+}
+
+// replayedController is what runs each replayed pod: a kind the config
+// knows, stopped as the reclaimer would stop it, or nothing (bare pods).
+func replayedController(cfg *config.Config, kind string) (reclaim.Controller, error) {
+	if kind == "" {
+		return reclaim.Controller{}, nil
+	}
+	var kinds []string
+	for _, w := range cfg.Workloads {
+		if w.Disabled {
+			continue
+		}
+		kinds = append(kinds, w.Kind)
+		if w.Kind != kind {
+			continue
+		}
+		ctl := reclaim.Controller{APIVersion: w.Group + "/" + w.Version, Kind: w.Kind, Namespace: "replay", Name: "replayed", Stop: reclaim.StopPatch, Stopped: w.Stopped}
+		if w.Scale {
+			ctl.Stop, ctl.Replicas, ctl.Stopped = reclaim.StopScale, 1, "scaled down"
+		}
+		return ctl, nil
+	}
+	return reclaim.Controller{}, fmt.Errorf("--history.controller: %q is not a workload kind the config knows (%s) or empty", kind, strings.Join(kinds, ", "))
 }

@@ -64,7 +64,7 @@ func TestBacktestBadFlags(t *testing.T) {
 		{[]string{"--rules=r.yml"}, 2, "give one history"},
 		{[]string{"--history.trace=" + tr}, 2, "--rules: give the rule files"},
 		{[]string{"--history.trace=" + tr, "--rules=r.yml", "--format=xml"}, 2, `--format: "xml" is not text, markdown or json`},
-		{[]string{"--history.trace=" + tr, "--rules=r.yml", "--history.controller=CronJob"}, 2, `--history.controller: "CronJob"`},
+		{[]string{"--history.trace=" + tr, "--rules=../rules/gpureclaim.rules.yml", "--history.controller=CronJob"}, 1, `--history.controller: "CronJob" is not a workload kind the config knows`},
 		{[]string{"--history.trace=" + tr, "--rules=r.yml", "--idle.threshold=2"}, 2, "--idle.threshold: 2 must be between 0 and 1"},
 		{[]string{"--history.trace=" + tr, "--rules=/nonexistent.yml"}, 1, "nonexistent.yml"},
 		{[]string{"--history.trace=/nonexistent.csv", "--rules=r.yml"}, 1, "--history.trace"},

@@ -24,13 +24,13 @@ import (
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 	"github.com/prometheus/common/version"
 	"github.com/prometheus/exporter-toolkit/web"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpureclaim/gpureclaim/internal/logging"
 	"github.com/gpureclaim/gpureclaim/reclaimer/alertmanager"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/jupyterhub"
 	"github.com/gpureclaim/gpureclaim/reclaimer/kube"
 	"github.com/gpureclaim/gpureclaim/reclaimer/node"
 	"github.com/gpureclaim/gpureclaim/reclaimer/notify"
@@ -77,7 +77,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	return o, nil
 }
 
-func kubeClient(c config.Kubernetes) (kubernetes.Interface, error) {
+func kubeClient(cfg *config.Config, logger *slog.Logger) (*kube.Client, error) {
+	c := cfg.Kubernetes
 	var rc *rest.Config
 	var err error
 	if c.Kubeconfig != "" {
@@ -89,7 +90,14 @@ func kubeClient(c config.Kubernetes) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("kubernetes: %w (set kubernetes.kubeconfig, or kubernetes.enabled: false)", err)
 	}
 	rc.UserAgent = "gpureclaim-reclaimer/" + version.Version
-	return kubernetes.NewForConfig(rc)
+	o := kube.Options{
+		Workloads: cfg.Workloads, Kueue: c.Kueue.On(), EvictionDeadline: time.Duration(c.EvictionDeadline),
+		Events: c.EventsOn(), Clock: time.Now, Logger: logger,
+	}
+	if h := c.JupyterHub; h != nil {
+		o.Hub = jupyterhub.New(h.URL, h.Token, time.Duration(h.Timeout))
+	}
+	return kube.New(rc, o)
 }
 
 // failpoint kills the process at a named point of the lifecycle when
@@ -163,12 +171,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	insp := &inspector{nodes: nodes}
 	var events reclaim.Events
 	if cfg.Kubernetes.On() {
-		cs, err := kubeClient(cfg.Kubernetes)
+		kc, err := kubeClient(cfg, logger)
 		if err != nil {
 			fmt.Fprintln(stderr, "gpureclaim-reclaimer:", err)
 			return 1
 		}
-		kc := kube.New(cs, time.Duration(cfg.Kubernetes.EvictionDeadline), cfg.Kubernetes.EventsOn(), time.Now, logger)
 		act.kube, insp.kube = kc, kc
 		events = kc
 	}

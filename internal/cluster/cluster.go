@@ -164,7 +164,12 @@ func (c *Cluster) KubeconfigFor(token string) (string, error) {
 
 // Client returns a clientset that authenticates with token.
 func (c *Cluster) Client(token string) (kubernetes.Interface, error) {
-	return kubernetes.NewForConfig(&rest.Config{Host: c.URL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{Insecure: true}, QPS: 100, Burst: 200})
+	return kubernetes.NewForConfig(c.RESTConfig(token))
+}
+
+// RESTConfig is a client config that authenticates with token.
+func (c *Cluster) RESTConfig(token string) *rest.Config {
+	return &rest.Config{Host: c.URL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{Insecure: true}, QPS: 100, Burst: 200}
 }
 
 func (c *Cluster) startControllers(o Options) error {

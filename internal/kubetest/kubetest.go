@@ -3,10 +3,14 @@
 package kubetest
 
 import (
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/gpureclaim/gpureclaim/internal/cluster"
 	"github.com/gpureclaim/gpureclaim/internal/tooltest"
@@ -52,4 +56,35 @@ func (c *Cluster) Client(t testing.TB, token string) kubernetes.Interface {
 		t.Fatal(err)
 	}
 	return cs
+}
+
+// RESTConfig returns a client config that authenticates with token.
+func (c *Cluster) RESTConfig(token string) *rest.Config { return c.Cluster.RESTConfig(token) }
+
+// InstallCRDs applies CustomResourceDefinitions (files or folders) with
+// server-side apply, which takes CRDs too large for a client-side apply's
+// annotation, and waits until every one is established.
+func (c *Cluster) InstallCRDs(t testing.TB, paths ...string) {
+	t.Helper()
+	kubectl := tooltest.Bin(t, "kubectl")
+	for _, p := range paths {
+		out, err := exec.Command(kubectl, "--kubeconfig", c.Kubeconfig, "apply", "--server-side", "-f", p).CombinedOutput()
+		if err != nil {
+			t.Fatalf("installing the CRDs in %s: %v\n%s", p, err, out)
+		}
+	}
+	// kubectl wait fails, rather than waits, on a CRD whose status has no
+	// conditions yet: poll until none is left unestablished.
+	established := `jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Established")].status}{"\n"}{end}`
+	deadline := time.Now().Add(time.Minute)
+	for {
+		out, err := exec.Command(kubectl, "--kubeconfig", c.Kubeconfig, "get", "crd", "-o", established).Output()
+		if err == nil && !strings.Contains(string(out), "=\n") && !strings.Contains(string(out), "=False") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CRDs not established after a minute:\n%s", out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -28,7 +28,14 @@ const (
 	ActionKill      = "kill"
 	ActionEvict     = "evict"
 	ActionScaleDown = "scale_down"
+	// ActionStop stops a pod's top owner the way its controller expects
+	// (suspend a Job, deactivate a Kueue Workload, stop a notebook or a
+	// JupyterHub server, scale a Deployment): see Workload.
+	ActionStop = "stop"
 )
+
+// defaultHubTimeout bounds one call to JupyterHub's API.
+const defaultHubTimeout = 30 * time.Second
 
 // Config is the reclaimer's configuration file.
 type Config struct {
@@ -44,6 +51,9 @@ type Config struct {
 	RateLimits     RateLimits     `yaml:"rate_limits"`
 	CircuitBreaker CircuitBreaker `yaml:"circuit_breaker"`
 	Policies       []Policy       `yaml:"policies"`
+	// Workloads are the kinds of top owner the reclaimer stops, over the
+	// built-in ones; after loading, every kind, built-in ones included.
+	Workloads []Workload `yaml:"workloads"`
 	// StatusPageURL is where people reach the status page, for links in messages.
 	StatusPageURL string `yaml:"status_page_url"`
 	// AdminBearerTokenFile guards the API calls that change things
@@ -97,6 +107,11 @@ type Kubernetes struct {
 	EvictionDeadline Duration `yaml:"eviction_deadline"`
 	// Events writes Kubernetes Events on the pod or workload. Default true.
 	Events *bool `yaml:"events"`
+	// Kueue: how jobs that Kueue admits are stopped.
+	Kueue Kueue `yaml:"kueue"`
+	// JupyterHub, when set, stops single-user servers through the hub's
+	// API; without it their pods are evicted.
+	JupyterHub *JupyterHub `yaml:"jupyterhub"`
 }
 
 // On says whether Kubernetes is used.
@@ -177,7 +192,8 @@ type Policy struct {
 	// Matchers select alerts by label, in Alertmanager's syntax
 	// (alertname="GPUIdle", namespace=~"team-.*"). All must match.
 	Matchers []string `yaml:"matchers"`
-	// Action is auto (the alert's action label), notify, kill, evict or scale_down.
+	// Action is auto (the alert's action label; for a pod, what its top
+	// owner needs), notify, kill, evict, scale_down or stop.
 	Action string `yaml:"action"`
 	// Grace is the time between the warning and the action. Default 15m.
 	Grace *Duration `yaml:"grace"`
@@ -198,6 +214,16 @@ func (p *Policy) GraceTime() time.Duration { return time.Duration(*p.Grace) }
 
 // MinRuntimeTime is the minimum runtime, defaulted.
 func (p *Policy) MinRuntimeTime() time.Duration { return time.Duration(*p.MinRuntime) }
+
+// Policy finds a policy by name.
+func (cfg *Config) Policy(name string) *Policy {
+	for i := range cfg.Policies {
+		if cfg.Policies[i].Name == name {
+			return &cfg.Policies[i]
+		}
+	}
+	return nil
+}
 
 // Matches says whether the policy applies to an alert's labels.
 func (p *Policy) Matches(lset model.LabelSet) bool { return p.matchers.Matches(lset) }
@@ -299,6 +325,9 @@ func LoadWithoutSecrets(path string) (*Config, error) {
 	}
 	return c, nil
 }
+
+// ParseWithoutSecrets validates a config without reading its secret files.
+func ParseWithoutSecrets(b []byte) (*Config, error) { return parse(b, "", false) }
 
 // DefaultWithoutSecrets is the configuration with every default, for the
 // backtest: its policies are DefaultPolicies.
@@ -513,6 +542,7 @@ func (cfg *Config) validate() error {
 	if len(cfg.Policies) == 0 {
 		cfg.Policies = DefaultPolicies()
 	}
+	cfg.validateWorkloads(c)
 	names := map[string]bool{}
 	for i := range cfg.Policies {
 		cfg.Policies[i].validate(c, fmt.Sprintf("policies[%d]", i), names)
@@ -540,11 +570,11 @@ func (p *Policy) validate(c *checker, field string, names map[string]bool) {
 		p.matchers = append(p.matchers, lm)
 	}
 	switch p.Action {
-	case ActionAuto, ActionNotify, ActionKill, ActionEvict, ActionScaleDown:
+	case ActionAuto, ActionNotify, ActionKill, ActionEvict, ActionScaleDown, ActionStop:
 	case "":
-		c.errorf(field+".action", "is required: auto, notify, kill, evict or scale_down")
+		c.errorf(field+".action", "is required: auto, notify, kill, evict, scale_down or stop")
 	default:
-		c.errorf(field+".action", "%q is not one of auto, notify, kill, evict, scale_down", p.Action)
+		c.errorf(field+".action", "%q is not one of auto, notify, kill, evict, scale_down, stop", p.Action)
 	}
 	p.Grace = c.optDuration(field+".grace", p.Grace, 15*time.Minute)
 	p.MinRuntime = c.optDuration(field+".min_runtime", p.MinRuntime, 30*time.Minute)

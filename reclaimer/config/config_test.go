@@ -90,3 +90,43 @@ func TestLoadWithoutSecrets(t *testing.T) {
 	_, err = LoadWithoutSecrets(bad)
 	require.ErrorContains(t, err, `alertmanager.url: "ftp://x" is not an http(s) URL`)
 }
+
+// The built-in workload kinds are entries of the config's own shape: the
+// config turns one off by name, replaces one, or adds its own.
+func TestWorkloads(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "t"), []byte("x"), 0o600))
+	base := "webhook: {bearer_token_file: t}\nalertmanager: {url: \"http://am:9093\"}\n"
+	c, err := Parse([]byte(base), dir)
+	require.NoError(t, err)
+	require.Len(t, c.Workloads, len(BuiltinWorkloads()))
+	require.True(t, c.Kubernetes.Kueue.On())
+	job, ok := c.WorkloadFor("batch", "Job")
+	require.True(t, ok)
+	require.JSONEq(t, `{"spec":{"suspend":true}}`, string(job.StopPatch))
+	require.JSONEq(t, `{"spec":{"suspend":false}}`, string(job.RestorePatch))
+	pj, _ := c.WorkloadFor("kubeflow.org", "PyTorchJob")
+	require.JSONEq(t, `{"spec":{"runPolicy":{"suspend":true}}}`, string(pj.StopPatch))
+	nb, _ := c.WorkloadFor("kubeflow.org", "Notebook")
+	require.JSONEq(t, `{"metadata":{"annotations":{"kubeflow-resource-stopped":null}}}`, string(nb.RestorePatch))
+	d, _ := c.WorkloadFor("apps", "Deployment")
+	require.Equal(t, StopScale, d.Method())
+
+	c, err = Parse([]byte(base+`kubernetes: {kueue: {enabled: false}}
+workloads:
+  - {name: job, disabled: true}
+  - {name: run, group: example.com, version: v1, kind: TrainingRun, resource: trainingruns, stop: {spec: {paused: true}}, restore: {spec: {paused: false}}}
+  - {name: notebook, group: kubeflow.org, version: v1, kind: Notebook, resource: notebooks, scale: true}
+`), dir)
+	require.NoError(t, err)
+	require.False(t, c.Kubernetes.Kueue.On())
+	_, ok = c.WorkloadFor("batch", "Job")
+	require.False(t, ok, "turned off")
+	run, ok := c.WorkloadFor("example.com", "TrainingRun")
+	require.True(t, ok)
+	require.Equal(t, "stopped", run.Stopped, "the verbs default")
+	require.JSONEq(t, `{"spec":{"paused":true}}`, string(run.StopPatch))
+	nb, _ = c.WorkloadFor("kubeflow.org", "Notebook")
+	require.True(t, nb.Scale, "a built-in kind replaced")
+	require.Len(t, c.Workloads, len(BuiltinWorkloads())+1)
+}

@@ -1,7 +1,10 @@
-// Package kube carries out the reclaimer's Kubernetes actions: evicting a
-// pod through the Eviction API, scaling its Deployment or StatefulSet down
-// through the scale subresource (and back up), and writing Events. It also
-// answers whether a pod is kept and when it started.
+// Package kube carries out the reclaimer's Kubernetes actions. It walks a
+// pod's controllers to its top owner and stops that the way its own
+// controller expects (see config.Workload): the scale subresource, a
+// merge patch (suspend, a stop annotation), a Kueue Workload deactivated,
+// a JupyterHub server stopped; only a bare pod is evicted. It also answers
+// whether a pod is kept, when its workload started and whom to tell, and
+// writes Events.
 package kube
 
 import (
@@ -9,37 +12,92 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
 
 	"github.com/gpureclaim/gpureclaim/internal/podmeta"
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
-// ReplicasAnnotation remembers a workload's replicas before a scale-down,
-// so that a restore can put them back.
-const ReplicasAnnotation = "gpureclaim.io/replicas-before-scale-down"
+// fieldManager names the reclaimer's changes in managedFields.
+const fieldManager = "gpureclaim-reclaimer"
+
+// defaultRetry is how long an action that found the cluster not ready
+// (a Kueue Workload not created yet) waits.
+const defaultRetry = 30 * time.Second
+
+// Hub stops and starts JupyterHub single-user servers.
+type Hub interface {
+	Stop(ctx context.Context, user, server string) error
+	Start(ctx context.Context, user, server string) error
+}
+
+// Options configure a Client.
+type Options struct {
+	// Workloads are the kinds of top owner it stops (config.Config.Workloads).
+	Workloads []config.Workload
+	// Kueue deactivates the Kueue Workloads of the jobs Kueue admits.
+	Kueue bool
+	// Hub, when set, stops JupyterHub single-user servers.
+	Hub Hub
+	// EvictionDeadline bounds how long an eviction refused by a
+	// PodDisruptionBudget is retried.
+	EvictionDeadline time.Duration
+	// Events writes Kubernetes Events.
+	Events bool
+	Clock  func() time.Time
+	Logger *slog.Logger
+}
 
 // Client acts on a cluster.
 type Client struct {
-	cs       kubernetes.Interface
-	deadline time.Duration
-	events   bool
-	clock    func() time.Time
-	log      *slog.Logger
+	cs        kubernetes.Interface
+	dyn       dynamic.Interface
+	disco     discovery.CachedDiscoveryInterface
+	mapper    meta.ResettableRESTMapper
+	workloads []config.Workload
+	kueue     bool
+	hub       Hub
+	deadline  time.Duration
+	events    bool
+	clock     func() time.Time
+	log       *slog.Logger
 }
 
-// New returns a client. deadline bounds how long an eviction refused by a
-// PodDisruptionBudget is retried.
-func New(cs kubernetes.Interface, deadline time.Duration, events bool, clock func() time.Time, log *slog.Logger) *Client {
-	return &Client{cs: cs, deadline: deadline, events: events, clock: clock, log: log}
+// New returns a client of the cluster rc points at.
+func New(rc *rest.Config, o Options) (*Client, error) {
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	disco := memory.NewMemCacheClient(cs.Discovery())
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Client{
+		cs: cs, dyn: dyn, disco: disco, mapper: restmapper.NewDeferredDiscoveryRESTMapper(disco),
+		workloads: o.Workloads, kueue: o.Kueue, hub: o.Hub, deadline: o.EvictionDeadline, events: o.Events,
+		clock: o.Clock, log: o.Logger,
+	}, nil
 }
 
 // Evict asks the API server to evict a pod, honouring PodDisruptionBudgets.
@@ -71,237 +129,23 @@ func (c *Client) Evict(ctx context.Context, r *reclaim.Reclaim) (reclaim.Result,
 	return reclaim.Result{}, fmt.Errorf("evicting %s/%s: %w", ns, name, err)
 }
 
-// Controller finds what runs a pod: its Deployment (through its
-// ReplicaSet) or StatefulSet with the replicas it asks for, or the kind
-// and name of any other controller; nothing for a bare pod.
-func (c *Client) Controller(ctx context.Context, t reclaim.Target) (reclaim.Controller, error) {
-	p, err := c.cs.CoreV1().Pods(t.Namespace).Get(ctx, t.Pod, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return reclaim.Controller{}, reclaim.ErrGone
-	}
-	if err != nil {
-		return reclaim.Controller{}, err
-	}
-	ref := metav1.GetControllerOf(p)
-	if ref == nil {
-		return reclaim.Controller{}, nil
-	}
-	ctl := reclaim.Controller{Kind: ref.Kind, Name: ref.Name}
-	switch ref.Kind {
-	case "ReplicaSet":
-		rs, err := c.cs.AppsV1().ReplicaSets(t.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-		if err != nil {
-			return reclaim.Controller{}, err
-		}
-		d := metav1.GetControllerOf(rs)
-		if d == nil || d.Kind != "Deployment" {
-			return ctl, nil
-		}
-		ctl = reclaim.Controller{Kind: "Deployment", Name: d.Name}
-	case "StatefulSet":
-	default:
-		return ctl, nil
-	}
-	s, err := c.scalerFor(ctl.Kind, t.Namespace, ctl.Name)
-	if err != nil {
-		return reclaim.Controller{}, err
-	}
-	if ctl.Replicas, _, err = s.get(ctx); err != nil {
-		return reclaim.Controller{}, err
-	}
-	return ctl, nil
-}
-
-// workload finds the Deployment or StatefulSet that owns a pod.
-func (c *Client) workload(ctx context.Context, ns, pod string) (kind, name string, err error) {
-	p, err := c.cs.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
-	if err != nil {
-		return "", "", err
-	}
-	ref := metav1.GetControllerOf(p)
-	if ref == nil {
-		return "", "", fmt.Errorf("pod %s/%s has no controller to scale down", ns, pod)
-	}
-	switch ref.Kind {
-	case "StatefulSet":
-		return "StatefulSet", ref.Name, nil
-	case "ReplicaSet":
-		rs, err := c.cs.AppsV1().ReplicaSets(ns).Get(ctx, ref.Name, metav1.GetOptions{})
-		if err != nil {
-			return "", "", err
-		}
-		if d := metav1.GetControllerOf(rs); d != nil && d.Kind == "Deployment" {
-			return "Deployment", d.Name, nil
-		}
-		return "", "", fmt.Errorf("replica set %s/%s has no Deployment to scale down", ns, ref.Name)
-	}
-	return "", "", fmt.Errorf("pod %s/%s belongs to a %s, which gpureclaim does not scale", ns, pod, ref.Kind)
-}
-
-type scaler struct {
-	get    func(ctx context.Context) (int32, map[string]string, error)
-	scale  func(ctx context.Context, replicas int32) error
-	patch  func(ctx context.Context, annotation *string) error
-	kind   string
-	ns     string
-	name   string
-	target string
-}
-
-func (c *Client) scalerFor(kind, ns, name string) (*scaler, error) {
-	s := &scaler{kind: kind, ns: ns, name: name}
-	var patch func(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, sub ...string) error
-	switch kind {
-	case "Deployment":
-		d := c.cs.AppsV1().Deployments(ns)
-		s.get = func(ctx context.Context) (int32, map[string]string, error) {
-			sc, err := d.GetScale(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return 0, nil, err
-			}
-			obj, err := d.Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return 0, nil, err
-			}
-			return sc.Spec.Replicas, obj.Annotations, nil
-		}
-		s.scale = func(ctx context.Context, n int32) error {
-			sc, err := d.GetScale(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			sc.Spec.Replicas = n
-			_, err = d.UpdateScale(ctx, name, sc, metav1.UpdateOptions{})
-			return err
-		}
-		patch = func(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, sub ...string) error {
-			_, err := d.Patch(ctx, name, pt, data, opts, sub...)
-			return err
-		}
-	case "StatefulSet":
-		st := c.cs.AppsV1().StatefulSets(ns)
-		s.get = func(ctx context.Context) (int32, map[string]string, error) {
-			sc, err := st.GetScale(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return 0, nil, err
-			}
-			obj, err := st.Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return 0, nil, err
-			}
-			return sc.Spec.Replicas, obj.Annotations, nil
-		}
-		s.scale = func(ctx context.Context, n int32) error {
-			sc, err := st.GetScale(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			sc.Spec.Replicas = n
-			_, err = st.UpdateScale(ctx, name, sc, metav1.UpdateOptions{})
-			return err
-		}
-		patch = func(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, sub ...string) error {
-			_, err := st.Patch(ctx, name, pt, data, opts, sub...)
-			return err
-		}
-	default:
-		return nil, fmt.Errorf("cannot scale a %s", kind)
-	}
-	s.patch = func(ctx context.Context, v *string) error {
-		val := "null"
-		if v != nil {
-			val = strconv.Quote(*v)
-		}
-		body := fmt.Sprintf(`{"metadata":{"annotations":{%q:%s}}}`, ReplicasAnnotation, val)
-		return patch(ctx, name, types.MergePatchType, []byte(body), metav1.PatchOptions{FieldManager: "gpureclaim-reclaimer"})
-	}
-	return s, nil
-}
-
-// ScaleDown scales the pod's Deployment or StatefulSet to `to` replicas,
-// first writing its current replicas into an annotation. Run again, it
-// finds the annotation and the replicas already down, and does nothing.
-func (c *Client) ScaleDown(ctx context.Context, r *reclaim.Reclaim, to int32) (reclaim.Result, error) {
-	ns := r.Target.Namespace
-	var kind, name string
-	if r.Workload != nil {
-		kind, name = r.Workload.Kind, r.Workload.Name
-	} else {
-		var err error
-		kind, name, err = c.workload(ctx, ns, r.Target.Pod)
-		if apierrors.IsNotFound(err) {
-			return reclaim.Result{}, reclaim.ErrGone
-		}
-		if err != nil {
-			return reclaim.Result{}, err
-		}
-	}
-	s, err := c.scalerFor(kind, ns, name)
-	if err != nil {
-		return reclaim.Result{}, err
-	}
-	replicas, ann, err := s.get(ctx)
-	if err != nil {
-		return reclaim.Result{}, fmt.Errorf("reading the scale of %s %s/%s: %w", kind, ns, name, err)
-	}
-	prev := replicas
-	if v, ok := ann[ReplicasAnnotation]; ok {
-		if n, err := strconv.ParseInt(v, 10, 32); err == nil {
-			prev = int32(n) // scaled down before (a retry): keep the first count
-		}
-	} else {
-		v := strconv.Itoa(int(replicas))
-		if err := s.patch(ctx, &v); err != nil {
-			return reclaim.Result{}, fmt.Errorf("annotating %s %s/%s: %w", kind, ns, name, err)
-		}
-	}
-	if replicas != to {
-		if err := s.scale(ctx, to); err != nil {
-			return reclaim.Result{}, fmt.Errorf("scaling %s %s/%s: %w", kind, ns, name, err)
-		}
-	}
-	w := &reclaim.Workload{Kind: kind, Namespace: ns, Name: name, PreviousReplicas: prev, ScaledTo: to}
-	return reclaim.Result{Workload: w, Detail: fmt.Sprintf("%s %s/%s scaled from %d to %d replicas", kind, ns, name, prev, to)}, nil
-}
-
-// Restore scales a workload back to the replicas its annotation remembers
-// and removes the annotation.
-func (c *Client) Restore(ctx context.Context, r *reclaim.Reclaim) error {
-	w := r.Workload
-	s, err := c.scalerFor(w.Kind, w.Namespace, w.Name)
-	if err != nil {
-		return err
-	}
-	_, ann, err := s.get(ctx)
-	if err != nil {
-		return fmt.Errorf("reading %s %s/%s: %w", w.Kind, w.Namespace, w.Name, err)
-	}
-	replicas := w.PreviousReplicas
-	if v, ok := ann[ReplicasAnnotation]; ok {
-		if n, err := strconv.ParseInt(v, 10, 32); err == nil {
-			replicas = int32(n)
-		}
-	}
-	if err := s.scale(ctx, replicas); err != nil {
-		return fmt.Errorf("scaling %s %s/%s back: %w", w.Kind, w.Namespace, w.Name, err)
-	}
-	return s.patch(ctx, nil)
-}
-
-// Kept says whether the pod or its namespace is marked gpureclaim.io/keep.
+// Kept says whether the pod, one of its owners or its namespace is
+// marked gpureclaim.io/keep.
 func (c *Client) Kept(ctx context.Context, t reclaim.Target) (bool, string, error) {
 	if t.Pod == "" {
 		return false, "", nil
 	}
-	p, err := c.cs.CoreV1().Pods(t.Namespace).Get(ctx, t.Pod, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
+	ch, err := c.walk(ctx, t.Namespace, t.Pod)
+	if errors.Is(err, reclaim.ErrGone) {
 		return false, "", nil
 	}
 	if err != nil {
 		return false, "", err
 	}
-	if podmeta.Kept(p.Labels, p.Annotations) {
-		return true, "the pod is marked " + podmeta.KeepKey, nil
+	for _, o := range ch.metas() {
+		if podmeta.Kept(o.GetLabels(), o.GetAnnotations()) {
+			return true, describe(o) + " is marked " + podmeta.KeepKey, nil
+		}
 	}
 	ns, err := c.cs.CoreV1().Namespaces().Get(ctx, t.Namespace, metav1.GetOptions{})
 	if err != nil {
@@ -313,29 +157,35 @@ func (c *Client) Kept(ctx context.Context, t reclaim.Target) (bool, string, erro
 	return false, "", nil
 }
 
-// Started is the pod's start.
+// Started is when the pod's workload started: its top owner's start (a
+// Job's startTime, else its creation), or the pod's own for a bare pod.
 func (c *Client) Started(ctx context.Context, t reclaim.Target) (time.Time, error) {
-	p, err := c.cs.CoreV1().Pods(t.Namespace).Get(ctx, t.Pod, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return time.Time{}, reclaim.ErrGone
-	}
+	ch, err := c.walk(ctx, t.Namespace, t.Pod)
 	if err != nil {
 		return time.Time{}, err
 	}
-	if p.Status.StartTime != nil {
-		return p.Status.StartTime.Time, nil
+	if top := ch.top(); top != nil {
+		return startOf(top.obj), nil
 	}
-	return p.CreationTimestamp.Time, nil
+	if ch.pod.Status.StartTime != nil {
+		return ch.pod.Status.StartTime.Time, nil
+	}
+	return ch.pod.CreationTimestamp.Time, nil
 }
 
-// Owner is the contact annotation of a pod or, failing that, its namespace.
+// Owner is the contact annotation of a pod, else of its nearest owner
+// that has one, else of its namespace.
 func (c *Client) Owner(ctx context.Context, t reclaim.Target) (string, error) {
-	p, err := c.cs.CoreV1().Pods(t.Namespace).Get(ctx, t.Pod, metav1.GetOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
+	ch, err := c.walk(ctx, t.Namespace, t.Pod)
+	if err != nil && !errors.Is(err, reclaim.ErrGone) {
 		return "", err
 	}
-	if err == nil && p.Annotations[podmeta.OwnerKey] != "" {
-		return p.Annotations[podmeta.OwnerKey], nil
+	if ch != nil {
+		for _, o := range ch.metas() {
+			if v := o.GetAnnotations()[podmeta.OwnerKey]; v != "" {
+				return v, nil
+			}
+		}
 	}
 	ns, err := c.cs.CoreV1().Namespaces().Get(ctx, t.Namespace, metav1.GetOptions{})
 	if err != nil {
@@ -350,8 +200,14 @@ func (c *Client) Event(ctx context.Context, r *reclaim.Reclaim, reason, message 
 		return
 	}
 	objs := []corev1.ObjectReference{{Kind: "Pod", Namespace: r.Target.Namespace, Name: r.Target.Pod, APIVersion: "v1"}}
-	if r.Workload != nil {
-		objs = append(objs, corev1.ObjectReference{Kind: r.Workload.Kind, Namespace: r.Workload.Namespace, Name: r.Workload.Name, APIVersion: "apps/v1"})
+	switch w := r.Workload; {
+	case w != nil && w.Stop == "":
+		// Recorded before the reclaimer kept the API version: a Deployment or StatefulSet.
+		objs = append(objs, corev1.ObjectReference{Kind: w.Kind, Namespace: w.Namespace, Name: w.Name, APIVersion: "apps/v1"})
+	case w != nil && w.APIVersion != "":
+		objs = append(objs, corev1.ObjectReference{Kind: w.Kind, Namespace: w.Namespace, Name: w.Name, APIVersion: w.APIVersion})
+	case w == nil && r.Controller != nil && r.Controller.APIVersion != "":
+		objs = append(objs, corev1.ObjectReference{Kind: r.Controller.Kind, Namespace: r.Controller.Namespace, Name: r.Controller.Name, APIVersion: r.Controller.APIVersion})
 	}
 	now := metav1.NewTime(c.clock())
 	for _, o := range objs {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/gpureclaim/gpureclaim/deploy"
 	"github.com/gpureclaim/gpureclaim/internal/kubetest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/kube"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
@@ -65,6 +66,19 @@ func pod(t *testing.T, admin kubernetes.Interface, ns, name string, labels, ann 
 	return p
 }
 
+// newClient is the reclaimer's client with the reclaimer's token and the
+// built-in workload kinds.
+func newClient(t *testing.T, cl *kubetest.Cluster, clock func() time.Time, o kube.Options) *kube.Client {
+	t.Helper()
+	if o.Workloads == nil {
+		o.Workloads = config.BuiltinWorkloads()
+	}
+	o.EvictionDeadline, o.Events, o.Clock, o.Logger = 10*time.Minute, true, clock, slog.New(slog.DiscardHandler)
+	kc, err := kube.New(cl.RESTConfig(kubetest.ReclaimerToken), o)
+	require.NoError(t, err)
+	return kc
+}
+
 func target(ns, pod string) *reclaim.Reclaim {
 	return &reclaim.Reclaim{ID: "r-" + pod, ActAt: time.Now(), Target: reclaim.Target{Alertname: "GPUIdle", UUID: "GPU-1", Node: "n1", Namespace: ns, Pod: pod}}
 }
@@ -76,7 +90,7 @@ func TestKubernetes(t *testing.T) {
 	cs := cl.Client(t, kubetest.ReclaimerToken)
 	now := time.Now()
 	clock := func() time.Time { return now }
-	kc := kube.New(cs, 10*time.Minute, true, clock, slog.New(slog.DiscardHandler))
+	kc := newClient(t, cl, clock, kube.Options{})
 
 	t.Run("the role allows what the reclaimer calls and nothing else", func(t *testing.T) {
 		ns := namespace(t, admin, "rbac", nil)
@@ -139,7 +153,7 @@ func TestKubernetes(t *testing.T) {
 		_, err = admin.CoreV1().Pods(ns).Get(ctx, "serve-0", metav1.GetOptions{})
 		require.NoError(t, err, "the pod stays")
 
-		late := kube.New(cs, 10*time.Minute, true, func() time.Time { return now.Add(11 * time.Minute) }, slog.New(slog.DiscardHandler))
+		late := newClient(t, cl, func() time.Time { return now.Add(11 * time.Minute) }, kube.Options{})
 		_, err = late.Evict(ctx, r)
 		require.False(t, errors.As(err, &retry), "past the deadline the refusal is final")
 		require.Contains(t, err.Error(), "refused by a PodDisruptionBudget for 10m0s")
@@ -169,10 +183,10 @@ func TestKubernetes(t *testing.T) {
 		r := target(ns, "chat-api-5d8f7c9b4-x2x7p")
 		ctl, err := kc.Controller(ctx, r.Target)
 		require.NoError(t, err)
-		require.Equal(t, reclaim.Controller{Kind: "Deployment", Name: "chat-api", Replicas: 3}, ctl)
+		require.Equal(t, reclaim.Controller{APIVersion: "apps/v1", Kind: "Deployment", Namespace: ns, Name: "chat-api", Replicas: 3, Stop: reclaim.StopScale, Stopped: "scaled down"}, ctl)
 		res, err := kc.ScaleDown(ctx, r, 0)
 		require.NoError(t, err)
-		require.Equal(t, &reclaim.Workload{Kind: "Deployment", Namespace: ns, Name: "chat-api", PreviousReplicas: 3, ScaledTo: 0}, res.Workload)
+		require.Equal(t, &reclaim.Workload{APIVersion: "apps/v1", Kind: "Deployment", Namespace: ns, Name: "chat-api", Stop: reclaim.StopScale, PreviousReplicas: 3, ScaledTo: 0, Stopped: "scaled down", Restored: "scaled back"}, res.Workload)
 		got, err := admin.AppsV1().Deployments(ns).Get(ctx, "chat-api", metav1.GetOptions{})
 		require.NoError(t, err)
 		require.EqualValues(t, 0, *got.Spec.Replicas)
@@ -215,7 +229,7 @@ func TestKubernetes(t *testing.T) {
 		r := target(ns, "vllm-1")
 		ctl, err := kc.Controller(ctx, r.Target)
 		require.NoError(t, err)
-		require.Equal(t, reclaim.Controller{Kind: "StatefulSet", Name: "vllm", Replicas: 2}, ctl)
+		require.Equal(t, reclaim.Controller{APIVersion: "apps/v1", Kind: "StatefulSet", Namespace: ns, Name: "vllm", Replicas: 2, Stop: reclaim.StopScale, Stopped: "scaled down"}, ctl)
 		res, err := kc.ScaleDown(ctx, r, 1)
 		require.NoError(t, err)
 		require.Equal(t, "StatefulSet vllm scaled from 2 to 1 replicas", strings.Replace(res.Detail, "sts/", "", 1))

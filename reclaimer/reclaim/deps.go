@@ -41,21 +41,59 @@ type Inspector interface {
 	// Started is when the workload started: the pod's start, or the oldest
 	// process's on bare metal.
 	Started(ctx context.Context, t Target) (time.Time, error)
-	// Controller says what runs the target's pod; the zero Controller for
-	// a bare pod or a process.
+	// Controller finds the top owner of the target's pod; the zero
+	// Controller for a bare pod or a process; ErrGone when the pod is gone.
 	Controller(ctx context.Context, t Target) (Controller, error)
 }
 
-// Controller is what runs a pod: a Deployment or a StatefulSet (a
-// service, with its replicas), a Job, or another controller.
+// How the reclaimer stops a pod's top owner.
+const (
+	// StopEvict: a bare pod, evicted.
+	StopEvict = ""
+	// StopScale: replicas through the scale subresource.
+	StopScale = "scale"
+	// StopPatch: a JSON merge patch its controller honours (suspend, a stop annotation).
+	StopPatch = "patch"
+	// StopKueue: the Kueue Workload that admits it is deactivated.
+	StopKueue = "kueue"
+	// StopHub: a JupyterHub single-user server, stopped through the hub.
+	StopHub = "jupyterhub"
+	// StopNone: the reclaimer cannot stop it; the owner is only told.
+	StopNone = "none"
+)
+
+// Controller is the top of a pod's chain of controllers: what the
+// reclaimer decides on and stops. The zero Controller is a bare pod (or a
+// process on bare metal).
 type Controller struct {
-	Kind, Name string
-	Replicas   int32
+	APIVersion string `json:"api_version,omitempty"`
+	Kind       string `json:"kind,omitempty"`
+	Namespace  string `json:"namespace,omitempty"`
+	Name       string `json:"name,omitempty"`
+	// Replicas it asks for, for a kind that scales.
+	Replicas int32 `json:"replicas,omitempty"`
+	// Stop is how it is stopped (StopScale, StopPatch, ...).
+	Stop string `json:"stop,omitempty"`
+	// Stopped is the verb of messages ("suspended", "stopped").
+	Stopped string `json:"stopped,omitempty"`
+	// Why says why it cannot be stopped (StopNone), for people.
+	Why string `json:"why,omitempty"`
 }
 
-// Service says whether the controller keeps its pods running: evicting
-// one of its pods only makes it start another.
-func (c Controller) Service() bool { return c.Kind == "Deployment" || c.Kind == "StatefulSet" }
+// Service says whether the controller keeps a number of replicas running:
+// it is scaled, never evicted beneath.
+func (c Controller) Service() bool { return c.Stop == StopScale }
+
+// String names it for people: "Job ml/train-7".
+func (c Controller) String() string {
+	if c.Kind == "" {
+		return "a bare pod"
+	}
+	if c.Namespace == "" {
+		return c.Kind + " " + c.Name
+	}
+	return fmt.Sprintf("%s %s/%s", c.Kind, c.Namespace, c.Name)
+}
 
 // Actor carries out an action. Acting twice on the same reclaim must have
 // the effect of acting once: a crash between acting and recording it
@@ -101,7 +139,7 @@ const (
 	MsgCancelled MessageKind = "cancelled" // resolved, silenced, busy again
 	MsgFailed    MessageKind = "failed"    // the action failed for good
 	MsgExempt    MessageKind = "exempt"    // kept: nothing will happen
-	MsgRestored  MessageKind = "restored"  // a scale-down was undone
+	MsgRestored  MessageKind = "restored"  // a scale-down or stop was undone
 	MsgAdmin     MessageKind = "admin"     // for admins: breaker, undeliverable warnings
 	MsgSnoozed   MessageKind = "snoozed"   // someone snoozed the reclaim
 	MsgKept      MessageKind = "kept"      // someone kept the unit

@@ -478,8 +478,8 @@ func (e *Engine) warn(ctx context.Context, id string) {
 			return
 		}
 	}
-	if r.State == Pending && r.Action == config.ActionEvict && e.o.Inspector != nil {
-		if r = e.serviceAction(ctx, r); r == nil || r.State.Terminal() && r.State != Notified {
+	if r.State == Pending && e.o.Inspector != nil {
+		if r = e.ownerAction(ctx, r); r == nil || r.State.Terminal() && r.State != Notified {
 			return
 		}
 	}
@@ -522,57 +522,15 @@ func (e *Engine) warn(ctx context.Context, id string) {
 		e.o.Logger.Error("recording a warning", "reclaim", id, "err", err)
 		return
 	}
+	if delivered && kind == MsgNotice && r.Controller != nil && e.o.Events != nil {
+		e.o.Events.Event(ctx, r, "GPUIdleNotReclaimed", r.Reason)
+	}
 	if delivered && kind == MsgWarning && e.o.Events != nil {
-		e.o.Events.Event(ctx, r, "GPUIdleWarning", fmt.Sprintf("%s is idle; it will be reclaimed (%s) after %s unless it is used again", r.Target.Unit(), r.Action, r.ActAt.UTC().Format(time.RFC3339)))
+		e.o.Events.Event(ctx, r, "GPUIdleWarning", fmt.Sprintf("%s is idle; it will be reclaimed (%s) after %s unless it is used again", r.Target.Unit(), r.ActionText(), r.ActAt.UTC().Format(time.RFC3339)))
 	}
 	if !delivered && d.Attempts == 3 {
 		e.send(ctx, Message{Kind: MsgAdmin, Reclaim: r, Text: fmt.Sprintf("The warning to %s about %s cannot be delivered (%s); the reclaim waits.", r.Target.Owner(), r.Target.Unit(), d.Error)}, nil)
 	}
-}
-
-// serviceAction picks the action for a pod a Deployment or StatefulSet
-// runs, when the policy leaves it to the alert (auto): evicting such a
-// pod frees nothing, its controller starts another. With one replica the
-// workload is scaled down (and can be restored); with more, scaling down
-// would stop busy replicas too, so the owner is told and nothing is done.
-func (e *Engine) serviceAction(ctx context.Context, r *Reclaim) *Reclaim {
-	p := e.policy(r)
-	if p == nil || p.Action != config.ActionAuto || r.Target.Pod == "" {
-		return r
-	}
-	ctl, err := e.o.Inspector.Controller(ctx, r.Target)
-	if err != nil {
-		e.o.Metrics.Error("kubernetes")
-		e.o.Logger.Warn("looking up the pod's controller; evicting as the alert suggests", "reclaim", r.ID, "err", err)
-		return r
-	}
-	if !ctl.Service() {
-		return r
-	}
-	what := fmt.Sprintf("%s %s/%s", ctl.Kind, r.Target.Namespace, ctl.Name)
-	c, err := e.update(r.ID, func(c *Reclaim) []Event {
-		return []Event{e.event(c, "decided", fmt.Sprintf("%s: %s, %d replicas", c.State, what, ctl.Replicas), "policy")}
-	}, func(c *Reclaim) bool {
-		if c.State != Pending {
-			return false
-		}
-		if ctl.Replicas > 1 {
-			c.State, c.Closed, c.Final.Sent = Notified, e.now(), true
-			c.Reason = fmt.Sprintf("one of %d replicas of %s: an eviction would be replaced and a scale-down would stop busy replicas too; telling the owner only", ctl.Replicas, what)
-			return true
-		}
-		c.Action = config.ActionScaleDown
-		c.Reason = fmt.Sprintf("warning the owner; %s has one replica: scale it down (restorable) after the grace period", what)
-		return true
-	})
-	if err != nil {
-		e.o.Logger.Error("recording the service's action", "reclaim", r.ID, "err", err)
-		return nil
-	}
-	if c.State == Notified {
-		e.o.Metrics.decisions.WithLabelValues("notify").Inc()
-	}
-	return c
 }
 
 // defer records why an action waits and until when.
@@ -597,14 +555,7 @@ func (e *Engine) deferTo(id string, until time.Time, why string) {
 	}
 }
 
-func (e *Engine) policy(r *Reclaim) *config.Policy {
-	for i := range e.o.Config.Policies {
-		if e.o.Config.Policies[i].Name == r.Policy {
-			return &e.o.Config.Policies[i]
-		}
-	}
-	return nil
-}
+func (e *Engine) policy(r *Reclaim) *config.Policy { return e.o.Config.Policy(r.Policy) }
 
 // actedTimes lists when actions were taken, globally or in a namespace.
 func (e *Engine) actedTimes(namespace string) []time.Time {
@@ -903,7 +854,7 @@ func (e *Engine) final(ctx context.Context, id string) {
 	if e.o.Events != nil {
 		switch r.State {
 		case Done:
-			e.o.Events.Event(ctx, r, "GPUReclaimed", fmt.Sprintf("%s reclaimed (%s): %s", r.Target.Unit(), r.Action, r.Detail))
+			e.o.Events.Event(ctx, r, "GPUReclaimed", fmt.Sprintf("%s reclaimed (%s): %s", r.Target.Unit(), r.ActionText(), r.Detail))
 		case Cancelled:
 			e.o.Events.Event(ctx, r, "GPUReclaimCancelled", "reclaim cancelled: "+r.Reason)
 		}
@@ -916,11 +867,14 @@ func text(kind MessageKind, r *Reclaim) string {
 	switch kind {
 	case MsgWarning:
 		return fmt.Sprintf("%s held by %s has been idle since %s. It will be reclaimed (%s) at %s unless it is used again.",
-			t.Unit(), t.Owner(), r.IdleSince().UTC().Format(time.RFC3339), r.Action, r.ActAt.UTC().Format(time.RFC3339))
+			t.Unit(), t.Owner(), r.IdleSince().UTC().Format(time.RFC3339), r.ActionText(), r.ActAt.UTC().Format(time.RFC3339))
 	case MsgNotice:
+		if r.Controller != nil && r.Reason != "" {
+			return fmt.Sprintf("%s held by %s: %s gpureclaim will do nothing: %s.", t.Unit(), t.Owner(), r.Annotations["description"], r.Reason)
+		}
 		return fmt.Sprintf("%s held by %s: %s", t.Unit(), t.Owner(), r.Annotations["description"])
 	case MsgReclaimed:
-		return fmt.Sprintf("%s held by %s was reclaimed (%s) at %s. %s", t.Unit(), t.Owner(), r.Action, r.ActedAt.UTC().Format(time.RFC3339), r.Detail)
+		return fmt.Sprintf("%s held by %s was reclaimed (%s) at %s. %s", t.Unit(), t.Owner(), r.ActionText(), r.ActedAt.UTC().Format(time.RFC3339), r.Detail)
 	case MsgCancelled:
 		return fmt.Sprintf("Reclaim of %s held by %s cancelled: %s.", t.Unit(), t.Owner(), r.Reason)
 	case MsgFailed:
@@ -970,9 +924,9 @@ type Restorer interface {
 }
 
 // ErrNotRestorable says a reclaim has nothing to restore.
-var ErrNotRestorable = errors.New("nothing to restore: only a done scale-down can be restored")
+var ErrNotRestorable = errors.New("nothing to restore: only a done scale-down or stop can be restored")
 
-// Restore scales a scaled-down workload back to its replicas, once.
+// Restore undoes a scale-down or a stop, once.
 func (e *Engine) Restore(ctx context.Context, id, by string) (*Reclaim, error) {
 	return e.restore(ctx, id, by)
 }
@@ -997,14 +951,14 @@ func (e *Engine) restore(ctx context.Context, id, by string) (*Reclaim, error) {
 		return nil, err
 	}
 	r, err := e.update(id, func(c *Reclaim) []Event {
-		return []Event{e.event(c, "restored", fmt.Sprintf("%s %s/%s back to %d replicas", c.Workload.Kind, c.Workload.Namespace, c.Workload.Name, c.Workload.PreviousReplicas), by)}
+		return []Event{e.event(c, "restored", c.Workload.RestoredText(), by)}
 	}, func(c *Reclaim) bool { c.Restored = e.now(); return true })
 	if err != nil {
 		return nil, err
 	}
-	e.send(ctx, Message{Kind: MsgRestored, Reclaim: r, By: by, Text: fmt.Sprintf("%s %s/%s was scaled back to %d replicas by %s.", r.Workload.Kind, r.Workload.Namespace, r.Workload.Name, r.Workload.PreviousReplicas, by)}, nil)
+	e.send(ctx, Message{Kind: MsgRestored, Reclaim: r, By: by, Text: fmt.Sprintf("%s by %s.", r.Workload.RestoredText(), by)}, nil)
 	if e.o.Events != nil {
-		e.o.Events.Event(ctx, r, "GPUReclaimRestored", fmt.Sprintf("scaled back to %d replicas by %s", r.Workload.PreviousReplicas, by))
+		e.o.Events.Event(ctx, r, "GPUReclaimRestored", fmt.Sprintf("%s by %s", r.Workload.RestoredText(), by))
 	}
 	return r, nil
 }

@@ -508,44 +508,83 @@ func count(ks []reclaim.MessageKind, k reclaim.MessageKind) int {
 
 var _ = testutil.ToFloat64
 
-// Left to the alert (auto), a pod that a Deployment or StatefulSet runs is
-// scaled down rather than evicted, whose replacement would take a GPU
-// again; with several replicas its owner is only told; a Job's or a bare
-// pod is evicted.
-func TestAutoActionForServices(t *testing.T) {
-	f := newFixture(t, "")
-	f.inspector.Controllers = map[string]reclaim.Controller{
-		"serve/api-0":   {Kind: "Deployment", Name: "api", Replicas: 1},
-		"serve/multi-0": {Kind: "StatefulSet", Name: "multi", Replicas: 3},
-		"batch/train-0": {Kind: "Job", Name: "train"},
+// The action is decided on the pod's top owner: left to the alert (auto),
+// a one-replica service is scaled down, a job or notebook stopped the way
+// its controller expects, a bare pod evicted; with several replicas, or
+// under an owner the reclaimer cannot stop, the owner is only told, and
+// why. A policy that names evict or scale_down never acts beneath an owner
+// that would undo it.
+func TestActionOnTheTopOwner(t *testing.T) {
+	owners := map[string]reclaim.Controller{
+		"serve/api-0":    {APIVersion: "apps/v1", Kind: "Deployment", Namespace: "serve", Name: "api", Replicas: 1, Stop: reclaim.StopScale, Stopped: "scaled down"},
+		"serve/multi-0":  {APIVersion: "apps/v1", Kind: "StatefulSet", Namespace: "serve", Name: "multi", Replicas: 3, Stop: reclaim.StopScale, Stopped: "scaled down"},
+		"batch/train-0":  {APIVersion: "batch/v1", Kind: "Job", Namespace: "batch", Name: "train", Stop: reclaim.StopPatch, Stopped: "suspended"},
+		"lab/alice-0":    {APIVersion: "kubeflow.org/v1", Kind: "Notebook", Namespace: "lab", Name: "alice", Stop: reclaim.StopPatch, Stopped: "stopped"},
+		"lab/jupyter-bo": {Kind: "JupyterHub server", Name: "bo", Stop: reclaim.StopHub, Stopped: "stopped through the hub"},
+		"x/run-0":        {Kind: "TrainingRun", Namespace: "x", Name: "run", Stop: reclaim.StopNone, Why: "the pod is owned by TrainingRun x/run, which gpureclaim cannot stop; declare it under `workloads:`"},
 	}
-	f.ingest(IdlePod("firing", T0, "serve", "api-0"), IdlePod("firing", T0, "serve", "multi-0"),
-		IdlePod("firing", T0, "batch", "train-0"), IdlePod("firing", T0, "lab", "notebook"))
-	f.at(0)
-	require.Equal(t, config.ActionScaleDown, f.of("serve/api-0").Action)
-	require.Contains(t, f.of("serve/api-0").Reason, "Deployment serve/api has one replica")
-	multi := f.of("serve/multi-0")
-	require.Equal(t, reclaim.Notified, multi.State)
-	require.Contains(t, multi.Reason, "one of 3 replicas of StatefulSet serve/multi")
-	require.Equal(t, config.ActionEvict, f.of("batch/train-0").Action)
-	require.Equal(t, config.ActionEvict, f.of("lab/notebook").Action)
-
-	f.at(5 * time.Minute)
-	require.ElementsMatch(t, []string{"scale_down serve/api-0", "evict batch/train-0", "evict lab/notebook"}, f.actor.Calls)
+	for _, tc := range []struct {
+		policy, pod string
+		action      string // "" when only told
+		reason      string
+		warning     string
+	}{
+		{"auto", "serve/api-0", "scale_down", "", "reclaimed (Deployment serve/api scaled down)"},
+		{"auto", "serve/multi-0", "", "one of 3 replicas of StatefulSet serve/multi", ""},
+		{"auto", "batch/train-0", "stop", "", "reclaimed (Job batch/train suspended)"},
+		{"auto", "lab/alice-0", "stop", "", "reclaimed (Notebook lab/alice stopped)"},
+		{"auto", "lab/jupyter-bo", "stop", "", "reclaimed (JupyterHub server bo stopped through the hub)"},
+		{"auto", "lab/bare", "evict", "", "reclaimed (evict)"},
+		{"auto", "x/run-0", "", "TrainingRun x/run, which gpureclaim cannot stop; declare it under `workloads:`", ""},
+		{"evict", "serve/api-0", "", "Deployment serve/api runs the pod and would start another if it were evicted", ""},
+		{"evict", "batch/train-0", "", "Job batch/train runs the pod and would start another", ""},
+		{"evict", "lab/bare", "evict", "", "reclaimed (evict)"},
+		{"evict", "x/run-0", "", "declare it under `workloads:`", ""},
+		{"scale_down", "batch/train-0", "", "Job batch/train does not scale", ""},
+		{"scale_down", "lab/bare", "", "has no controller to scale down", ""},
+		{"scale_down", "serve/multi-0", "scale_down", "", "reclaimed (StatefulSet serve/multi scaled down)"},
+		{"stop", "batch/train-0", "stop", "", "reclaimed (Job batch/train suspended)"},
+	} {
+		t.Run(tc.policy+" "+tc.pod, func(t *testing.T) {
+			f := newFixture(t, fmt.Sprintf("policies: [{name: p, matchers: ['alertname=\"GPUIdle\"'], action: %s, grace: 5m}]\n", tc.policy))
+			f.inspector.Controllers = owners
+			ns, pod, _ := strings.Cut(tc.pod, "/")
+			f.ingest(IdlePod("firing", T0, ns, pod))
+			f.at(0)
+			r := f.of(tc.pod)
+			f.at(5 * time.Minute)
+			if tc.action == "" {
+				require.Equal(t, reclaim.Notified, r.State)
+				require.Contains(t, r.Reason, tc.reason)
+				require.Empty(t, f.actor.Calls, "nothing is done beneath the owner")
+				require.Equal(t, []reclaim.MessageKind{reclaim.MsgNotice}, f.notifier.Kinds())
+				return
+			}
+			require.Equal(t, tc.action, r.Action)
+			require.Equal(t, []string{tc.action + " " + tc.pod}, f.actor.Calls)
+			require.Contains(t, f.notifier.Sent[0].Text, tc.warning)
+		})
+	}
 }
 
-// A policy that names its action keeps it, service or not.
-func TestNamedActionIgnoresTheController(t *testing.T) {
-	f := newFixture(t, `
-policies:
-  - name: evict
-    matchers: ['alertname="GPUIdle"']
-    action: evict
-    grace: 5m
-`)
-	f.inspector.Controllers = map[string]reclaim.Controller{"serve/api-0": {Kind: "Deployment", Name: "api", Replicas: 1}}
-	f.ingest(IdlePod("firing", T0, "serve", "api-0"))
+// While the top owner cannot be looked up nothing is decided: no warning
+// goes out (its grace would run for the wrong action), and nothing is done.
+func TestTopOwnerLookupFailureHoldsTheWarning(t *testing.T) {
+	f := newFixture(t, "")
+	f.inspector.ControllerErr = errors.New("apiserver unavailable")
+	f.ingest(IdlePod("firing", T0, "batch", "train-0"))
 	f.at(0)
-	f.at(5 * time.Minute)
-	require.Equal(t, []string{"evict serve/api-0"}, f.actor.Calls)
+	f.at(10 * time.Minute)
+	r := f.of("batch/train-0")
+	require.Equal(t, reclaim.Pending, r.State)
+	require.False(t, r.Warning.Sent)
+	require.Contains(t, r.Reason, "cannot look up what owns the pod yet")
+	require.Empty(t, f.notifier.Sent)
+	require.Empty(t, f.actor.Calls)
+
+	f.inspector.ControllerErr = nil
+	f.inspector.Controllers = map[string]reclaim.Controller{"batch/train-0": {APIVersion: "batch/v1", Kind: "Job", Namespace: "batch", Name: "train", Stop: reclaim.StopPatch, Stopped: "suspended"}}
+	f.at(11 * time.Minute)
+	require.True(t, f.of("batch/train-0").Warning.Sent)
+	require.Equal(t, "stop", f.of("batch/train-0").Action)
 }

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"regexp"
 	"time"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 )
 
 // State is where a reclaim is in its lifecycle.
@@ -121,13 +123,34 @@ type Delivery struct {
 	Channels []string `json:"channels,omitempty"`
 }
 
-// Workload is the controller a scale-down scaled, to be restored.
+// Workload is what an action stopped, to be restored: the top owner
+// scaled or patched, or the JupyterHub server stopped.
 type Workload struct {
-	Kind             string `json:"kind"`
-	Namespace        string `json:"namespace"`
-	Name             string `json:"name"`
-	PreviousReplicas int32  `json:"previous_replicas"`
-	ScaledTo         int32  `json:"scaled_to"`
+	APIVersion string `json:"api_version,omitempty"`
+	Kind       string `json:"kind"`
+	Namespace  string `json:"namespace"`
+	Name       string `json:"name"`
+	// Stop is how it was stopped (StopScale, StopPatch, StopKueue, StopHub).
+	Stop string `json:"stop,omitempty"`
+	// PreviousReplicas and ScaledTo, for a scale-down.
+	PreviousReplicas int32 `json:"previous_replicas"`
+	ScaledTo         int32 `json:"scaled_to"`
+	// Via is the object patched in its stead (a Kueue Workload).
+	Via string `json:"via,omitempty"`
+	// Stopped and Restored are the verbs for messages.
+	Stopped  string `json:"stopped,omitempty"`
+	Restored string `json:"restored,omitempty"`
+}
+
+// String names the workload for people: "Job ml/train-7".
+func (w *Workload) String() string { return fmt.Sprintf("%s %s/%s", w.Kind, w.Namespace, w.Name) }
+
+// RestoredText says what a restore did: "Job ml/train-7 resumed".
+func (w *Workload) RestoredText() string {
+	if w.Stop == StopScale || w.Stop == "" {
+		return fmt.Sprintf("%s scaled back to %d replicas", w, w.PreviousReplicas)
+	}
+	return w.String() + " " + w.Restored
 }
 
 // Reclaim is one alert episode (fingerprint and startsAt) and what was
@@ -162,10 +185,12 @@ type Reclaim struct {
 	LastError string    `json:"last_error,omitempty"`
 	NextTry   time.Time `json:"next_try,omitzero"`
 
-	Workload *Workload `json:"workload,omitempty"`
-	Killed   []int     `json:"killed,omitempty"`
-	Detail   string    `json:"detail,omitempty"`
-	Restored time.Time `json:"restored,omitzero"`
+	// Controller is the pod's top owner, found before the warning.
+	Controller *Controller `json:"controller,omitempty"`
+	Workload   *Workload   `json:"workload,omitempty"`
+	Killed     []int       `json:"killed,omitempty"`
+	Detail     string      `json:"detail,omitempty"`
+	Restored   time.Time   `json:"restored,omitzero"`
 	// Silence is the Alertmanager silence a snooze or keep created.
 	Silence string `json:"silence,omitempty"`
 	// SnoozedBy and SnoozedUntil say who snoozed or kept it, and until when.
@@ -173,6 +198,19 @@ type Reclaim struct {
 	SnoozedUntil time.Time `json:"snoozed_until,omitzero"`
 	// Released is who released the unit from the message: act at once.
 	Released string `json:"released,omitempty"`
+}
+
+// ActionText says what the action will do or did, for people: the action,
+// or for a pod's top owner "Job ml/train-7 suspended".
+func (r *Reclaim) ActionText() string {
+	c := r.Controller
+	if c == nil || c.Kind == "" || (r.Action != config.ActionStop && r.Action != config.ActionScaleDown) {
+		return r.Action
+	}
+	if r.Action == config.ActionScaleDown {
+		return c.String() + " scaled down"
+	}
+	return c.String() + " " + c.Stopped
 }
 
 // ID is the key of an alert episode: Alertmanager's fingerprint of the

@@ -156,11 +156,16 @@ type Inspector struct {
 	Keep        map[string]bool               // by owner
 	Start       map[string]time.Time          // by owner
 	Controllers map[string]reclaim.Controller // by owner; none is a bare pod
+	// ControllerErr fails every top-owner lookup while set.
+	ControllerErr error
 }
 
 func (i *Inspector) Controller(_ context.Context, t reclaim.Target) (reclaim.Controller, error) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
+	if i.ControllerErr != nil {
+		return reclaim.Controller{}, i.ControllerErr
+	}
 	return i.Controllers[t.Owner()], nil
 }
 

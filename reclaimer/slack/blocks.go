@@ -58,12 +58,29 @@ func (p Pricing) cost(hours float64) string {
 	return fmt.Sprintf("%.2f %s", hours*p.PerGPUHour, p.Currency)
 }
 
+const restoreHint = " (you can restore it from here)"
+
 var actionWords = map[string]string{
 	"kill":       "its processes will be ended (SIGTERM, then SIGKILL after a checkpoint grace)",
 	"evict":      "the pod will be evicted",
-	"scale_down": "its workload will be scaled down (you can restore it from here)",
+	"scale_down": "its workload will be scaled down" + restoreHint,
+	"stop":       "its workload will be stopped" + restoreHint,
 	"notify":     "nothing will be done",
 }
+
+// whatHappens says what the action does, naming the top owner it stops.
+func whatHappens(r *reclaim.Reclaim) string {
+	if c := r.Controller; c != nil && c.Kind != "" && (r.Action == "stop" || r.Action == "scale_down") {
+		verb := c.Stopped
+		if r.Action == "scale_down" {
+			verb = "scaled down"
+		}
+		return fmt.Sprintf("%s will be %s%s", code(c.String()), verb, restoreHint)
+	}
+	return actionWords[r.Action]
+}
+
+func code(s string) string { return "`" + s + "`" }
 
 func holder(t reclaim.Target) string {
 	if t.Pod != "" {
@@ -115,7 +132,7 @@ func button(action, label, value string) *slack.ButtonBlockElement {
 func Warning(r *reclaim.Reclaim, now time.Time, p Pricing, statusPage string, snoozes []time.Duration) []slack.Block {
 	release := button(ActionRelease, "Release now", r.ID).WithStyle(slack.StyleDanger)
 	release.Confirm = slack.NewConfirmationBlockObject(plain("Release the GPU now?"),
-		mrkdwn(fmt.Sprintf("%s: %s now. Unsaved work is lost.", unit(r.Target), strings.TrimPrefix(actionWords[r.Action], "its "))), plain("Release now"), plain("Cancel"))
+		mrkdwn(fmt.Sprintf("%s: %s now. Unsaved work is lost.", unit(r.Target), strings.TrimPrefix(strings.TrimSuffix(whatHappens(r), restoreHint), "its "))), plain("Release now"), plain("Cancel"))
 	release.Confirm.WithStyle(slack.StyleDanger)
 	var buttons []slack.BlockElement
 	for _, d := range snoozes {
@@ -125,7 +142,7 @@ func Warning(r *reclaim.Reclaim, now time.Time, p Pricing, statusPage string, sn
 	return []slack.Block{
 		slack.NewHeaderBlock(plain("Idle GPU: it will be reclaimed")),
 		facts(r, now, p),
-		slack.NewSectionBlock(mrkdwn(fmt.Sprintf("*What happens* — unless the GPU is used again, %s on %s.", actionWords[r.Action], date(r.ActAt))), nil, nil),
+		slack.NewSectionBlock(mrkdwn(fmt.Sprintf("*What happens* — unless the GPU is used again, %s on %s.", whatHappens(r), date(r.ActAt))), nil, nil),
 		slack.NewActionBlock("gpureclaim", buttons...),
 		links(r, statusPage),
 	}
@@ -137,11 +154,15 @@ func Notice(r *reclaim.Reclaim, now time.Time, p Pricing, statusPage string) []s
 	if title == "" {
 		title = r.Target.Alertname
 	}
-	return []slack.Block{
+	blocks := []slack.Block{
 		slack.NewHeaderBlock(plain(title)),
 		slack.NewSectionBlock(mrkdwn(r.Annotations["description"]), nil, nil),
-		links(r, statusPage),
 	}
+	if r.Controller != nil && r.Reason != "" {
+		// Decided on the pod's top owner: say why nothing will be done.
+		blocks = append(blocks, slack.NewSectionBlock(mrkdwn("*Why nothing will be done* — "+r.Reason+"."), nil, nil))
+	}
+	return append(blocks, links(r, statusPage))
 }
 
 // Outcome replaces the warning once the story moves on: snoozed, kept,
@@ -163,13 +184,15 @@ func Outcome(kind reclaim.MessageKind, r *reclaim.Reclaim, by string, now time.T
 	case reclaim.MsgReclaimed:
 		head = "Reclaimed"
 		body = fmt.Sprintf("Reclaimed on %s: %s.", date(r.ActedAt), r.Detail)
-		if r.Workload != nil && r.Restored.IsZero() {
-			body += fmt.Sprintf(" %s `%s` had %d replicas.", r.Workload.Kind, r.Workload.Name, r.Workload.PreviousReplicas)
+		if w := r.Workload; w != nil && r.Restored.IsZero() {
+			if w.Stop == reclaim.StopScale || w.Stop == "" {
+				body += fmt.Sprintf(" %s `%s` had %d replicas.", w.Kind, w.Name, w.PreviousReplicas)
+			}
 			actions = []slack.BlockElement{button(ActionRestore, "Restore", r.ID).WithStyle(slack.StylePrimary)}
 		}
 	case reclaim.MsgRestored:
 		head = "Restored"
-		body = fmt.Sprintf("Restored by %s: %s `%s` is back to %d replicas.", by, r.Workload.Kind, r.Workload.Name, r.Workload.PreviousReplicas)
+		body = fmt.Sprintf("Restored by %s: %s.", by, r.Workload.RestoredText())
 	case reclaim.MsgCancelled:
 		head = "Cancelled"
 		body = "Cancelled: " + r.Reason + "."

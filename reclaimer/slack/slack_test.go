@@ -216,6 +216,21 @@ func TestMessagesGolden(t *testing.T) {
 	scaled.Workload = &reclaim.Workload{Kind: "Deployment", Namespace: "serving", Name: "chat-api", PreviousReplicas: 3}
 	golden(t, "reclaimed-scale-down.json", rslack.Outcome(reclaim.MsgReclaimed, scaled, "", T0.Add(5*time.Minute), p, page))
 
+	job := sample()
+	job.Action = "stop"
+	job.Controller = &reclaim.Controller{APIVersion: "batch/v1", Kind: "Job", Namespace: "ml", Name: "train-7", Stop: reclaim.StopPatch, Stopped: "suspended"}
+	golden(t, "warning-job.json", rslack.Warning(job, T0, p, page, rslack.DefaultSnoozes))
+	job.ActedAt, job.Detail = T0.Add(15*time.Minute), "Job ml/train-7 suspended"
+	job.Workload = &reclaim.Workload{APIVersion: "batch/v1", Kind: "Job", Namespace: "ml", Name: "train-7", Stop: reclaim.StopPatch, Stopped: "suspended", Restored: "resumed"}
+	golden(t, "reclaimed-job.json", rslack.Outcome(reclaim.MsgReclaimed, job, "", T0.Add(15*time.Minute), p, page))
+	job.Restored = T0.Add(20 * time.Minute)
+	golden(t, "restored-job.json", rslack.Outcome(reclaim.MsgRestored, job, "<@U0CAROL>", T0.Add(20*time.Minute), p, page))
+
+	unknown := sample()
+	unknown.State, unknown.Reason = reclaim.Notified, "the pod is owned by TrainingRun ml/run-1, which gpureclaim cannot stop; declare it under `workloads:`"
+	unknown.Controller = &reclaim.Controller{Kind: "TrainingRun", Namespace: "ml", Name: "run-1", Stop: reclaim.StopNone, Why: unknown.Reason}
+	golden(t, "notice-unknown-owner.json", rslack.Notice(unknown, T0, p, page))
+
 	cancelled := sample()
 	cancelled.Reason = "the alert no longer fires: the GPU is busy again or was released"
 	golden(t, "cancelled.json", rslack.Outcome(reclaim.MsgCancelled, cancelled, "", T0.Add(3*time.Minute), p, page))

@@ -74,9 +74,48 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- $_ := set $c "nodes" $nodes -}}
 {{- end -}}
+{{- $k8s := deepCopy (default dict $c.kubernetes) -}}
+{{- $_ := set $k8s "kueue" (dict "enabled" $r.kueue) -}}
+{{- if $r.jupyterhub.url -}}
+{{- $_ := set $k8s "jupyterhub" (dict "url" $r.jupyterhub.url "token_file" (printf "%s/jupyterhub/token" $dir)) -}}
+{{- end -}}
+{{- $_ := set $c "kubernetes" $k8s -}}
+{{- $off := list -}}
+{{- range $name, $on := $r.workloads -}}
+{{- if not $on -}}
+{{- $off = append $off (dict "name" $name "disabled" true) -}}
+{{- end -}}
+{{- end -}}
+{{- if $off -}}
+{{- $_ := set $c "workloads" (concat (default list $c.workloads) $off) -}}
+{{- end -}}
 {{- if $r.slack.enabled -}}
 {{- $slack := merge (dict "token_file" (printf "%s/slack/token" $dir) "signing_secret_file" (printf "%s/slack/signing-secret" $dir)) (deepCopy $r.slack.config) -}}
 {{- $_ := set $c "notifiers" (append (default list $c.notifiers) (dict "type" "slack" "slack" $slack)) -}}
 {{- end -}}
 {{- toYaml $c -}}
+{{- end -}}
+
+{{/*
+The built-in workload kinds (reclaimer/config/workloads.go, checked by
+deploy's tests): API group, resource, and whether it scales.
+*/}}
+{{- define "gpureclaim.reclaimer.workloadKinds" -}}
+deployment: {group: apps, resource: deployments, scale: true}
+statefulset: {group: apps, resource: statefulsets, scale: true}
+replicaset: {group: apps, resource: replicasets, scale: true}
+leaderworkerset: {group: leaderworkerset.x-k8s.io, resource: leaderworkersets, scale: true}
+job: {group: batch, resource: jobs}
+jobset: {group: jobset.x-k8s.io, resource: jobsets}
+raycluster: {group: ray.io, resource: rayclusters}
+rayjob: {group: ray.io, resource: rayjobs}
+trainjob: {group: trainer.kubeflow.org, resource: trainjobs}
+pytorchjob: {group: kubeflow.org, resource: pytorchjobs}
+tfjob: {group: kubeflow.org, resource: tfjobs}
+mpijob: {group: kubeflow.org, resource: mpijobs}
+xgboostjob: {group: kubeflow.org, resource: xgboostjobs}
+paddlejob: {group: kubeflow.org, resource: paddlejobs}
+jaxjob: {group: kubeflow.org, resource: jaxjobs}
+notebook: {group: kubeflow.org, resource: notebooks}
+inferenceservice: {group: serving.kserve.io, resource: inferenceservices}
 {{- end -}}

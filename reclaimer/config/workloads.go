@@ -1,0 +1,283 @@
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// How a workload kind is stopped.
+const (
+	// StopScale sets the replicas through the scale subresource.
+	StopScale = "scale"
+	// StopPatch applies a JSON merge patch (suspend, a stop annotation).
+	StopPatch = "patch"
+)
+
+// Workload is a kind of top owner the reclaimer knows how to stop and
+// restore, the way its own controller expects. The built-in kinds are
+// entries of the same shape (BuiltinWorkloads); the config adds its own
+// and may turn a built-in one off.
+type Workload struct {
+	// Name identifies the entry; a built-in one's name turns it off or
+	// overrides it.
+	Name string `yaml:"name"`
+	// Group, Version, Kind and Resource (the plural) name the API type.
+	// An owner matches on group and kind; it is read and patched at the
+	// version its ownerReference names.
+	Group    string `yaml:"group"`
+	Version  string `yaml:"version"`
+	Kind     string `yaml:"kind"`
+	Resource string `yaml:"resource"`
+	// Scale stops the kind through its scale subresource (to the policy's
+	// scale_down_to) and restores the replicas it had.
+	Scale bool `yaml:"scale"`
+	// Stop and Restore are JSON merge patches written as YAML. The string
+	// "$now" in Stop becomes the time of the action (RFC 3339).
+	Stop    map[string]any `yaml:"stop"`
+	Restore map[string]any `yaml:"restore"`
+	// Stopped and Restored are the verbs messages use ("suspended", "resumed").
+	Stopped  string `yaml:"stopped"`
+	Restored string `yaml:"restored"`
+	// Disabled turns a built-in kind off: its pods are only reported.
+	Disabled bool `yaml:"disabled"`
+
+	StopPatch    []byte `yaml:"-"`
+	RestorePatch []byte `yaml:"-"`
+}
+
+// Method is StopScale or StopPatch.
+func (w Workload) Method() string {
+	if w.Scale {
+		return StopScale
+	}
+	return StopPatch
+}
+
+// APIGroupKind is "Kind.group" (or "Kind" for the core group), as
+// Kubernetes writes a group kind.
+func (w Workload) APIGroupKind() string {
+	if w.Group == "" {
+		return w.Kind
+	}
+	return w.Kind + "." + w.Group
+}
+
+func suspend(path ...string) (stop, restore map[string]any) {
+	build := func(v bool) map[string]any {
+		m := map[string]any{"suspend": v}
+		for i := len(path) - 1; i >= 0; i-- {
+			m = map[string]any{path[i]: m}
+		}
+		return map[string]any{"spec": m}
+	}
+	return build(true), build(false)
+}
+
+func annotation(key string, value any) map[string]any {
+	return map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: value}}}
+}
+
+// KueueQueueLabel marks a job Kueue admits; Kueue owns its suspension.
+const KueueQueueLabel = "kueue.x-k8s.io/queue-name"
+
+// BuiltinWorkloads are the kinds the reclaimer stops out of the box, with
+// the upstream versions they were written against.
+func BuiltinWorkloads() []Workload {
+	ws := []Workload{
+		{Name: "deployment", Group: "apps", Version: "v1", Kind: "Deployment", Resource: "deployments", Scale: true},
+		{Name: "statefulset", Group: "apps", Version: "v1", Kind: "StatefulSet", Resource: "statefulsets", Scale: true},
+		{Name: "replicaset", Group: "apps", Version: "v1", Kind: "ReplicaSet", Resource: "replicasets", Scale: true},
+		// LeaderWorkerSet v0.7.
+		{Name: "leaderworkerset", Group: "leaderworkerset.x-k8s.io", Version: "v1", Kind: "LeaderWorkerSet", Resource: "leaderworkersets", Scale: true},
+		{Name: "job", Group: "batch", Version: "v1", Kind: "Job", Resource: "jobs"},
+		// JobSet v0.10.
+		{Name: "jobset", Group: "jobset.x-k8s.io", Version: "v1alpha2", Kind: "JobSet", Resource: "jobsets"},
+		// KubeRay v1.5.
+		{Name: "raycluster", Group: "ray.io", Version: "v1", Kind: "RayCluster", Resource: "rayclusters"},
+		{Name: "rayjob", Group: "ray.io", Version: "v1", Kind: "RayJob", Resource: "rayjobs"},
+		// Kubeflow Trainer v2.0.
+		{Name: "trainjob", Group: "trainer.kubeflow.org", Version: "v1alpha1", Kind: "TrainJob", Resource: "trainjobs"},
+	}
+	for i := range ws {
+		if !ws[i].Scale {
+			ws[i].Stop, ws[i].Restore = suspend()
+			ws[i].Stopped, ws[i].Restored = "suspended", "resumed"
+		}
+	}
+	// Kubeflow training-operator v1.8: the jobs suspend through their run policy.
+	for _, k := range []string{"PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob"} {
+		w := Workload{Name: strings.ToLower(k), Group: "kubeflow.org", Version: "v1", Kind: k, Resource: strings.ToLower(k) + "s", Stopped: "suspended", Restored: "resumed"}
+		w.Stop, w.Restore = suspend("runPolicy")
+		ws = append(ws, w)
+	}
+	ws = append(ws,
+		// Kubeflow notebook-controller v1.10: the annotation scales its StatefulSet to 0.
+		Workload{Name: "notebook", Group: "kubeflow.org", Version: "v1", Kind: "Notebook", Resource: "notebooks",
+			Stop: annotation("kubeflow-resource-stopped", "$now"), Restore: annotation("kubeflow-resource-stopped", nil), Stopped: "stopped", Restored: "started"},
+		// KServe v0.15: the stop annotation deletes the predictor's pods and keeps the service.
+		Workload{Name: "inferenceservice", Group: "serving.kserve.io", Version: "v1beta1", Kind: "InferenceService", Resource: "inferenceservices",
+			Stop: annotation("serving.kserve.io/stop", "true"), Restore: annotation("serving.kserve.io/stop", nil), Stopped: "stopped", Restored: "started"},
+	)
+	for i := range ws {
+		ws[i].encode()
+	}
+	return ws
+}
+
+// encode writes the patches as the JSON the API server takes.
+func (w *Workload) encode() {
+	if w.Scale {
+		w.StopPatch, w.RestorePatch = nil, nil
+		return
+	}
+	w.StopPatch, _ = json.Marshal(w.Stop)
+	w.RestorePatch, _ = json.Marshal(w.Restore)
+}
+
+// Kueue is how the reclaimer treats jobs that Kueue admits.
+type Kueue struct {
+	// Enabled deactivates the Kueue Workload of a job that carries
+	// kueue.x-k8s.io/queue-name, instead of suspending the job (Kueue
+	// would unsuspend it). Off, such jobs are only reported. Default true.
+	Enabled *bool `yaml:"enabled"`
+}
+
+// On says whether Kueue Workloads are deactivated.
+func (k Kueue) On() bool { return k.Enabled == nil || *k.Enabled }
+
+// JupyterHub is the hub whose single-user servers the reclaimer stops
+// through the hub's REST API, as the hub's own idle culler does.
+type JupyterHub struct {
+	// URL of the hub's API, e.g. http://hub.jupyterhub:8081/hub/api.
+	URL string `yaml:"url"`
+	// TokenFile holds an API token with the admin:servers scope.
+	TokenFile string `yaml:"token_file"`
+	// Timeout of one API call. Default 30s.
+	Timeout Duration `yaml:"timeout"`
+
+	Token string `yaml:"-"`
+}
+
+var (
+	dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	kindName     = regexp.MustCompile(`^[A-Z][A-Za-z0-9]*$`)
+	versionName  = regexp.MustCompile(`^v[0-9]+((alpha|beta)[0-9]+)?$`)
+)
+
+// validateWorkloads merges the config's entries over the built-in ones.
+func (cfg *Config) validateWorkloads(c *checker) {
+	builtin := BuiltinWorkloads()
+	byName := map[string]int{}
+	for i, w := range builtin {
+		byName[w.Name] = i
+	}
+	merged := builtin
+	seen := map[string]bool{}
+	for i, w := range cfg.Workloads {
+		field := fmt.Sprintf("workloads[%d]", i)
+		if w.Name == "" {
+			c.errorf(field+".name", "is required")
+			continue
+		}
+		if seen[w.Name] {
+			c.errorf(field+".name", "%q is used by another entry", w.Name)
+			continue
+		}
+		seen[w.Name] = true
+		j, isBuiltin := byName[w.Name]
+		if isBuiltin && w.Kind == "" {
+			// Only turning a built-in kind off (or on).
+			if w.Scale || w.Stop != nil || w.Restore != nil || w.Group != "" || w.Version != "" || w.Resource != "" {
+				c.errorf(field, "overrides built-in %q: give its kind and everything else too, or only disabled", w.Name)
+				continue
+			}
+			merged[j].Disabled = w.Disabled
+			continue
+		}
+		w.validate(c, field)
+		if isBuiltin {
+			merged[j] = w
+		} else {
+			byName[w.Name] = len(merged)
+			merged = append(merged, w)
+		}
+	}
+	kinds := map[string]string{}
+	for i := range merged {
+		w := &merged[i]
+		if prev, ok := kinds[w.APIGroupKind()]; ok && !w.Disabled {
+			c.errorf("workloads", "%s is declared twice (%q and %q)", w.APIGroupKind(), prev, w.Name)
+		}
+		if !w.Disabled {
+			kinds[w.APIGroupKind()] = w.Name
+		}
+		w.encode()
+	}
+	cfg.Workloads = merged
+
+	if h := cfg.Kubernetes.JupyterHub; h != nil {
+		c.url("kubernetes.jupyterhub.url", h.URL, true)
+		if h.TokenFile == "" {
+			c.errorf("kubernetes.jupyterhub.token_file", "is required: the hub's API needs a token with the admin:servers scope")
+		}
+		h.Token = c.secret("kubernetes.jupyterhub.token_file", h.TokenFile)
+		c.duration("kubernetes.jupyterhub.timeout", &h.Timeout, defaultHubTimeout)
+	}
+}
+
+func (w *Workload) validate(c *checker, field string) {
+	if w.Group != "" && !dnsSubdomain.MatchString(w.Group) {
+		c.errorf(field+".group", "%q is not an API group (e.g. example.com, or empty for the core group)", w.Group)
+	}
+	if !versionName.MatchString(w.Version) {
+		c.errorf(field+".version", "%q is not an API version (e.g. v1, v1beta2)", w.Version)
+	}
+	if !kindName.MatchString(w.Kind) {
+		c.errorf(field+".kind", "%q is not a kind (e.g. TrainingRun)", w.Kind)
+	}
+	if !dnsSubdomain.MatchString(w.Resource) || strings.Contains(w.Resource, ".") {
+		c.errorf(field+".resource", "%q is not a resource (the lower-case plural, e.g. trainingruns)", w.Resource)
+	}
+	switch {
+	case w.Scale && (w.Stop != nil || w.Restore != nil):
+		c.errorf(field, "has scale and a stop or restore patch: choose one")
+	case !w.Scale && (len(w.Stop) == 0 || len(w.Restore) == 0):
+		c.errorf(field, "needs stop and restore (JSON merge patches), or scale: true")
+	}
+	for _, p := range []struct {
+		name  string
+		patch map[string]any
+	}{{"stop", w.Stop}, {"restore", w.Restore}} {
+		if p.patch == nil {
+			continue
+		}
+		if _, err := json.Marshal(p.patch); err != nil {
+			c.errorf(field+"."+p.name, "is not a JSON merge patch: %v", err)
+		}
+		for k := range p.patch {
+			if k != "spec" && k != "metadata" {
+				c.errorf(field+"."+p.name, "patches %q; a stop or restore patch changes only spec and metadata", k)
+			}
+		}
+	}
+	if !w.Scale {
+		if w.Stopped == "" {
+			w.Stopped = "stopped"
+		}
+		if w.Restored == "" {
+			w.Restored = "restored"
+		}
+	}
+}
+
+// WorkloadFor finds the enabled entry for an API group and kind.
+func (cfg *Config) WorkloadFor(group, kind string) (Workload, bool) {
+	for _, w := range cfg.Workloads {
+		if w.Group == group && w.Kind == kind {
+			return w, !w.Disabled
+		}
+	}
+	return Workload{}, false
+}
