@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 )
 
 // AlertStatus is what Alertmanager says of an alert episode now.
@@ -51,9 +53,9 @@ const (
 	// StopEvict: a bare pod, evicted.
 	StopEvict = ""
 	// StopScale: replicas through the scale subresource.
-	StopScale = "scale"
+	StopScale = config.StopScale
 	// StopPatch: a JSON merge patch its controller honours (suspend, a stop annotation).
-	StopPatch = "patch"
+	StopPatch = config.StopPatch
 	// StopKueue: the Kueue Workload that admits it is deactivated.
 	StopKueue = "kueue"
 	// StopHub: a JupyterHub single-user server, stopped through the hub.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/slack-go/slack"
 
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
@@ -70,9 +71,9 @@ var actionWords = map[string]string{
 
 // whatHappens says what the action does, naming the top owner it stops.
 func whatHappens(r *reclaim.Reclaim) string {
-	if c := r.Controller; c != nil && c.Kind != "" && (r.Action == "stop" || r.Action == "scale_down") {
+	if c := r.Controller; c != nil && c.Kind != "" && (r.Action == config.ActionStop || r.Action == config.ActionScaleDown) {
 		verb := c.Stopped
-		if r.Action == "scale_down" {
+		if r.Action == config.ActionScaleDown {
 			verb = "scaled down"
 		}
 		return fmt.Sprintf("%s will be %s%s", code(c.String()), verb, restoreHint)
