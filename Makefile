@@ -40,6 +40,7 @@ all: build
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS) -extldflags=-Wl,-z,lazy' -o $(BIN)/gpureclaim-exporter ./exporter
+	$(GO) build -ldflags '$(LDFLAGS) -extldflags=-Wl,-z,lazy' -o $(BIN)/gpureclaim-exporter-sim ./exporter/simulated
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/gpureclaim-reclaimer ./reclaimer
 
 ## run: on a GPU node, the exporter on its GPUs; elsewhere the whole system on a simulated node.

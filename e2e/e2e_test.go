@@ -53,7 +53,7 @@ type suite struct {
 // binDir holds this tree's exporter and reclaimer, freshly built, and the pinned tools.
 func binDir(t *testing.T) string {
 	dir := t.TempDir()
-	tooltest.Build(t, dir, "./exporter", "gpureclaim-exporter")
+	tooltest.Build(t, dir, "./exporter/simulated", "gpureclaim-exporter-sim")
 	tooltest.Build(t, dir, "./reclaimer", "gpureclaim-reclaimer")
 	for _, tool := range []string{"prometheus", "alertmanager", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kwok-stages.yaml"} {
 		require.NoError(t, os.Symlink(tooltest.Bin(t, tool), filepath.Join(dir, tool)))

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Resident memory of the exporter sampling the demo node every second.
+# Resident memory of the exporter sampling the simulated demo node every
+# second (gpureclaim-exporter-sim: the exporter's code and the simulator).
 # Usage: hack/exporter-rss.sh [minutes]   (default 10)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 minutes=${1:-10}
 make -s build
 port=19848
-bin/gpureclaim-exporter --simulate=demo --simulate.speed=60 --sample.interval=1s \
+bin/gpureclaim-exporter-sim --simulate=demo --simulate.speed=60 --sample.interval=1s \
 	--web.listen-address=127.0.0.1:$port --log.level=warn &
 pid=$!
 trap 'kill $pid 2>/dev/null' EXIT

@@ -75,7 +75,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 	points := []string{"ingested", "before-warning", "after-warning", "before-action", "after-action", "before-final"}
 	dir := t.TempDir()
 	reclaimerBin := tooltest.Build(t, dir, "./reclaimer", "gpureclaim-reclaimer")
-	exporterBin := tooltest.Build(t, dir, "./exporter", "gpureclaim-exporter")
+	exporterBin := tooltest.Build(t, dir, "./exporter/simulated", "gpureclaim-exporter-sim")
 
 	// One simulated node: an idle bare-metal process per case, each its own GPU.
 	scenario := crashScenario

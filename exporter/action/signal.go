@@ -5,7 +5,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpureclaim/gpureclaim/internal/nvmlsim"
 	"github.com/gpureclaim/gpureclaim/internal/procfs"
 )
 
@@ -44,15 +43,3 @@ func isZombie(o OS, pid int) bool {
 	st, err := o.Proc.State(pid)
 	return err == nil && st == 'Z'
 }
-
-// Simulated signals the simulator's processes: any signal ends one.
-type Simulated struct{ Sim *nvmlsim.Sim }
-
-func (s Simulated) Signal(pid int, sig syscall.Signal) error {
-	if sig == syscall.SIGTERM || sig == syscall.SIGKILL {
-		s.Sim.Kill(pid)
-	}
-	return nil
-}
-
-func (s Simulated) Alive(pid int, _ time.Time) bool { return s.Sim.Alive(pid) }

@@ -52,7 +52,7 @@ func (n *Node) scenario() (*nvmlsim.Scenario, error) {
 
 // Options say what to run.
 type Options struct {
-	Bin   string // gpureclaim-exporter, gpureclaim-reclaimer, prometheus, alertmanager, etcd, kube-*, kwok, kwok-stages.yaml
+	Bin   string // gpureclaim-exporter-sim, gpureclaim-reclaimer, prometheus, alertmanager, etcd, kube-*, kwok, kwok-stages.yaml
 	Dir   string // where configs, state and logs go
 	Nodes []*Node
 	// Speed runs the scenarios this many times faster than the wall clock.
@@ -290,7 +290,7 @@ func (s *Stack) StartExporters(ctx context.Context) error {
 			return err
 		}
 		n.Addr = fmt.Sprintf("127.0.0.1:%d", port)
-		args := []string{"gpureclaim-exporter", "--simulate=" + n.Scenario, "--node-name=" + n.Name, fmt.Sprintf("--simulate.speed=%g", s.o.Speed),
+		args := []string{"gpureclaim-exporter-sim", "--simulate=" + n.Scenario, "--node-name=" + n.Name, fmt.Sprintf("--simulate.speed=%g", s.o.Speed),
 			"--simulate.dir=" + filepath.Join(s.o.Dir, "node-"+n.Name), "--sample.interval=1s", "--web.listen-address=" + n.Addr,
 			"--action.token-file=" + filepath.Join(s.o.Dir, "node.token"), "--action.idle-window=" + window.String(), "--action.kill-grace=1s"}
 		if kubeconfig != "" {

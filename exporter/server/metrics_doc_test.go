@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"os"
@@ -20,7 +20,7 @@ var docRow = regexp.MustCompile("^\\| `([a-z_]+)` \\| (gauge|counter|histogram|s
 
 // documented reads METRICS.md's table: metric name → (type, availability).
 func documented(t *testing.T) map[string][2]string {
-	b, err := os.ReadFile("../METRICS.md")
+	b, err := os.ReadFile("../../METRICS.md")
 	require.NoError(t, err)
 	out := map[string][2]string{}
 	section := ""
