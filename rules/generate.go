@@ -3,11 +3,14 @@ package rules
 import (
 	"bytes"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/gpureclaim/gpureclaim/internal/names"
 )
 
 // File is a Prometheus rule file.
@@ -233,13 +236,17 @@ func with(a map[string]string, k, v string) map[string]string {
 	return a
 }
 
-// suggest adds the action label: evict a pod, kill a bare-metal process.
+// suggest adds the action label: evict a pod, kill a bare-metal process,
+// only notify for processes the exporter could not attribute (nobody
+// knows whose they are, and the node cannot check them).
 func suggest(expr string) string {
 	return fmt.Sprintf(`label_replace(
   label_replace(
-    %s,
-    "action", "evict", "pod", ".+"),
-  "action", "kill", "action", "")`, strings.ReplaceAll(strings.TrimSpace(expr), "\n", "\n    "))
+    label_replace(
+      %s,
+      "action", "evict", "pod", ".+"),
+    "action", "kill", "action", ""),
+  "action", "notify", "user", %q)`, strings.ReplaceAll(strings.TrimSpace(expr), "\n", "\n      "), regexp.QuoteMeta(names.UnattributedUser))
 }
 
 // Audiences of the unit alerts. Each unit alert comes twice, labelled for

@@ -216,6 +216,11 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request, uuid string) {
 	}
 	on := map[int]sampler.Process{}
 	for _, p := range u.Processes {
+		if p.Unattributed != "" {
+			// Its PID may name another process, or none, in this node's view.
+			h.refuse(w, uuid, fmt.Sprintf("pid %d on the unit cannot be checked in this node's /proc (%s): the node signals no process it cannot check", p.PID, p.Unattributed))
+			return
+		}
 		on[p.PID] = p
 	}
 	named := map[int]bool{}

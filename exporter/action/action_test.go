@@ -268,3 +268,21 @@ func TestExemptUserIsNeverSignalled(t *testing.T) {
 	require.Contains(t, res.Error, "belongs to user nobody, who is exempt")
 	require.True(t, alive(cmd.Process.Pid))
 }
+
+// A process that NVML lists and this node's /proc cannot show (another PID
+// namespace) is never signalled: its PID may name another process here, or
+// none, so the node can neither check it nor tell that it exited.
+func TestRefusesAProcessItCannotCheck(t *testing.T) {
+	p := spawn(t, "exec sleep 300")
+	const unseen = 4194001 // no such process here
+	n := start(t, 0, p.Process.Pid, unseen)
+	n.history(t)
+	var req []action.Process
+	for _, q := range n.unit(t).Processes {
+		req = append(req, q)
+	}
+	code, res := n.kill(t, req)
+	require.Equal(t, http.StatusConflict, code, res.Error)
+	require.Contains(t, res.Error, "pid 4194001 on the unit cannot be checked in this node's /proc")
+	require.True(t, alive(p.Process.Pid), "nothing was signalled")
+}

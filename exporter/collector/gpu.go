@@ -11,6 +11,8 @@ type GPU struct {
 	src                                           Source
 	info, up, power, energy, temp                 *prometheus.Desc
 	migEnabled, migPending, gpm, mpsServer, mpsCl *prometheus.Desc
+	memUsed, memTotal, processes, migInstances    *prometheus.Desc
+	unplaced                                      *prometheus.Desc
 	driver                                        *prometheus.Desc
 }
 
@@ -18,23 +20,29 @@ type GPU struct {
 func NewGPU(src Source) *GPU {
 	l := []string{"gpu_uuid"}
 	return &GPU{
-		src:        src,
-		info:       desc("gpu", "info", "A physical GPU on the node; always 1.", "gpu_uuid", "gpu_index", "model", "pci_bus_id", "node"),
-		up:         desc("gpu", "up", "Whether the last sample could read the GPU (0 when it is lost or fails).", l...),
-		power:      desc("gpu", "power_watts", "Power drawn by the GPU.", l...),
-		energy:     prometheus.NewDesc("gpureclaim_gpu_energy_joules_total", "Energy used by the GPU since the driver loaded.", l, nil),
-		temp:       desc("gpu", "temperature_celsius", "GPU die temperature.", l...),
-		migEnabled: desc("gpu", "mig_mode_enabled", "Whether MIG mode is enabled now.", l...),
-		migPending: desc("gpu", "mig_mode_pending_enabled", "Whether MIG mode will be enabled after the next GPU reset.", l...),
-		gpm:        desc("gpu", "gpm_supported", "Whether the GPU supports GPM metrics (SM activity, occupancy, DRAM bandwidth, tensor activity).", l...),
-		mpsServer:  desc("gpu", "mps_server_running", "Whether an MPS server runs on the GPU.", l...),
-		mpsCl:      desc("gpu", "mps_clients", "Processes running on the GPU as MPS clients.", l...),
-		driver:     desc("", "driver_info", "The node's NVIDIA driver; always 1.", "driver_version", "cuda_driver_version", "nvml_version", "node"),
+		src:          src,
+		info:         desc("gpu", "info", "A physical GPU on the node; always 1.", "gpu_uuid", "gpu_index", "model", "pci_bus_id", "node"),
+		up:           desc("gpu", "up", "Whether the last sample could read the GPU (0 when it is lost or fails).", l...),
+		power:        desc("gpu", "power_watts", "Power drawn by the GPU.", l...),
+		energy:       prometheus.NewDesc("gpureclaim_gpu_energy_joules_total", "Energy used by the GPU since the driver loaded.", l, nil),
+		temp:         desc("gpu", "temperature_celsius", "GPU die temperature.", l...),
+		migEnabled:   desc("gpu", "mig_mode_enabled", "Whether MIG mode is enabled now.", l...),
+		migPending:   desc("gpu", "mig_mode_pending_enabled", "Whether MIG mode will be enabled after the next GPU reset.", l...),
+		gpm:          desc("gpu", "gpm_supported", "Whether the GPU supports GPM metrics (SM activity, occupancy, DRAM bandwidth, tensor activity).", l...),
+		mpsServer:    desc("gpu", "mps_server_running", "Whether an MPS server runs on the GPU.", l...),
+		mpsCl:        desc("gpu", "mps_clients", "Processes running on the GPU as MPS clients.", l...),
+		memUsed:      desc("gpu", "memory_used_bytes", "Device memory allocated on the whole GPU, MIG instances included.", l...),
+		memTotal:     desc("gpu", "memory_total_bytes", "Device memory of the whole GPU.", l...),
+		processes:    desc("gpu", "processes", "Processes with a context on the GPU (compute, MPS clients, graphics), on any unit or none.", l...),
+		unplaced:     desc("gpu", "unplaced_processes", "Processes on a GPU in MIG mode that are on no MIG instance the exporter could read.", l...),
+		migInstances: desc("gpu", "mig_instances", "MIG instances of a GPU in MIG mode; 0 while it has none.", l...),
+		driver:       desc("", "driver_info", "The node's NVIDIA driver; always 1.", "driver_version", "cuda_driver_version", "nvml_version", "node"),
 	}
 }
 
 func (c *GPU) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.info, c.up, c.power, c.energy, c.temp, c.migEnabled, c.migPending, c.gpm, c.mpsServer, c.mpsCl, c.driver} {
+	for _, d := range []*prometheus.Desc{c.info, c.up, c.power, c.energy, c.temp, c.migEnabled, c.migPending, c.gpm, c.mpsServer, c.mpsCl,
+		c.memUsed, c.memTotal, c.processes, c.unplaced, c.migInstances, c.driver} {
 		ch <- d
 	}
 }
@@ -66,6 +74,13 @@ func (c *GPU) Collect(ch chan<- prometheus.Metric) {
 		emit(ch, c.migPending, g.MIGPendingEnabled, g.UUID)
 		gauge(ch, c.gpm, boolf(g.GPMSupported), g.UUID)
 		gauge(ch, c.mpsServer, boolf(g.MPSServerRunning), g.UUID)
-		gauge(ch, c.mpsCl, float64(g.MPSClients), g.UUID)
+		emit(ch, c.mpsCl, g.MPSClients, g.UUID)
+		emit(ch, c.memUsed, g.MemoryUsedBytes, g.UUID)
+		emit(ch, c.memTotal, g.MemoryTotalBytes, g.UUID)
+		gauge(ch, c.processes, float64(g.Processes), g.UUID)
+		emit(ch, c.migInstances, g.MIGInstances, g.UUID)
+		if g.MIGEnabled.V == 1 {
+			gauge(ch, c.unplaced, float64(len(g.Unplaced)), g.UUID)
+		}
 	}
 }

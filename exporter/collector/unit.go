@@ -13,7 +13,7 @@ type Unit struct {
 	info                                          *prometheus.Desc
 	smActive, smOccupancy, dram, tensor           *prometheus.Desc
 	utilization, memController, memUsed, memTotal *prometheus.Desc
-	processes                                     *prometheus.Desc
+	processes, unattributed                       *prometheus.Desc
 }
 
 // NewUnit returns the unit collector.
@@ -30,12 +30,13 @@ func NewUnit(src Source) *Unit {
 		memController: desc("unit", "memory_controller_busy_ratio", "Share of time device memory was read or written (NVML utilization.memory).", l...),
 		memUsed:       desc("unit", "memory_used_bytes", "Device memory allocated on the unit.", l...),
 		memTotal:      desc("unit", "memory_total_bytes", "Device memory of the unit.", l...),
-		processes:     desc("unit", "processes", "Processes with a context on the unit.", l...),
+		processes:     desc("unit", "processes", "Processes with a context on the unit (compute, MPS clients, graphics).", l...),
+		unattributed:  desc("unit", "unattributed_processes", "Processes on the unit that the exporter's /proc cannot place (attribution off, or another PID namespace); they hold the unit as user \"(unattributed)\".", l...),
 	}
 }
 
 func (c *Unit) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.info, c.smActive, c.smOccupancy, c.dram, c.tensor, c.utilization, c.memController, c.memUsed, c.memTotal, c.processes} {
+	for _, d := range []*prometheus.Desc{c.info, c.smActive, c.smOccupancy, c.dram, c.tensor, c.utilization, c.memController, c.memUsed, c.memTotal, c.processes, c.unattributed} {
 		ch <- d
 	}
 }
@@ -63,6 +64,7 @@ func (c *Unit) Collect(ch chan<- prometheus.Metric) {
 			emit(ch, c.memUsed, u.MemoryUsedBytes, u.UUID, u.GPUUUID)
 			emit(ch, c.memTotal, u.MemoryTotalBytes, u.UUID, u.GPUUUID)
 			gauge(ch, c.processes, float64(len(u.Processes)), u.UUID, u.GPUUUID)
+			gauge(ch, c.unattributed, float64(u.Unattributed), u.UUID, u.GPUUUID)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpureclaim/gpureclaim/internal/names"
 	"github.com/gpureclaim/gpureclaim/internal/podresources"
 	"github.com/gpureclaim/gpureclaim/internal/procfs"
 )
@@ -17,18 +18,36 @@ const mpsServerName = "nvidia-cuda-mps"
 // noInstance is the GPU/compute instance id NVML gives processes outside MIG.
 const noInstance = 0xFFFFFFFF
 
-// processes lists the processes on each unit and reads /proc for each.
+// Why /proc could not place a process NVML lists.
+const (
+	causeNoProcfs  = "process attribution is off (--path.procfs is empty)"
+	causeNotInProc = "not in the exporter's /proc: it runs in another PID namespace (run the exporter with the host's PIDs)"
+	causeProcError = "reading its /proc entry failed"
+)
+
+// processes lists the processes on each unit (compute, MPS clients and
+// graphics: a held GPU is held, whatever holds it) and reads /proc for each.
+// A process /proc cannot place still counts: its unit is held by someone
+// the exporter cannot name.
 func (c *cycle) processes(dev nvml.Device, g *GPU) error {
 	var errs []error
 	procs, ret := dev.GetComputeRunningProcesses()
 	if err := c.check("nvmlDeviceGetComputeRunningProcesses", g.UUID, ret); err != nil {
 		return err
 	}
+	graphics, ret := dev.GetGraphicsRunningProcesses()
+	if err := c.check("nvmlDeviceGetGraphicsRunningProcesses", g.UUID, ret); err != nil && !errors.Is(err, errNotSupported) {
+		errs = append(errs, err)
+	}
 	var clients []nvml.ProcessInfo
 	if g.MIGEnabled.V != 1 {
 		var ret nvml.Return
 		clients, ret = dev.GetMPSComputeRunningProcesses()
-		if err := c.check("nvmlDeviceGetMPSComputeRunningProcesses", g.UUID, ret); err != nil && !errors.Is(err, errNotSupported) {
+		err := c.check("nvmlDeviceGetMPSComputeRunningProcesses", g.UUID, ret)
+		switch {
+		case err == nil:
+			g.MPSClients = some(float64(len(clients)))
+		case !errors.Is(err, errNotSupported):
 			errs = append(errs, err)
 		}
 	}
@@ -50,44 +69,72 @@ func (c *cycle) processes(dev nvml.Device, g *GPU) error {
 		}
 		return nil
 	}
-	add := func(p nvml.ProcessInfo, mpsClient bool) {
-		u := unitOf(p)
-		if u == nil {
-			return // an instance created since the layout was read
+	seen := map[uint32]bool{}
+	add := func(p nvml.ProcessInfo, mpsClient, gfx bool) {
+		if seen[p.Pid] {
+			return // a process with a compute and a graphics context counts once
 		}
-		pr := Process{PID: int(p.Pid), MemoryUsed: p.UsedGpuMemory, MPSClient: mpsClient}
+		seen[p.Pid] = true
+		pr := Process{PID: int(p.Pid), MemoryUsed: p.UsedGpuMemory, MPSClient: mpsClient, Graphics: gfx}
 		if v, ok := smUtil[p.Pid]; ok {
 			pr.SMUtil = some(v)
 		}
-		if c.s.cfg.Proc != nil {
+		if c.s.cfg.Proc == nil {
+			pr.Unattributed = causeNoProcfs
+		} else {
 			info, err := c.s.cfg.Proc.Process(int(p.Pid))
 			switch {
 			case errors.Is(err, procfs.ErrNoProcess):
-				return // exited since NVML listed it
+				pr.Unattributed = causeNotInProc
 			case err != nil:
+				pr.Unattributed = causeProcError
 				errs = append(errs, err)
 			default:
 				pr.Name, pr.User, pr.StartTime = info.Name, info.User, info.StartTime
 				pr.PodUID, pr.ContainerID, pr.SlurmJob = info.PodUID, info.ContainerID, info.SlurmJob
 			}
 		}
+		if pr.Unattributed != "" {
+			c.unattributed(g, pr)
+		}
 		if pr.Name == mpsServerName {
 			g.MPSServerRunning = true
+		}
+		g.Processes++
+		u := unitOf(p)
+		if u == nil {
+			g.Unplaced = append(g.Unplaced, pr) // no instance of its own, or one not read
+			return
+		}
+		if pr.Unattributed != "" {
+			u.Unattributed++
 		}
 		u.Processes = append(u.Processes, pr)
 	}
 	for _, p := range procs {
-		add(p, false)
+		add(p, false, false)
 	}
 	for _, p := range clients {
-		add(p, true)
+		add(p, true, false)
 	}
-	g.MPSClients = len(clients)
+	for _, p := range graphics {
+		add(p, false, true)
+	}
 	for i := range g.Units {
 		ps := g.Units[i].Processes
 		sort.Slice(ps, func(a, b int) bool { return ps[a].PID < ps[b].PID })
 	}
 	return errors.Join(errs...)
+}
+
+// unattributed logs a process /proc cannot place: each at debug, each
+// cause once at info.
+func (c *cycle) unattributed(g *GPU, p Process) {
+	c.s.cfg.Logger.Debug("a process on the GPU cannot be attributed", "gpu_uuid", g.UUID, "pid", p.PID, "cause", p.Unattributed)
+	if !c.s.causes[p.Unattributed] {
+		c.s.causes[p.Unattributed] = true
+		c.s.cfg.Logger.Info("processes NVML lists cannot be attributed: their units count as held by "+names.UnattributedUser, "cause", p.Unattributed)
+	}
 }
 
 // processUtilization reads each process's share of SM time since the last
@@ -197,6 +244,14 @@ func (c *cycle) processOwner(p Process, allocated []podresources.Container) owne
 			a := allocated[0]
 			return ownerKey{namespace: a.Namespace, pod: a.Pod, container: a.Container}
 		}
+	}
+	if p.Unattributed != "" {
+		// The kubelet's allocation still names a unit's one container.
+		if len(allocated) == 1 {
+			a := allocated[0]
+			return ownerKey{namespace: a.Namespace, pod: a.Pod, container: a.Container}
+		}
+		return ownerKey{user: names.UnattributedUser}
 	}
 	return ownerKey{user: p.User, slurmJob: p.SlurmJob}
 }

@@ -73,6 +73,8 @@ type Sampler struct {
 	allocs       podresources.Allocations
 	errors       map[ErrorKey]uint64
 	quiet        map[string]bool // not-supported calls already logged
+	migState     map[string]string
+	causes       map[string]bool // why processes went unattributed, logged once each
 }
 
 type staticInfo struct{ model, pciBusID string }
@@ -95,6 +97,8 @@ func New(cfg Config) *Sampler {
 		procUtilSeen: map[string]uint64{},
 		errors:       map[ErrorKey]uint64{},
 		quiet:        map[string]bool{},
+		migState:     map[string]string{},
+		causes:       map[string]bool{},
 	}
 }
 
@@ -251,6 +255,7 @@ func (c *cycle) gpu(i int) (g GPU) {
 		start = time.Now()
 		err = c.migUnits(dev, &g)
 		c.track(StepMIG, start, err)
+		c.noteMIG(&g, err)
 	}
 	start = time.Now()
 	c.track(StepGPM, start, c.gpmValues(dev, &g))
@@ -281,6 +286,7 @@ func (c *cycle) deviceValues(dev nvml.Device, g *GPU) error {
 		return errors.Join(errs...)
 	}
 	g.Up = true
+	g.MemoryUsedBytes, g.MemoryTotalBytes = some(float64(mem.Used)), some(float64(mem.Total))
 	st, ok := c.s.static[g.UUID]
 	if !ok {
 		if name, ret := dev.GetName(); chk("nvmlDeviceGetName", ret) {
@@ -351,7 +357,35 @@ func (c *cycle) migUnits(dev nvml.Device, g *GPU) error {
 		g.Units = append(g.Units, u)
 	}
 	sort.Slice(g.Units, func(a, b int) bool { return g.Units[a].MIG.GPUInstanceID < g.Units[b].MIG.GPUInstanceID })
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return errors.Join(errs...) // how many instances there are is not known
+	}
+	g.MIGInstances = some(float64(len(g.Units)))
+	return nil
+}
+
+// noteMIG says once, in the log, that a GPU in MIG mode has no instance or
+// that its instances could not be read: its memory and processes are then
+// the GPU's alone.
+func (c *cycle) noteMIG(g *GPU, err error) {
+	state := ""
+	switch {
+	case err != nil:
+		state = "failed: " + err.Error()
+		c.s.cfg.Logger.Debug("listing MIG instances failed", "gpu_uuid", g.UUID, "err", err)
+	case len(g.Units) == 0:
+		state = "none"
+	}
+	if c.s.migState[g.UUID] == state {
+		return
+	}
+	c.s.migState[g.UUID] = state
+	switch {
+	case err != nil:
+		c.s.cfg.Logger.Warn("listing MIG instances failed: the GPU's processes and memory are exported for the GPU only", "gpu_uuid", g.UUID, "instances_read", len(g.Units), "err", err)
+	case state == "none":
+		c.s.cfg.Logger.Info("MIG mode is on and the GPU has no MIG instance: nothing can hold it until one is created", "gpu_uuid", g.UUID)
+	}
 }
 
 func (c *cycle) migUnit(h nvml.Device, g *GPU) (Unit, error) {

@@ -70,7 +70,7 @@ func TestMPSClientsAreTheTenants(t *testing.T) {
 	s := n.SampleAt(t, 20*time.Minute, 5*time.Second)
 	g := s.GPUs[5]
 	require.True(t, g.MPSServerRunning)
-	require.Equal(t, 3, g.MPSClients)
+	require.Equal(t, sampler.Gauge{V: 3, OK: true}, g.MPSClients)
 	u := g.Units[0]
 	require.Len(t, u.Processes, 4, "the server and three clients")
 	require.Len(t, u.Owners, 3, "the server is no tenant")

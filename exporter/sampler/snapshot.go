@@ -63,7 +63,18 @@ type GPU struct {
 	MIGPendingEnabled  Gauge
 	GPMSupported       bool
 	MPSServerRunning   bool
-	MPSClients         int
+	// MPSClients is absent where the driver does not answer for MPS.
+	MPSClients Gauge
+	// MemoryUsedBytes and MemoryTotalBytes are the whole GPU's, MIG or not.
+	MemoryUsedBytes  Gauge
+	MemoryTotalBytes Gauge
+	// Processes counts every process NVML lists on the GPU, on a unit or not.
+	Processes int
+	// MIGInstances counts the MIG instances of a GPU in MIG mode (0: none).
+	MIGInstances Gauge
+	// Unplaced are processes on no unit: a GPU in MIG mode whose instance
+	// the exporter could not read, or that has none.
+	Unplaced []Process
 	// Profiles are the MIG profiles this GPU offers for right-sizing.
 	Profiles []mig.Profile
 	Units    []Unit
@@ -86,6 +97,8 @@ type Unit struct {
 
 	Processes []Process
 	Owners    []Owner
+	// Unattributed counts the processes /proc could not place.
+	Unattributed int
 }
 
 // Kind is "gpu" or "mig".
@@ -117,6 +130,10 @@ type Process struct {
 	ContainerID string
 	SlurmJob    string
 	MPSClient   bool
+	// Graphics is a process with a graphics context (NVML lists it apart).
+	Graphics bool
+	// Unattributed says why /proc could not place the process; "" when it could.
+	Unattributed string
 }
 
 // Owner is who holds a unit: a pod's container, or a Unix user (and Slurm

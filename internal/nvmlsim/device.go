@@ -68,10 +68,13 @@ func (u *unit) memoryUsed(t time.Duration) uint64 {
 	return min(u.memTotal, sum)
 }
 
-func (u *unit) processInfos(t time.Duration, gi, ci uint32) []nvml.ProcessInfo {
+// processInfos lists the unit's compute processes, or its graphics ones.
+func (u *unit) processInfos(t time.Duration, gi, ci uint32, graphics bool) []nvml.ProcessInfo {
 	var out []nvml.ProcessInfo
 	for _, p := range u.procs() {
-		out = append(out, nvml.ProcessInfo{Pid: uint32(p.PID), UsedGpuMemory: uint64(signalAt(&p.MemoryUsed, t)), GpuInstanceId: gi, ComputeInstanceId: ci})
+		if p.Graphics == graphics {
+			out = append(out, nvml.ProcessInfo{Pid: uint32(p.PID), UsedGpuMemory: uint64(signalAt(&p.MemoryUsed, t)), GpuInstanceId: gi, ComputeInstanceId: ci})
+		}
 	}
 	return out
 }
@@ -103,7 +106,7 @@ func newDevice(s *Sim, d *server.Device, g *GPU) (*device, error) {
 		dev.gpm = *g.GPM
 	}
 	dev.unit = unit{sim: s, uuid: g.UUID, cfg: &g.Unit, memTotal: d.Config.MemoryMB << 20, mps: g.MPS}
-	if len(g.MIG) == 0 {
+	if !dev.migOn() {
 		return dev, nil
 	}
 	if ret, _ := d.SetMigMode(nvml.DEVICE_MIG_ENABLE); ret != nvml.SUCCESS {
@@ -144,6 +147,9 @@ func newDevice(s *Sim, d *server.Device, g *GPU) (*device, error) {
 	sort.Slice(dev.migs, func(a, b int) bool { return dev.migs[a].giID < dev.migs[b].giID })
 	return dev, nil
 }
+
+// migOn says whether the GPU is in MIG mode, with instances or without.
+func (d *device) migOn() bool { return len(d.cfg.MIG) > 0 || d.cfg.MIGEnabled }
 
 func (d *device) units() []*unit {
 	if len(d.migs) == 0 {
@@ -223,7 +229,7 @@ func (d *device) GetUtilizationRates() (nvml.Utilization, nvml.Return) {
 	if ret != nvml.SUCCESS {
 		return nvml.Utilization{}, ret
 	}
-	if len(d.migs) > 0 {
+	if d.migOn() {
 		return nvml.Utilization{}, nvml.ERROR_NOT_SUPPORTED
 	}
 	return nvml.Utilization{
@@ -296,7 +302,7 @@ func (d *device) GetMigMode() (int, int, nvml.Return) {
 		return 0, 0, ret
 	}
 	cur := nvml.DEVICE_MIG_DISABLE
-	if len(d.migs) > 0 {
+	if d.migOn() {
 		cur = nvml.DEVICE_MIG_ENABLE
 	}
 	pending := cur
@@ -340,18 +346,33 @@ func (d *device) GetComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) 
 	if ret != nvml.SUCCESS {
 		return nil, ret
 	}
+	return d.processInfos(t, false), nvml.SUCCESS
+}
+
+func (d *device) GetGraphicsRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) {
+	t, ret := d.call("DeviceGetGraphicsRunningProcesses")
+	if ret != nvml.SUCCESS {
+		return nil, ret
+	}
+	return d.processInfos(t, true), nvml.SUCCESS
+}
+
+// processInfos lists the compute or the graphics processes of every unit,
+// with the instance ids NVML gives (none outside MIG, or on no instance).
+func (d *device) processInfos(t time.Duration, graphics bool) []nvml.ProcessInfo {
+	const none = 0xFFFFFFFF
 	if len(d.migs) > 0 {
 		var out []nvml.ProcessInfo
 		for _, m := range d.migs {
-			out = append(out, m.unit.processInfos(t, uint32(m.giID), uint32(m.ciID))...)
+			out = append(out, m.unit.processInfos(t, uint32(m.giID), uint32(m.ciID), graphics)...)
 		}
-		return out, nvml.SUCCESS
+		return out
 	}
-	if d.cfg.MPS {
+	if d.cfg.MPS && !graphics {
 		// MPS clients run inside the server's context; NVML lists them apart.
-		return []nvml.ProcessInfo{{Pid: uint32(mpsServerPID(d.cfg.Index)), UsedGpuMemory: 32 << 20, GpuInstanceId: 0xFFFFFFFF, ComputeInstanceId: 0xFFFFFFFF}}, nvml.SUCCESS
+		return []nvml.ProcessInfo{{Pid: uint32(mpsServerPID(d.cfg.Index)), UsedGpuMemory: 32 << 20, GpuInstanceId: none, ComputeInstanceId: none}}
 	}
-	return d.unit.processInfos(t, 0xFFFFFFFF, 0xFFFFFFFF), nvml.SUCCESS
+	return d.unit.processInfos(t, none, none, graphics)
 }
 
 func (d *device) GetMPSComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) {
@@ -359,10 +380,13 @@ func (d *device) GetMPSComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Retur
 	if ret != nvml.SUCCESS {
 		return nil, ret
 	}
+	if d.cfg.MPSUnsupported {
+		return nil, nvml.ERROR_NOT_SUPPORTED
+	}
 	if !d.cfg.MPS {
 		return nil, nvml.SUCCESS
 	}
-	return d.unit.processInfos(t, 0xFFFFFFFF, 0xFFFFFFFF), nvml.SUCCESS
+	return d.unit.processInfos(t, 0xFFFFFFFF, 0xFFFFFFFF, false), nvml.SUCCESS
 }
 
 // GetProcessUtilization reports each process's share of SM time. Processes
@@ -373,7 +397,7 @@ func (d *device) GetProcessUtilization(lastSeen uint64) ([]nvml.ProcessUtilizati
 	if ret != nvml.SUCCESS {
 		return nil, ret
 	}
-	if len(d.migs) > 0 {
+	if d.migOn() {
 		return nil, nvml.ERROR_NOT_SUPPORTED
 	}
 	ts := uint64(d.sim.now().UnixMicro())
@@ -485,7 +509,7 @@ func (m *migDevice) GetComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Retur
 	if ret != nvml.SUCCESS {
 		return nil, ret
 	}
-	return m.unit.processInfos(t, uint32(m.giID), uint32(m.ciID)), nvml.SUCCESS
+	return m.unit.processInfos(t, uint32(m.giID), uint32(m.ciID), false), nvml.SUCCESS
 }
 
 func (m *migDevice) GetMPSComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) {

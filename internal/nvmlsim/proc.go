@@ -70,7 +70,7 @@ func (s *Sim) WriteFS(dir string) (procRoot, passwd string, err error) {
 		for _, u := range d.units() {
 			for i := range u.cfg.Processes {
 				p := &u.cfg.Processes[i]
-				if !s.Alive(p.PID) {
+				if !s.Alive(p.PID) || p.OutsideProc {
 					continue
 				}
 				if err := s.writeProc(procRoot, p, s.cgroupOf(p, pods)); err != nil {

@@ -70,6 +70,11 @@ type GPU struct {
 	LostAfter          *Duration `yaml:"lost_after"`
 	// MPS runs an MPS control daemon: the processes are its clients.
 	MPS bool `yaml:"mps"`
+	// MPSUnsupported makes the driver answer NOT_SUPPORTED for its MPS clients.
+	MPSUnsupported bool `yaml:"mps_unsupported"`
+	// MIGEnabled turns MIG mode on with no instance (mig lists none): the
+	// GPU's processes then sit on no instance.
+	MIGEnabled bool `yaml:"mig_enabled"`
 	// MIGPending is the MIG mode after the next reset, when it differs from now.
 	MIGPending *bool         `yaml:"mig_pending"`
 	MIG        []MIGInstance `yaml:"mig"`
@@ -96,6 +101,11 @@ type Process struct {
 	SMUtil Value `yaml:"sm_util"`
 	// Started is when the process started, relative to the scenario's time 0.
 	Started Duration `yaml:"started"`
+	// Graphics lists it among the graphics processes, not the compute ones.
+	Graphics bool `yaml:"graphics"`
+	// OutsideProc keeps it out of the node's /proc, as a process in a PID
+	// namespace the exporter does not see: NVML lists it, /proc does not.
+	OutsideProc bool `yaml:"outside_proc"`
 }
 
 // Load reads a scenario file; relative trace paths resolve against its folder.
@@ -231,6 +241,9 @@ func (sc *Scenario) validate() error {
 			}
 			if g.MPS {
 				v.errorf(path+".mps", "MPS on MIG instances is not simulated")
+			}
+			if g.MIGEnabled {
+				v.errorf(path+".mig_enabled", "is for a GPU in MIG mode without instances; this one lists some")
 			}
 			slices := 0
 			for j := range g.MIG {

@@ -36,6 +36,7 @@ func TestBadScenariosNameTheField(t *testing.T) {
 		{"two forms", "node: n\nsystem: dgxh100\ngpus: [{index: 0, sm_active: {steps: {points: [{at: 0s, value: 1}]}, square: {period: 1m}}}]\n", "exactly one of steps, square, checkpoint, trace"},
 		{"missing trace", "node: n\nsystem: dgxh100\ngpus: [{index: 0, sm_active: {trace: {file: nope.csv, pod: x}}}]\n", "gpus[0].sm_active: trace.file: open nope.csv"},
 		{"mps without clients", "node: n\nsystem: dgxh100\ngpus: [{index: 0, mps: true}]\n", "gpus[0].mps: an MPS GPU needs client processes"},
+		{"mig_enabled with instances", "node: n\nsystem: dgxh100\ngpus: [{index: 4, mig_enabled: true, mig: [{profile: 1g.10gb}]}]\n", "gpus[0].mig_enabled: is for a GPU in MIG mode without instances"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.yaml), ".")
