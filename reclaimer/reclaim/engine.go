@@ -130,9 +130,13 @@ func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
 	put := func(r *Reclaim) { changed[r.ID] = r }
 	decide := func(d string) { e.o.Metrics.decisions.WithLabelValues(d).Inc() }
 	pendingByFP := map[string][]string{}
+	latest := map[string]time.Time{} // the newest episode seen of each alert
 	for id, r := range e.index {
 		if r.State == Pending {
 			pendingByFP[r.Fingerprint] = append(pendingByFP[r.Fingerprint], id)
+		}
+		if r.StartsAt.After(latest[r.Fingerprint]) {
+			latest[r.Fingerprint] = r.StartsAt
 		}
 	}
 
@@ -173,6 +177,14 @@ func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
 			decide("duplicate")
 			continue
 		}
+		if a.StartsAt.Before(latest[fp]) {
+			// An older episode delivered after a newer one (an HA pair, a
+			// retry): the newer one already speaks for the alert.
+			res.Ignored++
+			decide("stale")
+			continue
+		}
+		latest[fp] = a.StartsAt
 		// A new episode of an alert supersedes the last one's pending reclaim.
 		for _, oldID := range pendingByFP[fp] {
 			old := get(oldID)
@@ -487,6 +499,18 @@ func (e *Engine) warn(ctx context.Context, id string) {
 	if r.State == Notified {
 		kind = MsgNotice
 	}
+	// The grace belongs to the owner: it runs from this warning, however
+	// late it goes out (a backlog, an outage, a restart), never from the alert.
+	var actAt time.Time
+	if kind == MsgWarning {
+		if p := e.policy(r); p != nil {
+			actAt = e.now().Add(p.GraceTime())
+			if r.ActAt.After(actAt) {
+				actAt = r.ActAt // deferred further already (a window, a minimum runtime)
+			}
+			r.ActAt = actAt
+		}
+	}
 	d := r.Warning
 	var delivered bool
 	if r.DryRun {
@@ -509,6 +533,9 @@ func (e *Engine) warn(ctx context.Context, id string) {
 		if delivered {
 			c.Warning.Sent, c.Warning.At, c.Warning.Error = true, e.now(), ""
 			c.NextTry = time.Time{}
+			if c.State == Pending && actAt.After(c.ActAt) {
+				c.ActAt = actAt // the time the warning states
+			}
 			if c.State == Cancelled {
 				c.Final.Sent = false // cancelled while the warning was on its way: say so
 			}

@@ -400,8 +400,10 @@ func TestSnoozeEndsAndTheCycleStartsAgain(t *testing.T) {
 	require.Equal(t, reclaim.Pending, r.State, "still idle when the snooze ends: warned again")
 	f.at(time.Hour + time.Second)
 	require.Equal(t, []reclaim.MessageKind{reclaim.MsgWarning, reclaim.MsgWarning}, f.notifier.Kinds())
-	require.Equal(t, T0.Add(time.Hour+5*time.Minute), f.only().ActAt)
+	require.Equal(t, T0.Add(time.Hour+time.Second+5*time.Minute), f.only().ActAt, "the grace runs from the new warning")
 	f.at(time.Hour + 5*time.Minute)
+	require.Zero(t, f.actor.Count())
+	f.at(time.Hour + time.Second + 5*time.Minute)
 	require.Equal(t, 1, f.actor.Count())
 }
 
@@ -472,9 +474,31 @@ func TestNoActionUntilTheWarningIsDelivered(t *testing.T) {
 	require.Contains(t, f.only().Reason, "slack is down")
 	f.notifier.Fail = nil
 	f.at(36 * time.Minute) // the next retry, with backoff
-	require.True(t, f.only().Warning.Sent)
-	f.at(37 * time.Minute)
-	require.Equal(t, 1, f.actor.Count(), "the grace ran while the warning waited; the action follows the delivery")
+	r := f.only()
+	require.True(t, r.Warning.Sent)
+	require.Equal(t, T0.Add(41*time.Minute), r.ActAt, "the whole grace runs from the delivered warning")
+	require.Contains(t, f.notifier.Sent[0].Text, "at "+T0.Add(41*time.Minute).Format(time.RFC3339), "the warning states that time, not one already past")
+	f.at(40 * time.Minute)
+	require.Zero(t, f.actor.Count(), "no action within the grace")
+	f.at(41 * time.Minute)
+	require.Equal(t, 1, f.actor.Count())
+}
+
+// A backlog of messages ahead of a warning moves its action, never
+// shortens its grace: the owner is told a time still to come.
+func TestGraceRunsFromTheDeliveredWarning(t *testing.T) {
+	f := newFixture(t, "")
+	f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	// The warning goes out late: the first step comes 4 of the 5 minutes after the alert.
+	f.at(4 * time.Minute)
+	r := f.only()
+	require.True(t, r.Warning.Sent)
+	require.Equal(t, T0.Add(9*time.Minute), r.ActAt)
+	require.Contains(t, f.notifier.Sent[0].Text, "at "+T0.Add(9*time.Minute).Format(time.RFC3339))
+	f.at(5 * time.Minute)
+	require.Zero(t, f.actor.Count(), "the alert's grace ended; the owner's has not")
+	f.at(9 * time.Minute)
+	require.Equal(t, 1, f.actor.Count())
 }
 
 func TestRestartResumesEveryTimer(t *testing.T) {
@@ -587,4 +611,19 @@ func TestTopOwnerLookupFailureHoldsTheWarning(t *testing.T) {
 	f.at(11 * time.Minute)
 	require.True(t, f.of("batch/train-0").Warning.Sent)
 	require.Equal(t, "stop", f.of("batch/train-0").Action)
+}
+
+// An older episode of an alert that arrives after a newer one (an HA pair,
+// a retry) is ignored: no second warning, no cancellation after the fact.
+func TestStaleEpisodeIsIgnored(t *testing.T) {
+	f := newFixture(t, "")
+	f.ingest(IdlePod("firing", T0.Add(time.Hour), "ml", "nb-0"))
+	f.at(time.Hour)
+	res := f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	require.Equal(t, 1, res.Ignored)
+	require.Len(t, f.eng.List(), 1, "no record of the stale episode")
+	f.at(time.Hour + time.Minute)
+	require.Equal(t, []reclaim.MessageKind{reclaim.MsgWarning}, f.notifier.Kinds(), "one warning")
+	require.Equal(t, reclaim.Pending, f.only().State)
+	require.Equal(t, 1.0, f.metric("gpureclaim_reclaimer_decisions_total", "decision", "stale"))
 }

@@ -496,8 +496,8 @@ func TestFullCycle(t *testing.T) {
 	e.at(time.Hour)
 	e.at(time.Hour + time.Second)
 	require.Len(t, e.slack.Posts(), 2, "warned again")
-	e.at(time.Hour + 5*time.Minute)
-	e.at(time.Hour + 5*time.Minute + time.Second)
+	e.at(time.Hour + 5*time.Minute + time.Second) // the grace runs from the second warning
+	e.at(time.Hour + 5*time.Minute + 2*time.Second)
 	require.Equal(t, 1, e.actor.Count())
 
 	var story []string
