@@ -755,7 +755,13 @@ func (e *Engine) act(ctx context.Context, id string) {
 	if r == nil || r.State.Terminal() {
 		return
 	}
-	if !e.checks(ctx, r) {
+	// An action that began and has no recorded outcome (the reclaimer
+	// stopped during it) may have taken effect: the checks passed then, and
+	// checking again now would judge its own effect (the pod gone, the GPU
+	// free, the alert resolved) as a reason to cancel. The action is run
+	// again, which every action allows, and its outcome recorded.
+	resumed := r.State == Acting && !r.ActingSince.IsZero()
+	if !resumed && !e.checks(ctx, r) {
 		return
 	}
 	// The decision is written before it is carried out.
@@ -764,6 +770,9 @@ func (e *Engine) act(ctx context.Context, id string) {
 			return false
 		}
 		c.State, c.Attempts, c.Reason = Acting, c.Attempts+1, "acting: "+c.Action
+		if c.ActingSince.IsZero() {
+			c.ActingSince = e.now()
+		}
 		return true
 	})
 	if err != nil || r.State != Acting {
@@ -786,7 +795,10 @@ func (e *Engine) act(ctx context.Context, id string) {
 	switch {
 	case err == nil || errors.Is(err, ErrGone):
 		result, detail := "done", res.Detail
-		if err != nil {
+		switch {
+		case err != nil && resumed:
+			result, detail = "gone", "the target is gone: the action begun before the reclaimer restarted took effect (or it left on its own)"
+		case err != nil:
 			result, detail = "gone", "the target was already gone"
 		}
 		e.o.Metrics.actions.WithLabelValues(r.Action, result).Inc()
@@ -814,8 +826,12 @@ func (e *Engine) act(ctx context.Context, id string) {
 	}
 }
 
+// recordError records an action that did not take effect: the next
+// attempt checks everything again.
 func (e *Engine) recordError(id string, err error) {
-	_, _ = e.update(id, nil, func(c *Reclaim) bool { c.LastError = err.Error(); return true })
+	if _, uerr := e.update(id, nil, func(c *Reclaim) bool { c.LastError, c.ActingSince = err.Error(), time.Time{}; return true }); uerr != nil {
+		e.o.Logger.Error("recording an action's error", "reclaim", id, "err", uerr)
+	}
 }
 
 // finish moves a reclaim to a terminal state.
@@ -825,7 +841,7 @@ func (e *Engine) finish(id string, st State, why string, res *Result) {
 			return false
 		}
 		now := e.now()
-		c.State, c.Reason, c.Closed, c.NextTry = st, why, now, time.Time{}
+		c.State, c.Reason, c.Closed, c.NextTry, c.ActingSince = st, why, now, time.Time{}, time.Time{}
 		if st == Done || st == DryRun {
 			c.ActedAt = now
 		}

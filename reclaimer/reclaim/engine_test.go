@@ -33,6 +33,8 @@ type fixture struct {
 	eng       *reclaim.Engine
 	metrics   *reclaim.Metrics
 	reg       *prometheus.Registry
+	// failpoint, when set, is called at the engine's failpoints.
+	failpoint func(string)
 }
 
 // testPolicies are the default policies with a grace of 5 minutes, which
@@ -63,7 +65,7 @@ func (f *fixture) open() {
 	f.metrics = reclaim.NewMetrics(f.reg)
 	f.eng, err = reclaim.New(reclaim.Options{
 		Config: f.cfg, Store: f.st, Checker: f.checker, Inspector: f.inspector, Actor: f.actor,
-		Notifiers: []reclaim.Notifier{f.notifier}, Clock: f.clock.Now, Metrics: f.metrics,
+		Notifiers: []reclaim.Notifier{f.notifier}, Clock: f.clock.Now, Metrics: f.metrics, Failpoint: f.failpoint,
 	})
 	require.NoError(f.t, err)
 }
@@ -626,4 +628,73 @@ func TestStaleEpisodeIsIgnored(t *testing.T) {
 	require.Equal(t, []reclaim.MessageKind{reclaim.MsgWarning}, f.notifier.Kinds(), "one warning")
 	require.Equal(t, reclaim.Pending, f.only().State)
 	require.Equal(t, 1.0, f.metric("gpureclaim_reclaimer_decisions_total", "decision", "stale"))
+}
+
+// crash is a power cut at a failpoint: the step stops there, nothing after
+// it is written.
+type crash struct{ at string }
+
+// stepUntilCrash steps at T0+d and stops at the failpoint.
+func (f *fixture) stepUntilCrash(d time.Duration, at string) {
+	f.t.Helper()
+	f.failpoint = func(name string) {
+		if name == at {
+			panic(crash{at})
+		}
+	}
+	f.restart()
+	defer func() {
+		r := recover()
+		require.Equal(f.t, crash{at}, r, "the step reached %s", at)
+		f.failpoint = nil
+		f.restart()
+	}()
+	f.at(d)
+}
+
+// After a restart in the middle of an action, the reclaim ends as what
+// was done, not as cancelled by the action's own effect: not when the
+// workload is gone (a positive minimum runtime looks for its start), not
+// when the alert has resolved since (the GPU is free).
+func TestRestartAfterTheActionRecordsTheTruth(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		after func(f *fixture)
+	}{
+		{"the workload is gone", func(f *fixture) { f.inspector.Gone = map[string]bool{"ml/nb-0": true} }},
+		{"the alert has resolved", func(f *fixture) { f.checker.Set(reclaim.AlertGone, "", time.Time{}) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, "policies: [{name: idle, matchers: ['alertname=\"GPUIdle\"'], action: auto, grace: 5m, min_runtime: 30m}]\n")
+			f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+			f.at(0)
+			f.stepUntilCrash(5*time.Minute, "after-action")
+			require.Equal(t, reclaim.Acting, f.only().State, "the action ran; its outcome was not written")
+			tc.after(f)
+			f.actor.Err = reclaim.ErrGone // run again, the eviction finds the pod gone
+			f.at(5*time.Minute + time.Second)
+			r := f.only()
+			require.Equal(t, reclaim.Done, r.State, r.Reason)
+			require.Contains(t, r.Reason, "the action begun before the reclaimer restarted took effect")
+			require.False(t, r.ActedAt.IsZero())
+			f.at(5*time.Minute + 2*time.Second)
+			require.Equal(t, []reclaim.MessageKind{reclaim.MsgWarning, reclaim.MsgReclaimed}, f.notifier.Kinds(), "the owner hears one story")
+		})
+	}
+}
+
+// An action that failed and will be retried did not take effect: the next
+// attempt checks everything again, and a resolved alert cancels it.
+func TestRetriedActionChecksAgain(t *testing.T) {
+	f := newFixture(t, "")
+	f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	f.at(0)
+	f.actor.Err = &reclaim.RetryError{After: time.Minute, Err: errors.New("a PodDisruptionBudget refuses")}
+	f.at(5 * time.Minute)
+	require.Equal(t, reclaim.Acting, f.only().State)
+	require.True(t, f.only().ActingSince.IsZero())
+	f.checker.Set(reclaim.AlertGone, "", time.Time{})
+	f.at(6 * time.Minute)
+	require.Equal(t, reclaim.Cancelled, f.only().State)
+	require.Equal(t, 1, f.actor.Count())
 }

@@ -175,6 +175,9 @@ type Reclaim struct {
 	// ActAt is when the action is due (after the grace, and any deferral).
 	ActAt   time.Time `json:"act_at,omitzero"`
 	ActedAt time.Time `json:"acted_at,omitzero"`
+	// ActingSince is when the action began, until its outcome is recorded:
+	// after a restart it says the action may have taken effect.
+	ActingSince time.Time `json:"acting_since,omitzero"`
 	Closed  time.Time `json:"closed,omitzero"`
 
 	Warning Delivery `json:"warning"`

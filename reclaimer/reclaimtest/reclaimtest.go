@@ -158,6 +158,8 @@ type Inspector struct {
 	Controllers map[string]reclaim.Controller // by owner; none is a bare pod
 	// ControllerErr fails every top-owner lookup while set.
 	ControllerErr error
+	// Gone lists owners whose workload is gone (Started says ErrGone).
+	Gone map[string]bool
 }
 
 func (i *Inspector) Controller(_ context.Context, t reclaim.Target) (reclaim.Controller, error) {
@@ -178,6 +180,9 @@ func (i *Inspector) Kept(_ context.Context, t reclaim.Target) (bool, string, err
 func (i *Inspector) Started(_ context.Context, t reclaim.Target) (time.Time, error) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
+	if i.Gone[t.Owner()] {
+		return time.Time{}, reclaim.ErrGone
+	}
 	if s, ok := i.Start[t.Owner()]; ok {
 		return s, nil
 	}
