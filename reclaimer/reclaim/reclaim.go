@@ -178,7 +178,7 @@ type Reclaim struct {
 	// ActingSince is when the action began, until its outcome is recorded:
 	// after a restart it says the action may have taken effect.
 	ActingSince time.Time `json:"acting_since,omitzero"`
-	Closed  time.Time `json:"closed,omitzero"`
+	Closed      time.Time `json:"closed,omitzero"`
 
 	Warning Delivery `json:"warning"`
 	// Final is the message that tells the owner what happened.
