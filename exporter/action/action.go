@@ -198,7 +198,10 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request, uuid string) {
 	h.mu.Lock()
 	if h.busy[uuid] {
 		h.mu.Unlock()
-		writeJSON(w, http.StatusConflict, KillResult{Error: "another request is acting on this unit"})
+		// Busy is not a refusal: the caller retries once the running kill
+		// (SIGTERM, the grace, SIGKILL) has had its time.
+		w.Header().Set("Retry-After", fmt.Sprint(int(h.cfg.Grace.Seconds())+1))
+		writeJSON(w, http.StatusServiceUnavailable, KillResult{Error: "another request is acting on this unit"})
 		return
 	}
 	h.busy[uuid] = true

@@ -286,3 +286,33 @@ func TestRefusesAProcessItCannotCheck(t *testing.T) {
 	require.Contains(t, res.Error, "pid 4194001 on the unit cannot be checked in this node's /proc")
 	require.True(t, alive(p.Process.Pid), "nothing was signalled")
 }
+
+// A kill asked for while another is under way on the unit (a client's
+// retry during the grace) is busy, not refused: 503 with Retry-After, so
+// the reclaimer waits rather than cancels.
+func TestBusyWhileAKillRuns(t *testing.T) {
+	stubborn := spawn(t, `trap "" TERM; while :; do sleep 1; done`) // the kill takes the whole grace
+	n := start(t, 0, stubborn.Process.Pid)
+	n.history(t)
+	body, _ := json.Marshal(action.KillRequest{Processes: n.unit(t).Processes, Reason: "GPUIdle"})
+	type answer struct {
+		code       int
+		retryAfter string
+	}
+	answers := make(chan answer, 2)
+	for range 2 { // the request and a retry of it, at once
+		go func() {
+			req, _ := http.NewRequest(http.MethodPost, n.srv.URL+"/api/v1/units/"+n.uuid()+"/kill", bytes.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+token)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				answers <- answer{}
+				return
+			}
+			resp.Body.Close()
+			answers <- answer{resp.StatusCode, resp.Header.Get("Retry-After")}
+		}()
+	}
+	got := []answer{<-answers, <-answers}
+	require.ElementsMatch(t, []answer{{http.StatusOK, ""}, {http.StatusServiceUnavailable, "1"}}, got, "one kills, the other is told to come back after the grace")
+}

@@ -93,7 +93,9 @@ func (c *Client) processes(ctx context.Context, t reclaim.Target) ([]action.Proc
 }
 
 // Kill ends the target's processes on its unit. The node re-checks that the
-// unit is idle and the processes are these; a 409 cancels the reclaim.
+// unit is idle and the processes are these: a 409 (refused) cancels the
+// reclaim, a 503 (busy, or its history too short) is retried after its
+// Retry-After.
 func (c *Client) Kill(ctx context.Context, r *reclaim.Reclaim) (reclaim.Result, error) {
 	procs, err := c.processes(ctx, r.Target)
 	if err != nil {
