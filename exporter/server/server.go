@@ -29,6 +29,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/exporter/action"
 	"github.com/gpureclaim/gpureclaim/exporter/collector"
 	"github.com/gpureclaim/gpureclaim/exporter/sampler"
+	"github.com/gpureclaim/gpureclaim/internal/httpserver"
 	"github.com/gpureclaim/gpureclaim/internal/logging"
 	"github.com/gpureclaim/gpureclaim/internal/podmeta"
 	"github.com/gpureclaim/gpureclaim/internal/podresources"
@@ -254,7 +255,12 @@ func Run(ctx context.Context, o *Options, n *Node, logger *slog.Logger) error {
 		}
 		fmt.Fprintf(w, "<html><head><title>gpureclaim exporter</title></head><body><h1>gpureclaim exporter</h1><p>Node %s. <a href=%q>Metrics</a></p></body></html>\n", n.Name, o.MetricsPath)
 	})
-	servers := []*http.Server{{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}
+	// A kill holds its answer for the grace, then polls for the processes' end.
+	limits := httpserver.Default
+	if o.ActionTokenFile != "" {
+		limits.Write = max(limits.Write, o.ActionGrace+time.Minute)
+	}
+	servers := []*http.Server{httpserver.New(mux, limits)}
 	addrs := []string{o.Listen}
 	if hist != nil {
 		h, err := actionHandler(o, n, smp, hist, live, logger)
@@ -266,7 +272,7 @@ func Run(ctx context.Context, o *Options, n *Node, logger *slog.Logger) error {
 		} else {
 			amux := http.NewServeMux()
 			amux.Handle("/api/v1/units/", h)
-			servers = append(servers, &http.Server{Handler: amux, ReadHeaderTimeout: 10 * time.Second})
+			servers = append(servers, httpserver.New(amux, limits))
 			addrs = append(addrs, o.ActionListen)
 		}
 		logger.Info("node action endpoint on", "address", addrs[len(addrs)-1], "kill_grace", o.ActionGrace, "idle_window", o.ActionWindow)
