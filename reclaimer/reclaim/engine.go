@@ -2,7 +2,6 @@ package reclaim
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -250,12 +249,7 @@ func (e *Engine) cancel(r *Reclaim, why string) {
 }
 
 // clone deep-copies a reclaim, so the index changes only once a write is durable.
-func clone(r *Reclaim) *Reclaim {
-	b, _ := json.Marshal(r)
-	var c Reclaim
-	_ = json.Unmarshal(b, &c)
-	return &c
-}
+func clone(r *Reclaim) *Reclaim { return r.Clone() }
 
 // Run steps every tick until ctx ends, and at once after each Kick.
 func (e *Engine) Run(ctx context.Context, tick time.Duration) {
@@ -716,7 +710,9 @@ func (e *Engine) unsnooze(ctx context.Context, id string) {
 	switch {
 	case err != nil:
 		e.o.Metrics.Error("alertmanager")
-		_, _ = e.update(id, nil, func(c *Reclaim) bool { c.NextTry = e.now().Add(30 * time.Second); return true })
+		if _, err := e.update(id, nil, func(c *Reclaim) bool { c.NextTry = e.now().Add(30 * time.Second); return true }); err != nil {
+			e.o.Logger.Error("recording when to look at a snooze again", "reclaim", id, "err", err)
+		}
 	case chk.Status == AlertSilenced:
 		e.snooze(id, chk, "")
 	case chk.Status == AlertGone:
@@ -874,7 +870,9 @@ func (e *Engine) final(ctx context.Context, id string) {
 	case DryRun:
 		kind = MsgAdmin
 	default:
-		_, _ = e.update(id, nil, func(c *Reclaim) bool { c.Final.Sent = true; return true })
+		if _, err := e.update(id, nil, func(c *Reclaim) bool { c.Final.Sent = true; return true }); err != nil {
+			e.o.Logger.Error("recording that nothing is left to tell", "reclaim", id, "err", err)
+		}
 		return
 	}
 	d := r.Final

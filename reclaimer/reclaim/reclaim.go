@@ -8,6 +8,8 @@ package reclaim
 import (
 	"crypto/sha256"
 	"fmt"
+	"maps"
+	"slices"
 	"regexp"
 	"time"
 
@@ -201,6 +203,30 @@ type Reclaim struct {
 	SnoozedUntil time.Time `json:"snoozed_until,omitzero"`
 	// Released is who released the unit from the message: act at once.
 	Released string `json:"released,omitempty"`
+}
+
+// Clone deep-copies the reclaim.
+func (r *Reclaim) Clone() *Reclaim {
+	c := *r
+	c.Labels = maps.Clone(r.Labels)
+	c.Annotations = maps.Clone(r.Annotations)
+	c.Warning, c.Final = r.Warning.clone(), r.Final.clone()
+	c.Killed = slices.Clone(r.Killed)
+	if r.Controller != nil {
+		ctl := *r.Controller
+		c.Controller = &ctl
+	}
+	if r.Workload != nil {
+		w := *r.Workload
+		c.Workload = &w
+	}
+	return &c
+}
+
+func (d Delivery) clone() Delivery {
+	d.Refs = maps.Clone(d.Refs)
+	d.Channels = slices.Clone(d.Channels)
+	return d
 }
 
 // ActionText says what the action will do or did, for people: the action,
