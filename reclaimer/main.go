@@ -184,7 +184,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if act.kube != nil {
 		owners = act.kube
 	}
-	notifiers, err := buildNotifiers(cfg, logger, am, owners)
+	notifiers, err := buildNotifiers(cfg, logger, am, owners, st)
 	if err != nil {
 		fmt.Fprintln(stderr, "gpureclaim-reclaimer:", err)
 		return 1
@@ -255,7 +255,7 @@ type notifierSet struct {
 	mount func(ctx context.Context, srv *rweb.Server, eng *reclaim.Engine)
 }
 
-func buildNotifiers(cfg *config.Config, logger *slog.Logger, am *alertmanager.Client, owners rslack.OwnerLookup) (notifierSet, error) {
+func buildNotifiers(cfg *config.Config, logger *slog.Logger, am *alertmanager.Client, owners rslack.OwnerLookup, replay rslack.ReplayGuard) (notifierSet, error) {
 	set := notifierSet{mount: func(context.Context, *rweb.Server, *reclaim.Engine) {}}
 	for _, n := range cfg.Notifiers {
 		switch n.Type {
@@ -271,7 +271,7 @@ func buildNotifiers(cfg *config.Config, logger *slog.Logger, am *alertmanager.Cl
 				Pricing: rslack.Pricing{PerGPUHour: n.Slack.PricePerGPUHour, Currency: n.Slack.Currency}, StatusPage: cfg.StatusPageURL})
 			set.list = append(set.list, sn)
 			set.mount = func(_ context.Context, srv *rweb.Server, eng *reclaim.Engine) {
-				srv.Handle("/slack/interactions", rslack.NewInteractions(sn, eng, am))
+				srv.Handle("/slack/interactions", rslack.NewInteractions(sn, eng, am, replay))
 			}
 		}
 	}

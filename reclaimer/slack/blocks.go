@@ -2,6 +2,7 @@ package slack
 
 import (
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -76,28 +77,41 @@ func whatHappens(r *reclaim.Reclaim) string {
 		if r.Action == config.ActionScaleDown {
 			verb = "scaled down"
 		}
-		return fmt.Sprintf("%s will be %s%s", code(c.String()), verb, restoreHint)
+		return fmt.Sprintf("%s will be %s%s", code(esc(c.String())), esc(verb), restoreHint)
 	}
 	return actionWords[r.Action]
 }
 
 func code(s string) string { return "`" + s + "`" }
 
+// esc escapes text for Slack's mrkdwn: what an alert, a reason or a label
+// carries never becomes a mention (<!channel>), a link or markup.
+var esc = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace
+
+// safeURL returns an http(s) URL fit for a mrkdwn link, or "".
+func safeURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.ContainsAny(s, "<>| \t\n") {
+		return ""
+	}
+	return s
+}
+
 func holder(t reclaim.Target) string {
 	if t.Pod != "" {
-		return fmt.Sprintf("pod `%s/%s`", t.Namespace, t.Pod)
+		return fmt.Sprintf("pod `%s/%s`", esc(t.Namespace), esc(t.Pod))
 	}
 	if t.SlurmJob != "" {
-		return fmt.Sprintf("user `%s`, Slurm job `%s`", t.User, t.SlurmJob)
+		return fmt.Sprintf("user `%s`, Slurm job `%s`", esc(t.User), esc(t.SlurmJob))
 	}
-	return fmt.Sprintf("user `%s`", t.User)
+	return fmt.Sprintf("user `%s`", esc(t.User))
 }
 
 func unit(t reclaim.Target) string {
 	if t.Kind == "mig" {
-		return fmt.Sprintf("MIG %s slice `%s`", t.MIGProfile, t.UUID)
+		return fmt.Sprintf("MIG %s slice `%s`", esc(t.MIGProfile), esc(t.UUID))
 	}
-	return fmt.Sprintf("GPU `%s`", t.UUID)
+	return fmt.Sprintf("GPU `%s`", esc(t.UUID))
 }
 
 // facts is the section every message about a reclaim starts with.
@@ -107,19 +121,19 @@ func facts(r *reclaim.Reclaim, now time.Time, p Pricing) slack.Block {
 	hours := now.Sub(idle).Hours() * t.Size()
 	return slack.NewSectionBlock(nil, []*slack.TextBlockObject{
 		mrkdwn("*Held by*\n" + holder(t)),
-		mrkdwn("*Unit*\n" + unit(t) + " on `" + t.Node + "`"),
+		mrkdwn("*Unit*\n" + unit(t) + " on `" + esc(t.Node) + "`"),
 		mrkdwn("*Idle since*\n" + date(idle)),
 		mrkdwn(fmt.Sprintf("*Idle so far*\n%.1f GPU-hours, about %s", hours, p.cost(hours))),
 	}, nil)
 }
 
 func links(r *reclaim.Reclaim, statusPage string) slack.Block {
-	parts := []string{fmt.Sprintf("Policy `%s`", r.Policy), fmt.Sprintf("reclaim `%s`", r.ID)}
-	if u := r.Annotations["dashboard_url"]; u != "" {
+	parts := []string{fmt.Sprintf("Policy `%s`", esc(r.Policy)), fmt.Sprintf("reclaim `%s`", esc(r.ID))}
+	if u := safeURL(r.Annotations["dashboard_url"]); u != "" {
 		parts = append(parts, fmt.Sprintf("<%s|dashboard>", u))
 	}
-	if statusPage != "" {
-		parts = append(parts, fmt.Sprintf("<%s|status page>", strings.TrimRight(statusPage, "/")+"/"))
+	if u := safeURL(strings.TrimRight(statusPage, "/") + "/"); statusPage != "" && u != "" {
+		parts = append(parts, fmt.Sprintf("<%s|status page>", u))
 	}
 	return slack.NewContextBlock("", mrkdwn(strings.Join(parts, " · ")))
 }
@@ -157,11 +171,11 @@ func Notice(r *reclaim.Reclaim, now time.Time, p Pricing, statusPage string) []s
 	}
 	blocks := []slack.Block{
 		slack.NewHeaderBlock(plain(title)),
-		slack.NewSectionBlock(mrkdwn(r.Annotations["description"]), nil, nil),
+		slack.NewSectionBlock(mrkdwn(esc(r.Annotations["description"])), nil, nil),
 	}
 	if r.Controller != nil && r.Reason != "" {
 		// Decided on the pod's top owner: say why nothing will be done.
-		blocks = append(blocks, slack.NewSectionBlock(mrkdwn("*Why nothing will be done* — "+r.Reason+"."), nil, nil))
+		blocks = append(blocks, slack.NewSectionBlock(mrkdwn("*Why nothing will be done* — "+esc(r.Reason)+"."), nil, nil))
 	}
 	return append(blocks, links(r, statusPage))
 }
@@ -184,7 +198,7 @@ func Outcome(kind reclaim.MessageKind, r *reclaim.Reclaim, by string, now time.T
 		body = fmt.Sprintf("Released by %s: reclaiming now.", by)
 	case reclaim.MsgReclaimed:
 		head = "Reclaimed"
-		body = fmt.Sprintf("Reclaimed on %s: %s.", date(r.ActedAt), r.Detail)
+		body = fmt.Sprintf("Reclaimed on %s: %s.", date(r.ActedAt), esc(r.Detail))
 		if w := r.Workload; w != nil && r.Restored.IsZero() {
 			if w.Stop == reclaim.StopScale || w.Stop == "" {
 				body += fmt.Sprintf(" %s `%s` had %d replicas.", w.Kind, w.Name, w.PreviousReplicas)
@@ -193,16 +207,16 @@ func Outcome(kind reclaim.MessageKind, r *reclaim.Reclaim, by string, now time.T
 		}
 	case reclaim.MsgRestored:
 		head = "Restored"
-		body = fmt.Sprintf("Restored by %s: %s.", by, r.Workload.RestoredText())
+		body = fmt.Sprintf("Restored by %s: %s.", by, esc(r.Workload.RestoredText()))
 	case reclaim.MsgCancelled:
 		head = "Cancelled"
-		body = "Cancelled: " + r.Reason + "."
+		body = "Cancelled: " + esc(r.Reason) + "."
 		if strings.Contains(r.Reason, "no longer fires") || strings.Contains(r.Reason, "resolved") {
 			body = "Cancelled: the GPU is busy again."
 		}
 	case reclaim.MsgFailed:
 		head = "Reclaim failed"
-		body = "The reclaim failed: " + r.Reason + ". The admins are told."
+		body = "The reclaim failed: " + esc(r.Reason) + ". The admins are told."
 	}
 	blocks := []slack.Block{
 		slack.NewHeaderBlock(plain(head)),

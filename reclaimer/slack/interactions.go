@@ -56,15 +56,23 @@ type Interactions struct {
 
 	mu     sync.Mutex
 	seen   map[string]time.Time // signatures already served: replays are refused
+	replay ReplayGuard
 	locks  map[string]*sync.Mutex
 	wg     sync.WaitGroup
 	maxAge time.Duration
 }
 
-// NewInteractions returns the handler.
-func NewInteractions(n *Notifier, e Engine, s Silencer) *Interactions {
+// ReplayGuard remembers signed requests durably: a signature seen before
+// and not expired is a replay, after a restart too.
+type ReplayGuard interface {
+	FirstSight(key string, now, expires time.Time) (bool, error)
+}
+
+// NewInteractions returns the handler. A nil guard remembers signatures in
+// memory only.
+func NewInteractions(n *Notifier, e Engine, s Silencer, replay ReplayGuard) *Interactions {
 	return &Interactions{notifier: n, engine: e, silences: s, admins: n.cfg.Admins, log: n.log, clock: n.clock,
-		seen: map[string]time.Time{}, locks: map[string]*sync.Mutex{}, maxAge: 5 * time.Minute}
+		seen: map[string]time.Time{}, replay: replay, locks: map[string]*sync.Mutex{}, maxAge: 5 * time.Minute}
 }
 
 // Wait waits for the presses being carried out (tests, shutdown).
@@ -93,7 +101,13 @@ func (h *Interactions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "signature verification failed", http.StatusUnauthorized)
 		return
 	}
-	if !h.firstSight(r.Header.Get("X-Slack-Signature")) {
+	first, err := h.firstSight(r.Header.Get("X-Slack-Signature"))
+	switch {
+	case err != nil:
+		h.log.Error("remembering a Slack request's signature", "err", err)
+		http.Error(w, "cannot check for a replay now", http.StatusServiceUnavailable)
+		return
+	case !first:
 		http.Error(w, "replayed request", http.StatusUnauthorized)
 		return
 	}
@@ -123,21 +137,26 @@ func (h *Interactions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // firstSight remembers a signature for as long as Slack's timestamps are
-// valid; a second sight is a replay.
-func (h *Interactions) firstSight(sig string) bool {
+// valid; a second sight is a replay. The signature is keyed as the hex of
+// its MAC in lower case: the same MAC written otherwise is the same request.
+func (h *Interactions) firstSight(sig string) (bool, error) {
+	key := strings.ToLower(strings.TrimSpace(sig))
+	now := time.Now()
+	if h.replay != nil {
+		return h.replay.FirstSight("slack:"+key, now, now.Add(2*h.maxAge))
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	now := time.Now()
 	for s, t := range h.seen {
 		if now.Sub(t) > 2*h.maxAge {
 			delete(h.seen, s)
 		}
 	}
-	if _, ok := h.seen[sig]; ok {
-		return false
+	if _, ok := h.seen[key]; ok {
+		return false, nil
 	}
-	h.seen[sig] = now
-	return true
+	h.seen[key] = now
+	return true, nil
 }
 
 func (h *Interactions) lock(id string) func() {
@@ -175,7 +194,7 @@ func (h *Interactions) press(ctx context.Context, cb *slack.InteractionCallback)
 	}
 	presser := cb.User.ID
 	owner := r.Warning.Refs["slack.owner"]
-	if presser != owner && !slices.Contains(h.admins, presser) {
+	if presser == "" || (presser != owner && !slices.Contains(h.admins, presser)) {
 		h.log.Warn("refused a button press by someone else", "user", presser, "owner", owner, "reclaim", id, "action", a.ActionID)
 		who := "its owner"
 		if owner != "" {

@@ -56,6 +56,7 @@ type env struct {
 	srv      *httptest.Server
 	am       *amtest.Alertmanager
 	amc      *alertmanager.Client
+	st       *store.Bolt
 }
 
 // newEnv runs an engine with the Slack notifier on a fake Slack. With a
@@ -97,7 +98,8 @@ policies:
 	e.eng, err = reclaim.New(reclaim.Options{Config: e.cfg, Store: st, Checker: checker, Actor: e.actor,
 		Notifiers: []reclaim.Notifier{e.notifier}, Clock: e.clock.Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
 	require.NoError(t, err)
-	e.inter = rslack.NewInteractions(e.notifier, e.eng, e.amc)
+	e.st = st
+	e.inter = rslack.NewInteractions(e.notifier, e.eng, e.amc, st)
 	e.srv = httptest.NewServer(e.inter)
 	t.Cleanup(e.srv.Close)
 	return e
@@ -407,10 +409,18 @@ func TestSignatures(t *testing.T) {
 	id := e.only().ID
 	body := payload("U0CAROL", rslack.ActionSnooze1h, "not-a-reclaim")
 
-	code, sig := e.pressRaw(body, time.Now(), secret, "")
+	now := time.Now()
+	code, sig := e.pressRaw(body, now, secret, "")
 	require.Equal(t, http.StatusOK, code, "valid")
-	code, _ = e.pressRaw(body, time.Now(), secret, sig)
+	code, _ = e.pressRaw(body, now, secret, sig)
 	require.Equal(t, http.StatusUnauthorized, code, "replayed")
+	code, _ = e.pressRaw(body, now, secret, "v0="+strings.ToUpper(strings.TrimPrefix(sig, "v0=")))
+	require.Equal(t, http.StatusUnauthorized, code, "replayed with the MAC in upper case")
+	// Restarted, the reclaimer still knows the signature: it is in the store.
+	e.inter = rslack.NewInteractions(e.notifier, e.eng, e.amc, e.st)
+	e.srv.Config.Handler = e.inter
+	code, _ = e.pressRaw(body, now, secret, sig)
+	require.Equal(t, http.StatusUnauthorized, code, "replayed after a restart")
 	require.Equal(t, http.StatusUnauthorized, e.pressSigned("U0CAROL", rslack.ActionSnooze1h, id, time.Now(), "guessed-secret"), "forged")
 	require.Equal(t, http.StatusUnauthorized, e.pressSigned("U0CAROL", rslack.ActionSnooze1h, id, time.Now().Add(-10*time.Minute), secret), "stale")
 	require.Equal(t, reclaim.Pending, e.only().State, "no refused request changed anything")
@@ -509,4 +519,41 @@ func TestFullCycle(t *testing.T) {
 	}
 	require.Equal(t, []string{"post: Idle GPU: it will be reclaimed", "post: Idle GPU: it will be reclaimed", "update: Snoozed", "update: Reclaimed"}, story)
 	require.Equal(t, reclaim.Done, e.only().State)
+}
+
+// What an alert, a reason or a label carries is text, never a mention, a
+// link or markup; a dashboard link that is not http(s) is left out.
+func TestMessagesEscapeWhatTheyQuote(t *testing.T) {
+	p := rslack.Pricing{PerGPUHour: 2.5, Currency: "USD"}
+	r := sample()
+	r.Annotations["description"] = "<!channel> idle; see <https://evil.example.com|the fix> & more"
+	r.Annotations["dashboard_url"] = "javascript:alert(1)"
+	r.Reason = "<!here> cannot stop it"
+	r.Controller = &reclaim.Controller{Kind: "TrainingRun", Namespace: "x", Name: "<@U0ADMIN>", Stop: reclaim.StopNone}
+	r.Action = "stop"
+	for name, blocks := range map[string][]goslack.Block{
+		"warning": rslack.Warning(r, T0, p, "javascript:void(0)", rslack.DefaultSnoozes),
+		"notice":  rslack.Notice(r, T0, p, ""),
+		"failed":  rslack.Outcome(reclaim.MsgFailed, r, "", T0, p, ""),
+	} {
+		b, err := json.Marshal(goslack.Blocks{BlockSet: blocks})
+		require.NoError(t, err)
+		var round []map[string]any
+		require.NoError(t, json.Unmarshal(b, &round))
+		text := string(b)
+		for _, bad := range []string{"<!channel>", "<!here>", "<https://evil", "<@U0ADMIN>", "javascript:"} {
+			require.NotContains(t, strings.ReplaceAll(text, `\u003c`, "<"), bad, "%s", name)
+		}
+	}
+}
+
+// A press with no Slack user is nobody's: it never passes for the owner of
+// a reclaim whose owner Slack does not know.
+func TestAPressWithNoUserIsRefused(t *testing.T) {
+	e := newEnv(t, "default_channel: \"#gpu\"", owners{}, false, &Checker{})
+	e.ingest(IdlePod("firing", T0, "ml", "nb-9"))
+	e.at(0)
+	require.Empty(t, e.only().Warning.Refs["slack.owner"], "no owner known")
+	require.Equal(t, http.StatusOK, e.press("", rslack.ActionKeep, e.only().ID))
+	require.Equal(t, reclaim.Pending, e.only().State, "nothing changed")
 }

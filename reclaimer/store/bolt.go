@@ -17,6 +17,7 @@ import (
 var (
 	bucketReclaims = []byte("reclaims")
 	bucketAudit    = []byte("audit")
+	bucketReplays  = []byte("replays")
 )
 
 // Bolt is a reclaim.Store in a bbolt file.
@@ -37,7 +38,7 @@ func Open(path string, timeout time.Duration) (*Bolt, error) {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketReclaims, bucketAudit} {
+		for _, b := range [][]byte{bucketReclaims, bucketAudit, bucketReplays} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -156,4 +157,35 @@ func (b *Bolt) Prune(before time.Time) (int, error) {
 		return nil
 	})
 	return n, err
+}
+
+// FirstSight records a key (a signed request's signature) until expires
+// and says whether it is new; a key seen before and not expired is a
+// replay. Expired keys are dropped in the same transaction, so the bucket
+// holds only what is still valid, across restarts.
+func (b *Bolt) FirstSight(key string, now, expires time.Time) (bool, error) {
+	first := false
+	err := b.db.Update(func(tx *bolt.Tx) error {
+		rb := tx.Bucket(bucketReplays)
+		var stale [][]byte
+		if err := rb.ForEach(func(k, v []byte) error {
+			if t, err := time.Parse(time.RFC3339Nano, string(v)); err != nil || !t.After(now) {
+				stale = append(stale, append([]byte(nil), k...))
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		for _, k := range stale {
+			if err := rb.Delete(k); err != nil {
+				return err
+			}
+		}
+		if rb.Get([]byte(key)) != nil {
+			return nil
+		}
+		first = true
+		return rb.Put([]byte(key), []byte(expires.UTC().Format(time.RFC3339Nano)))
+	})
+	return first, err
 }
