@@ -9,8 +9,8 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"maps"
-	"slices"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
