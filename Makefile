@@ -14,6 +14,7 @@ ALERTMANAGER_VERSION := v0.35.0
 KUBE_VERSION         := v1.37.2
 KWOK_VERSION         := v0.8.0
 HELM_VERSION         := v3.22.0
+GOLANGCI_LINT_VERSION := v2.15.0
 # prometheus-operator's CRDs, for validating the chart's ServiceMonitor,
 # PrometheusRule and AlertmanagerConfig on a real apiserver.
 PROMETHEUS_OPERATOR_VERSION := v0.94.0
@@ -32,7 +33,7 @@ LDFLAGS  := -X github.com/prometheus/common/version.Version=$(VERSION) \
             -X github.com/prometheus/common/version.Branch=main
 
 KUBE_BINS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl
-TOOLS := $(BIN)/promtool $(BIN)/prometheus $(BIN)/alertmanager $(BIN)/amtool $(BIN)/etcd $(KUBE_BINS) $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/helm $(BIN)/crds/.$(PROMETHEUS_OPERATOR_VERSION) $(WORKLOAD_CRDS_STAMP)
+TOOLS := $(BIN)/promtool $(BIN)/prometheus $(BIN)/alertmanager $(BIN)/amtool $(BIN)/etcd $(KUBE_BINS) $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/helm $(BIN)/crds/.$(PROMETHEUS_OPERATOR_VERSION) $(WORKLOAD_CRDS_STAMP) $(BIN)/golangci-lint
 
 .PHONY: all build run demo test e2e bench lint tools chromium rules dashboards manifests images backtest clean device-check
 
@@ -99,9 +100,11 @@ backtest: build
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-lint:
+## lint: go vet, gofmt, and golangci-lint with .golangci.yml (errcheck, staticcheck, unused, ...).
+lint: $(BIN)/golangci-lint
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(BIN)/golangci-lint run ./...
 
 tools: $(TOOLS) chromium
 
@@ -149,6 +152,14 @@ $(KUBE_BINS) &: hack/tools/kube/go.mod hack/tools/kube/go.sum
 	cd hack/tools/kube && $(GO) build -o $(BIN)/ \
 		-ldflags '-X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37' \
 		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+
+$(BIN)/.golangci-lint-$(GOLANGCI_LINT_VERSION):
+	@mkdir -p $(BIN)
+	GOBIN=$(BIN) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	@touch $@
+
+$(BIN)/golangci-lint: $(BIN)/.golangci-lint-$(GOLANGCI_LINT_VERSION)
+	@test -x $@ || { rm -f $< && $(MAKE) --no-print-directory $<; }
 
 $(BIN)/kwok:
 	@mkdir -p $(BIN)

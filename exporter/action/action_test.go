@@ -40,10 +40,9 @@ func spawn(t *testing.T, script string) *exec.Cmd {
 
 type node struct {
 	*simtest.Node
-	srv     *httptest.Server
-	results *prometheus.CounterVec
-	reg     *prometheus.Registry
-	proc    *procfs.FS
+	srv  *httptest.Server
+	reg  *prometheus.Registry
+	proc *procfs.FS
 }
 
 // start runs a simulated node whose GPU 0 holds the given real processes,
@@ -277,11 +276,7 @@ func TestRefusesAProcessItCannotCheck(t *testing.T) {
 	const unseen = 4194001 // no such process here
 	n := start(t, 0, p.Process.Pid, unseen)
 	n.history(t)
-	var req []action.Process
-	for _, q := range n.unit(t).Processes {
-		req = append(req, q)
-	}
-	code, res := n.kill(t, req)
+	code, res := n.kill(t, n.unit(t).Processes)
 	require.Equal(t, http.StatusConflict, code, res.Error)
 	require.Contains(t, res.Error, "pid 4194001 on the unit cannot be checked in this node's /proc")
 	require.True(t, alive(p.Process.Pid), "nothing was signalled")

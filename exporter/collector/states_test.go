@@ -126,7 +126,7 @@ func TestStatesAreTrueToTheDriver(t *testing.T) {
 func TestAttributionOff(t *testing.T) {
 	var logs bytes.Buffer
 	n := statesNode(t, &logs)
-	smp := sampler.New(sampler.Config{NVML: n.Node.Sim, Node: "gpu-node-9", Clock: n.Clock.Now,
+	smp := sampler.New(sampler.Config{NVML: n.Sim, Node: "gpu-node-9", Clock: n.Clock.Now,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
 	s := smp.Sample(t.Context())
 	u := s.GPUs[3].Units[0]

@@ -141,7 +141,7 @@ func (c *cycle) freeStaleGPM() {
 func (c *cycle) freeGPM(st *gpmState) {
 	for _, s := range st.samples {
 		if s != nil {
-			c.s.cfg.NVML.GpmSampleFree(s)
+			_ = c.s.cfg.NVML.GpmSampleFree(s) // a buffer the driver would not free is nothing to retry
 		}
 	}
 }

@@ -15,9 +15,6 @@ import (
 // cut to the kernel's 15 characters.
 const mpsServerName = "nvidia-cuda-mps"
 
-// noInstance is the GPU/compute instance id NVML gives processes outside MIG.
-const noInstance = 0xFFFFFFFF
-
 // Why /proc could not place a process NVML lists.
 const (
 	causeNoProcfs  = "process attribution is off (--path.procfs is empty)"

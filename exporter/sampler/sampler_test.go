@@ -252,7 +252,7 @@ func TestPodResourcesOutageKeepsTheLastAnswer(t *testing.T) {
 	n := simtest.Start(t, simtest.Builtin(t, "demo"), nil)
 	s := n.SampleAt(t, 20*time.Minute, 5*time.Second)
 	require.True(t, step(t, s, sampler.StepPodResources).Success)
-	n.Node.Close() // the kubelet goes away
+	n.Close() // the kubelet goes away
 	s = n.SampleAt(t, 21*time.Minute, 5*time.Second)
 	require.False(t, step(t, s, sampler.StepPodResources).Success)
 	require.Equal(t, "notebook-carol", s.GPUs[2].Units[0].Owners[0].Pod)

@@ -115,7 +115,7 @@ func RealNode(o *Options, logger *slog.Logger) (*Node, error) {
 	if ret := lib.Init(); ret != nvml.SUCCESS {
 		return nil, fmt.Errorf(noDriverHelp, ret.Error())
 	}
-	n := &Node{NVML: lib, Name: o.Node, Close: func() { lib.Shutdown() }}
+	n := &Node{NVML: lib, Name: o.Node, Close: func() { _ = lib.Shutdown() }} // at exit: nothing to do about an error
 	if o.Procfs != "" {
 		n.Proc = procfs.New(o.Procfs, o.Passwd)
 	}

@@ -17,7 +17,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "nvml init:", ret)
 		os.Exit(1)
 	}
-	defer lib.Shutdown()
+	defer func() { _ = lib.Shutdown() }()
 	dev, ret := lib.DeviceGetHandleByIndex(0)
 	if ret != nvml.SUCCESS {
 		fmt.Fprintln(os.Stderr, "no GPU 0:", ret)
@@ -25,7 +25,10 @@ func main() {
 	}
 	s1, _ := lib.GpmSampleAlloc()
 	s2, _ := lib.GpmSampleAlloc()
-	lib.GpmSampleGet(dev, s1)
+	if ret := lib.GpmSampleGet(dev, s1); ret != nvml.SUCCESS {
+		fmt.Fprintln(os.Stderr, "no GPM sample:", ret)
+		os.Exit(1)
+	}
 	time.Sleep(200 * time.Millisecond)
 	calls := []struct {
 		name string

@@ -25,7 +25,7 @@ func serve(t *testing.T, l httpserver.Limits) string {
 		}
 		fmt.Fprintln(w, "ok")
 	}), l)
-	go srv.Serve(ln)
+	go func() { _ = srv.Serve(ln) }() // ends with ErrServerClosed
 	t.Cleanup(func() { srv.Close() })
 	return ln.Addr().String()
 }

@@ -236,7 +236,7 @@ func (sc *Scenario) validate() error {
 		}
 		total := float64(sys.config.MemoryMB) * (1 << 20)
 		if len(g.MIG) > 0 {
-			if g.Unit.hasAny() {
+			if g.hasAny() {
 				v.errorf(path, "a GPU in MIG mode is used through its instances: move the unit fields and processes under mig")
 			}
 			if g.MPS {

@@ -7,7 +7,6 @@ package nvmlsim
 import (
 	"fmt"
 	"math"
-	"sort"
 	"sync"
 	"time"
 
@@ -57,7 +56,7 @@ func New(sc *Scenario, now func() time.Time) (*Sim, error) {
 	for i := range sc.GPUs {
 		given[sc.GPUs[i].Index] = &sc.GPUs[i]
 	}
-	for i, d := range s.Server.Devices {
+	for i, d := range s.Devices {
 		g := given[i]
 		if g == nil {
 			g = &GPU{Index: i, UUID: "GPU-" + stableUUID(sc.Node, "gpu", fmt.Sprint(i))}
@@ -67,7 +66,7 @@ func New(sc *Scenario, now func() time.Time) (*Sim, error) {
 			return nil, fmt.Errorf("gpus[%d]: %w", i, err)
 		}
 		s.devices = append(s.devices, dev)
-		s.Server.Devices[i] = dev
+		s.Devices[i] = dev
 		s.byUUID[dev.uuid] = dev
 		for _, m := range dev.migs {
 			s.byUUID[m.uuid] = m
@@ -190,17 +189,17 @@ func (s *Sim) DeviceGetHandleByUUID(uuid string) (nvml.Device, nvml.Return) {
 
 func (s *Sim) SystemGetDriverVersion() (string, nvml.Return) {
 	s.count("SystemGetDriverVersion")
-	return s.Server.DriverVersion, nvml.SUCCESS
+	return s.DriverVersion, nvml.SUCCESS
 }
 
 func (s *Sim) SystemGetCudaDriverVersion() (int, nvml.Return) {
 	s.count("SystemGetCudaDriverVersion")
-	return s.Server.CudaDriverVersion, nvml.SUCCESS
+	return s.CudaDriverVersion, nvml.SUCCESS
 }
 
 func (s *Sim) SystemGetNVMLVersion() (string, nvml.Return) {
 	s.count("SystemGetNVMLVersion")
-	return s.Server.NvmlVersion, nvml.SUCCESS
+	return s.NvmlVersion, nvml.SUCCESS
 }
 
 // signalAt evaluates a unit field, 0 when the scenario leaves it unset.
@@ -231,12 +230,3 @@ func mean(v *Value, from, to time.Duration) float64 {
 }
 
 func clamp01(f float64) float64 { return math.Max(0, math.Min(1, f)) }
-
-func sortedPIDs(m map[int]bool) []int {
-	var out []int
-	for p := range m {
-		out = append(out, p)
-	}
-	sort.Ints(out)
-	return out
-}

@@ -101,7 +101,7 @@ func (r *Replayer) Step(i int, holds func(w int) bool) ([]ruleeval.Alert, error)
 			}
 			seen[s.Labels.Hash()] = true
 			if _, err := app.Append(0, s.Labels, ms, s.Values[i]); err != nil {
-				app.Rollback()
+				_ = app.Rollback() // the append's error is the one to report
 				return nil, fmt.Errorf("appending %s at %s: %w", s.Labels, ts, err)
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"text/template"
 	"time"
@@ -606,9 +607,8 @@ func (w *Window) validate(c *checker, field string) {
 			c.errorf(field+"."+f.name, "%q is not a time of day (HH:MM)", f.v)
 			continue
 		}
-		var h, mi int
-		fmt.Sscanf(m[1], "%d", &h)
-		fmt.Sscanf(m[2], "%d", &mi)
+		h, _ := strconv.Atoi(m[1]) // the pattern matched digits
+		mi, _ := strconv.Atoi(m[2])
 		*f.out = h*60 + mi
 	}
 	if w.From != "" && w.From == w.To {

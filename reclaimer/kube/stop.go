@@ -80,7 +80,7 @@ func (c *Client) stopPatch(ctx context.Context, r *reclaim.Reclaim, ctl *reclaim
 func (c *Client) kueueWorkloadOf(ctx context.Context, ns, kind, name string) (*unstructured.Unstructured, schema.GroupVersionResource, error) {
 	m, err := c.mapper.RESTMapping(kueueWorkload)
 	if err != nil {
-		return nil, schema.GroupVersionResource{}, fmt.Errorf("Kueue's Workload is not served here: %w", err)
+		return nil, schema.GroupVersionResource{}, fmt.Errorf("no Kueue Workload kind is served here: %w", err)
 	}
 	list, err := c.dyn.Resource(m.Resource).Namespace(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -100,7 +100,7 @@ func (c *Client) stopKueue(ctx context.Context, r *reclaim.Reclaim, ctl *reclaim
 		return reclaim.Result{}, err
 	}
 	if wl == nil {
-		return reclaim.Result{}, &reclaim.RetryError{After: defaultRetry, Err: fmt.Errorf("Kueue admits %s but no Workload of it was found yet", ctl)}
+		return reclaim.Result{}, &reclaim.RetryError{After: defaultRetry, Err: fmt.Errorf("no Kueue Workload of %s was found yet, though Kueue admits it", ctl)}
 	}
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}},"spec":{"active":false}}`, StoppedAnnotation, r.ID)
 	if _, err := c.dyn.Resource(gvr).Namespace(ctl.Namespace).Patch(ctx, wl.GetName(), types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: fieldManager}); err != nil {
