@@ -611,7 +611,10 @@ func (e *Engine) checks(ctx context.Context, r *Reclaim) bool {
 		return false
 	}
 	if r.Released != "" {
-		return true // the owner asked for it
+		// The owner asked: no window, minimum runtime or rate limit holds
+		// it, and their own snooze does not. It must still be the episode
+		// they pressed on: resolved or superseded since, it is cancelled.
+		return e.recheckEpisode(ctx, r)
 	}
 	if next := nextInWindows(p.Windows, now); next.After(now) {
 		e.deferTo(r.ID, next, "outside the policy's windows; next at "+next.UTC().Format(time.RFC3339))
@@ -668,6 +671,25 @@ func (e *Engine) recheck(ctx context.Context, r *Reclaim) bool {
 		return false
 	case AlertSilenced:
 		e.snooze(r.ID, chk, "")
+		return false
+	}
+	return true
+}
+
+// recheckEpisode asks Alertmanager whether the episode still fires,
+// silenced or not.
+func (e *Engine) recheckEpisode(ctx context.Context, r *Reclaim) bool {
+	if e.o.Checker == nil {
+		return true
+	}
+	chk, err := e.o.Checker.Check(ctx, r)
+	if err != nil {
+		e.o.Metrics.Error("alertmanager")
+		e.deferTo(r.ID, e.now().Add(30*time.Second), "cannot re-check the alert in Alertmanager: "+err.Error())
+		return false
+	}
+	if chk.Status == AlertGone {
+		e.finish(r.ID, Cancelled, "released, but the alert no longer fires: the GPU is busy again or was released", nil)
 		return false
 	}
 	return true

@@ -698,3 +698,31 @@ func TestRetriedActionChecksAgain(t *testing.T) {
 	require.Equal(t, reclaim.Cancelled, f.only().State)
 	require.Equal(t, 1, f.actor.Count())
 }
+
+// Release-now acts at once, past the grace, a window, the minimum runtime
+// and the owner's own snooze; but only on the episode the owner pressed on.
+func TestReleaseNow(t *testing.T) {
+	cfg := "policies: [{name: idle, matchers: ['alertname=\"GPUIdle\"'], action: auto, grace: 15m, min_runtime: 30m}]\n"
+	t.Run("acts at once, before the grace and the minimum runtime", func(t *testing.T) {
+		f := newFixture(t, cfg)
+		f.inspector.Start = map[string]time.Time{"ml/nb-0": T0} // started just now
+		f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+		f.at(0)
+		_, err := f.eng.ReleaseNow(context.Background(), f.only().ID, "<@U0CAROL>")
+		require.NoError(t, err)
+		f.at(time.Second)
+		require.Equal(t, reclaim.Done, f.only().State)
+		require.Equal(t, 1, f.actor.Count())
+	})
+	t.Run("the episode has resolved since: cancelled, nothing done", func(t *testing.T) {
+		f := newFixture(t, cfg)
+		f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+		f.at(0)
+		_, err := f.eng.ReleaseNow(context.Background(), f.only().ID, "<@U0CAROL>")
+		require.NoError(t, err)
+		f.checker.Set(reclaim.AlertGone, "", time.Time{})
+		f.at(time.Second)
+		require.Equal(t, reclaim.Cancelled, f.only().State)
+		require.Zero(t, f.actor.Count())
+	})
+}
