@@ -44,7 +44,7 @@ type owners map[string]string
 func (o owners) Owner(_ context.Context, t reclaim.Target) (string, error) { return o[t.Owner()], nil }
 
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	base     time.Time
 	slack    *fakeslack.Server
 	cfg      *config.Config
@@ -61,7 +61,7 @@ type env struct {
 
 // newEnv runs an engine with the Slack notifier on a fake Slack. With a
 // real Alertmanager the silences are real; otherwise checks use checker.
-func newEnv(t *testing.T, slackYAML string, own owners, withAM bool, checker reclaim.AlertChecker) *env {
+func newEnv(t testing.TB, slackYAML string, own owners, withAM bool, checker reclaim.AlertChecker) *env {
 	e := &env{t: t, slack: fakeslack.New(t), clock: NewClock(), actor: &Actor{}, base: T0}
 	amURL := "http://127.0.0.1:1"
 	if withAM {
@@ -556,4 +556,37 @@ func TestAPressWithNoUserIsRefused(t *testing.T) {
 	require.Empty(t, e.only().Warning.Refs["slack.owner"], "no owner known")
 	require.Equal(t, http.StatusOK, e.press("", rslack.ActionKeep, e.only().ID))
 	require.Equal(t, reclaim.Pending, e.only().State, "nothing changed")
+}
+
+// FuzzInteractions sends signed bodies of any shape: the handler answers
+// with a status Slack understands and never panics; nothing it was not
+// asked for changes.
+func FuzzInteractions(f *testing.F) {
+	f.Add(payload("U0CAROL", rslack.ActionSnooze1h, "x"))
+	f.Add(payload("", rslack.ActionRelease, ""))
+	f.Add("payload=%7B%22type%22%3A%22block_actions%22%2C%22actions%22%3A%5B%5D%7D")
+	f.Add("payload=not-json")
+	f.Add("%zz")
+	e := newEnv(f, "", owners{"ml/nb-0": "U0CAROL"}, false, &Checker{})
+	e.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	e.at(0)
+	id := e.only().ID
+	f.Fuzz(func(t *testing.T, body string) {
+		state := func() reclaim.State { r, _ := e.eng.Get(id); return r.State }
+		before := state()
+		ts := fmt.Sprint(time.Now().Unix())
+		mac := hmac.New(sha256.New, []byte(secret))
+		mac.Write([]byte("v0:" + ts + ":" + body))
+		req := httptest.NewRequest(http.MethodPost, "/slack/interactions", strings.NewReader(body))
+		req.Header.Set("X-Slack-Request-Timestamp", ts)
+		req.Header.Set("X-Slack-Signature", "v0="+hex.EncodeToString(mac.Sum(nil)))
+		rec := httptest.NewRecorder()
+		e.inter.ServeHTTP(rec, req)
+		e.inter.Wait()
+		// 401: the same body signed in the same second is a replay.
+		require.Contains(t, []int{http.StatusOK, http.StatusBadRequest, http.StatusUnauthorized, http.StatusRequestEntityTooLarge}, rec.Code, rec.Body.String())
+		if !strings.Contains(body, id) {
+			require.Equal(t, before, state(), "a press on no known reclaim changes nothing")
+		}
+	})
 }
