@@ -119,7 +119,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 			require.NoError(t, os.WriteFile(cfgPath, []byte(fmt.Sprintf(`webhook: {bearer_token_file: webhook.token}
 alertmanager: {url: %q}
 kubernetes: {enabled: false}
-nodes: {addresses: {crash-node: "http://%s"}, bearer_token_file: node.token, timeout: 10s}
+nodes: {addresses: {crash-node: "http://%s"}, bearer_token_file: node.token, timeout: 45s}
 notifiers: [{type: webhook, url: %q}]
 policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 1s, min_runtime: 0s}]
 `, am.URL, exporterAddr, hook.URL)), 0o600))

@@ -360,7 +360,7 @@ receivers:
 func (s *Stack) StartReclaimer(ctx context.Context, extra string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "webhook: {bearer_token_file: webhook.token}\nalertmanager: {url: %q}\nstatus_page_url: %q\nadmin_bearer_token_file: admin.token\n", s.AlertmanagerURL, s.ReclaimerURL)
-	b.WriteString("nodes:\n  bearer_token_file: node.token\n  timeout: 30s\n  addresses:\n")
+	b.WriteString("nodes:\n  bearer_token_file: node.token\n  timeout: 30s\n  kill_grace: 1s\n  addresses:\n")
 	for _, n := range s.o.Nodes {
 		fmt.Fprintf(&b, "    %s: \"http://%s\"\n", n.Name, n.Addr)
 	}

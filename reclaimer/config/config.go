@@ -35,6 +35,10 @@ const (
 	ActionStop = "stop"
 )
 
+// killCheckMargin is what a node's kill takes beyond its grace: signalling,
+// then polling for the processes' end.
+const killCheckMargin = 10 * time.Second
+
 // defaultHubTimeout bounds one call to JupyterHub's API.
 const defaultHubTimeout = 30 * time.Second
 
@@ -131,6 +135,9 @@ type Nodes struct {
 	BearerTokenFile string            `yaml:"bearer_token_file"`
 	// Timeout of one call; a kill waits out the node's checkpoint grace. Default 2m.
 	Timeout Duration `yaml:"timeout"`
+	// KillGrace is the nodes' --action.kill-grace: a kill's answer comes
+	// after it, so the timeout must be longer. Default 30s.
+	KillGrace Duration `yaml:"kill_grace"`
 
 	BearerToken string             `yaml:"-"`
 	tmpl        *template.Template `yaml:"-"`
@@ -484,6 +491,10 @@ func (cfg *Config) validate() error {
 	}
 	n.BearerToken = c.secret("nodes.bearer_token_file", n.BearerTokenFile)
 	c.duration("nodes.timeout", &n.Timeout, 2*time.Minute)
+	c.duration("nodes.kill_grace", &n.KillGrace, 30*time.Second)
+	if time.Duration(n.Timeout) < time.Duration(n.KillGrace)+killCheckMargin {
+		c.errorf("nodes.timeout", "%s is too short for nodes.kill_grace %s: a kill answers after the grace and the node's check (%s more); the call would be cut off and retried while the kill runs", n.Timeout, n.KillGrace, killCheckMargin)
+	}
 
 	if len(cfg.Notifiers) == 0 {
 		cfg.Notifiers = []Notifier{{Type: "log"}}

@@ -69,6 +69,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- if .Values.exporter.action.enabled -}}
 {{- $nodes := default dict $c.nodes -}}
 {{- $_ := set $nodes "bearer_token_file" (printf "%s/node/token" $dir) -}}
+{{- $_ := set $nodes "kill_grace" .Values.exporter.action.killGrace -}}
 {{- if not $nodes.url_template -}}
 {{- $_ := set $nodes "url_template" (printf "http://{{ .Node }}:%v" .Values.exporter.action.port) -}}
 {{- end -}}
