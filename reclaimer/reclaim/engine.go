@@ -43,10 +43,18 @@ type Engine struct {
 	o Options
 
 	mu       sync.Mutex
-	index    map[string]*Reclaim
-	inflight map[string]bool // side effects in progress, outside the lock
+	index    map[string]*Reclaim // values are never changed once in: a write puts a new copy
+	version  uint64              // counts the index's changes
+	inflight map[string]bool     // side effects in progress, outside the lock
 	breaker  bool
 	wake     chan struct{}
+
+	// The sorted view readers share, rebuilt when the index has changed,
+	// outside the engine's lock: a status page over 60,000 reclaims does
+	// not hold up a webhook.
+	viewMu      sync.Mutex
+	view        []*Reclaim
+	viewVersion uint64
 }
 
 // New loads the store and resumes every reclaim where it stopped.
@@ -236,6 +244,7 @@ func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
 	for _, r := range rs {
 		e.index[r.ID] = r
 	}
+	e.version++
 	e.o.Failpoint("ingested")
 	e.gauges()
 	e.Kick()
@@ -395,6 +404,7 @@ func (e *Engine) update(id string, events func(*Reclaim) []Event, f func(*Reclai
 		return nil, err
 	}
 	e.index[id] = c
+	e.version++
 	return c, nil
 }
 
@@ -948,21 +958,77 @@ func text(kind MessageKind, r *Reclaim) string {
 	return ""
 }
 
-// List returns copies of every reclaim, newest first.
+// List returns every reclaim, newest first. The reclaims are shared with
+// the engine and other readers: read them, never change them.
 func (e *Engine) List() []*Reclaim {
+	e.viewMu.Lock()
+	defer e.viewMu.Unlock()
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	if e.view != nil && e.viewVersion == e.version {
+		v := e.view
+		e.mu.Unlock()
+		return v
+	}
+	ver := e.version
 	out := make([]*Reclaim, 0, len(e.index))
 	for _, r := range e.index {
-		out = append(out, clone(r))
+		out = append(out, r)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].Created.Equal(out[j].Created) {
-			return out[i].Created.After(out[j].Created)
-		}
-		return out[i].ID < out[j].ID
-	})
+	e.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return newer(out[i], out[j]) })
+	e.view, e.viewVersion = out, ver
 	return out
+}
+
+// newer orders reclaims newest first, then by ID.
+func newer(a, b *Reclaim) bool {
+	if !a.Created.Equal(b.Created) {
+		return a.Created.After(b.Created)
+	}
+	return a.ID < b.ID
+}
+
+// Query selects a page of reclaims.
+type Query struct {
+	// States keeps these states only; none keeps all.
+	States map[State]bool
+	// Limit bounds the page; 0 means no bound.
+	Limit int
+	// After is the last ID of the previous page.
+	After string
+}
+
+// Page is one page of reclaims, newest first.
+type Page struct {
+	Reclaims []*Reclaim
+	// Next is the After of the next page; empty on the last.
+	Next string
+}
+
+// Page returns a page of reclaims, shared as List's are.
+func (e *Engine) Page(q Query) Page {
+	all := e.List()
+	start := 0
+	if q.After != "" {
+		e.mu.Lock()
+		last, ok := e.index[q.After]
+		e.mu.Unlock()
+		if ok {
+			start = sort.Search(len(all), func(i int) bool { return newer(last, all[i]) })
+		}
+	}
+	var p Page
+	for _, r := range all[start:] {
+		if len(q.States) > 0 && !q.States[r.State] {
+			continue
+		}
+		if q.Limit > 0 && len(p.Reclaims) == q.Limit {
+			p.Next = p.Reclaims[len(p.Reclaims)-1].ID
+			break
+		}
+		p.Reclaims = append(p.Reclaims, r)
+	}
+	return p
 }
 
 // Get returns a copy of one reclaim.
@@ -1039,6 +1105,7 @@ func (e *Engine) Prune(before time.Time) (int, error) {
 			delete(e.index, id)
 		}
 	}
+	e.version++
 	return n, nil
 }
 

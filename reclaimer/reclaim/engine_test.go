@@ -726,3 +726,30 @@ func TestReleaseNow(t *testing.T) {
 		require.Zero(t, f.actor.Count())
 	})
 }
+
+// Pages walk every reclaim once, newest first, with a state filter.
+func TestPages(t *testing.T) {
+	f := newFixture(t, "")
+	for i := range 7 {
+		f.clock.Set(T0.Add(time.Duration(i) * time.Minute))
+		f.ingest(IdlePod("firing", T0, "ml", fmt.Sprintf("nb-%d", i)))
+	}
+	all := f.eng.List()
+	require.Len(t, all, 7)
+	var walked []string
+	q := reclaim.Query{Limit: 3}
+	for {
+		p := f.eng.Page(q)
+		for _, r := range p.Reclaims {
+			walked = append(walked, r.Target.Pod)
+		}
+		require.LessOrEqual(t, len(p.Reclaims), 3)
+		if p.Next == "" {
+			break
+		}
+		q.After = p.Next
+	}
+	require.Equal(t, []string{"nb-6", "nb-5", "nb-4", "nb-3", "nb-2", "nb-1", "nb-0"}, walked)
+	require.Empty(t, f.eng.Page(reclaim.Query{States: map[reclaim.State]bool{reclaim.Done: true}}).Reclaims)
+	require.Len(t, f.eng.Page(reclaim.Query{States: map[reclaim.State]bool{reclaim.Pending: true}}).Reclaims, 7)
+}

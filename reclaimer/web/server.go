@@ -4,9 +4,11 @@ import (
 	"context"
 	"embed"
 	"errors"
+	"fmt"
 	htmltemplate "html/template"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,6 +25,7 @@ import (
 type Engine interface {
 	Ingest(alerts []template.Alert) (reclaim.IngestResult, error)
 	List() []*reclaim.Reclaim
+	Page(q reclaim.Query) reclaim.Page
 	Get(id string) (*reclaim.Reclaim, bool)
 	Audit(limit int) ([]reclaim.Event, error)
 	Restore(ctx context.Context, id, by string) (*reclaim.Reclaim, error)
@@ -93,20 +96,38 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 type ReclaimList struct {
 	Reclaims    []*reclaim.Reclaim `json:"reclaims"`
 	BreakerOpen bool               `json:"circuit_breaker_open"`
+	// Next is the after= of the next page; absent on the last.
+	Next string `json:"next,omitempty"`
 }
 
+// Pages of the list API: limit= defaults to defaultPage, at most maxPage.
+const (
+	defaultPage = 500
+	maxPage     = 5000
+	// statusPending bounds the pending reclaims the status page lists.
+	statusPending = 500
+)
+
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
-	states := map[reclaim.State]bool{}
+	q := reclaim.Query{States: map[reclaim.State]bool{}, Limit: defaultPage, After: r.URL.Query().Get("after")}
 	for _, st := range strings.Split(r.URL.Query().Get("state"), ",") {
 		if st != "" {
-			states[reclaim.State(st)] = true
+			q.States[reclaim.State(st)] = true
 		}
 	}
-	out := ReclaimList{Reclaims: []*reclaim.Reclaim{}, BreakerOpen: s.engine.BreakerOpen()}
-	for _, rc := range s.engine.List() {
-		if len(states) == 0 || states[rc.State] {
-			out.Reclaims = append(out.Reclaims, rc)
+	if l := r.URL.Query().Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > maxPage {
+			s.requests.WithLabelValues("reclaims", "400").Inc()
+			writeJSON(w, http.StatusBadRequest, problem{Error: fmt.Sprintf("limit=%s: give 1 to %d", l, maxPage)})
+			return
 		}
+		q.Limit = n
+	}
+	p := s.engine.Page(q)
+	out := ReclaimList{Reclaims: p.Reclaims, BreakerOpen: s.engine.BreakerOpen(), Next: p.Next}
+	if out.Reclaims == nil {
+		out.Reclaims = []*reclaim.Reclaim{}
 	}
 	s.requests.WithLabelValues("reclaims", "200").Inc()
 	writeJSON(w, http.StatusOK, out)
@@ -160,6 +181,7 @@ var statusPage = htmltemplate.Must(htmltemplate.New("status.html").Funcs(htmltem
 type statusData struct {
 	Now         time.Time
 	Pending     []*reclaim.Reclaim
+	MorePending int // pending reclaims past the page's bound
 	Recent      []*reclaim.Reclaim
 	Events      []reclaim.Event
 	BreakerOpen bool
@@ -171,6 +193,10 @@ func (s *Server) status(w http.ResponseWriter, _ *http.Request) {
 	for _, rc := range s.engine.List() {
 		switch rc.State {
 		case reclaim.Pending, reclaim.Acting, reclaim.Snoozed:
+			if len(d.Pending) == statusPending {
+				d.MorePending++
+				continue
+			}
 			d.Pending = append(d.Pending, rc)
 		case reclaim.Resolved:
 		default:

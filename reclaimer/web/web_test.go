@@ -212,3 +212,24 @@ func FuzzDecodeMessage(f *testing.F) {
 		}
 	})
 }
+
+func TestListIsPaginated(t *testing.T) {
+	s := newServer(t, false)
+	code, _ := s.post(t, payload(t), bearer("t0ken"))
+	require.Equal(t, http.StatusOK, code)
+	for _, tc := range []struct {
+		query string
+		code  int
+	}{{"limit=1", 200}, {"limit=0", 400}, {"limit=5001", 400}, {"limit=x", 400}, {"", 200}} {
+		resp, err := http.Get(s.URL + "/api/v1/reclaims?" + tc.query)
+		require.NoError(t, err)
+		var l web.ReclaimList
+		_ = json.NewDecoder(resp.Body).Decode(&l)
+		resp.Body.Close()
+		require.Equal(t, tc.code, resp.StatusCode, tc.query)
+		if tc.code == 200 {
+			require.Len(t, l.Reclaims, 1)
+			require.Empty(t, l.Next, "one page")
+		}
+	}
+}

@@ -1,0 +1,98 @@
+package web_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/alertmanager/template"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+	. "github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/store"
+	"github.com/gpureclaim/gpureclaim/reclaimer/web"
+)
+
+// BenchmarkWebhookWhilePolled measures one webhook (a notification of one
+// new alert, decided and persisted) while 60,000 reclaims are stored and
+// four clients poll the status page and the list API without pause. It
+// reports the webhook's latency percentiles.
+func BenchmarkWebhookWhilePolled(b *testing.B) {
+	const stored, pollers = 60000, 4
+	cfg := Config(b, "webhook: {bearer_token_file: token, max_body_bytes: 8MiB}\n")
+	st, err := store.Open(filepath.Join(b.TempDir(), "s.db"), time.Second)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	clock := NewClock()
+	reg := prometheus.NewRegistry()
+	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &Actor{}, Clock: clock.Now, Metrics: reclaim.NewMetrics(reg)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < stored; i += 1000 {
+		var batch []template.Alert
+		for j := i; j < i+1000; j++ {
+			batch = append(batch, IdlePod("firing", T0, "ml", fmt.Sprintf("nb-%d", j)))
+		}
+		if _, err := eng.Ingest(batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	h := web.New(web.Options{Config: cfg, Engine: eng, Clock: clock.Now, Registry: reg})
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for p := range pollers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			paths := []string{"/", "/api/v1/reclaims"}
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, paths[(i+p)%2], nil))
+			}
+		}()
+	}
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		body, _ := json.Marshal(template.Data{Receiver: "gpureclaim", Status: "firing",
+			Alerts: template.Alerts{IdlePod("firing", T0, "ml", fmt.Sprintf("new-%d", i))}})
+		msg := map[string]any{}
+		_ = json.Unmarshal(body, &msg)
+		msg["version"], msg["groupKey"] = "4", "{}:{}"
+		body, _ = json.Marshal(msg)
+		req := httptest.NewRequest(http.MethodPost, "/webhook", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer t0ken")
+		rec := httptest.NewRecorder()
+		start := time.Now()
+		h.ServeHTTP(rec, req)
+		lat = append(lat, time.Since(start))
+		if rec.Code != http.StatusOK {
+			b.Fatalf("webhook: %d %s", rec.Code, rec.Body.String())
+		}
+	}
+	b.StopTimer()
+	close(stop)
+	wg.Wait()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000 }
+	b.ReportMetric(pct(0.5), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+	b.ReportMetric(pct(1), "max-ms")
+}
