@@ -235,7 +235,7 @@ func TestChartRendersWhatTheBinariesAccept(t *testing.T) {
 	helm := tooltest.Bin(t, "helm")
 	exporter, reclaimer := binaries(t)
 	secrets := t.TempDir()
-	for _, f := range []string{"webhook/token", "admin/token", "node/token", "slack/token", "slack/signing-secret", "jupyterhub/token"} {
+	for _, f := range []string{"webhook/token", "admin/token", "node/token", "slack/token", "slack/signing-secret", "jupyterhub/token", "read/token"} {
 		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(secrets, f)), 0o755))
 		require.NoError(t, os.WriteFile(filepath.Join(secrets, f), []byte("s3cret\n"), 0o600))
 	}
@@ -262,7 +262,9 @@ func TestChartRendersWhatTheBinariesAccept(t *testing.T) {
 				require.Len(t, c.Notifiers, 1)
 				require.Equal(t, "s3cret", c.Notifiers[0].Slack.SigningSecret)
 				require.Equal(t, "s3cret", c.Kubernetes.JupyterHub.Token)
+				require.Equal(t, "s3cret", c.Web.Auth.BearerToken)
 			} else {
+				require.True(t, c.Web.Auth.None, "said outright")
 				require.True(t, c.DryRun, "the chart installs in dry run")
 			}
 

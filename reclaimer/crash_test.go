@@ -117,6 +117,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 			state := filepath.Join(t.TempDir(), "state.db")
 			cfgPath := filepath.Join(dir, fmt.Sprintf("reclaimer-%d.yml", i))
 			require.NoError(t, os.WriteFile(cfgPath, []byte(fmt.Sprintf(`webhook: {bearer_token_file: webhook.token}
+web: {auth: {none: true}}
 alertmanager: {url: %q}
 kubernetes: {enabled: false}
 nodes: {addresses: {crash-node: "http://%s"}, bearer_token_file: node.token, timeout: 45s}

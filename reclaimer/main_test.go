@@ -17,7 +17,7 @@ func TestConfigCheck(t *testing.T) {
 	b, err := os.ReadFile("reclaimer.example.yml")
 	require.NoError(t, err)
 	// The example points at /etc; point its secrets at files that exist here.
-	for _, f := range []string{"webhook-token", "node-token"} {
+	for _, f := range []string{"webhook-token", "node-token", "read-token"} {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, f), []byte("secret\n"), 0o600))
 	}
 	cfg := strings.ReplaceAll(string(b), "/etc/gpureclaim/", dir+"/")

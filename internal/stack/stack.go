@@ -359,7 +359,7 @@ receivers:
 // YAML of its notifiers and policies.
 func (s *Stack) StartReclaimer(ctx context.Context, extra string) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "webhook: {bearer_token_file: webhook.token}\nalertmanager: {url: %q}\nstatus_page_url: %q\nadmin_bearer_token_file: admin.token\n", s.AlertmanagerURL, s.ReclaimerURL)
+	fmt.Fprintf(&b, "webhook: {bearer_token_file: webhook.token}\nweb: {auth: {none: true}}\nalertmanager: {url: %q}\nstatus_page_url: %q\nadmin_bearer_token_file: admin.token\n", s.AlertmanagerURL, s.ReclaimerURL)
 	b.WriteString("nodes:\n  bearer_token_file: node.token\n  timeout: 30s\n  kill_grace: 1s\n  addresses:\n")
 	for _, n := range s.o.Nodes {
 		fmt.Fprintf(&b, "    %s: \"http://%s\"\n", n.Name, n.Addr)

@@ -62,7 +62,7 @@ func policy(t *testing.T, yaml string) *config.Config {
 		return c
 	}
 	p := filepath.Join(t.TempDir(), "reclaimer.yml")
-	require.NoError(t, os.WriteFile(p, []byte("webhook: {bearer_token_file: unread}\nalertmanager: {url: http://am:9093}\n"+yaml), 0o644))
+	require.NoError(t, os.WriteFile(p, []byte("webhook: {bearer_token_file: unread}\nweb: {auth: {none: true}}\nalertmanager: {url: http://am:9093}\n"+yaml), 0o644))
 	c, err := config.LoadWithoutSecrets(p)
 	require.NoError(t, err)
 	return c

@@ -48,6 +48,7 @@ type Config struct {
 	// scales, and sends no owner warnings.
 	DryRun         bool           `yaml:"dry_run"`
 	Webhook        Webhook        `yaml:"webhook"`
+	Web            Web            `yaml:"web"`
 	Alertmanager   Alertmanager   `yaml:"alertmanager"`
 	Kubernetes     Kubernetes     `yaml:"kubernetes"`
 	Nodes          Nodes          `yaml:"nodes"`
@@ -78,6 +79,23 @@ type Webhook struct {
 	BasicAuth       *BasicAuth `yaml:"basic_auth"`
 	// MaxBodyBytes bounds a notification's size. Default 4MiB.
 	MaxBodyBytes Bytes `yaml:"max_body_bytes"`
+
+	BearerToken string `yaml:"-"`
+}
+
+// Web is who may read the status page and the API (GET / and GET
+// /api/v1/...). The webhook, Slack's interactions, the restore call and the
+// health probes have their own auth, or none.
+type Web struct {
+	Auth WebAuth `yaml:"auth"`
+}
+
+// WebAuth is a bearer token, basic auth (either passes), or none: true said
+// outright: the page shows owners, Unix users and Slack ids.
+type WebAuth struct {
+	BearerTokenFile string     `yaml:"bearer_token_file"`
+	BasicAuth       *BasicAuth `yaml:"basic_auth"`
+	None            bool       `yaml:"none"`
 
 	BearerToken string `yaml:"-"`
 }
@@ -340,7 +358,7 @@ func ParseWithoutSecrets(b []byte) (*Config, error) { return parse(b, "", false)
 // DefaultWithoutSecrets is the configuration with every default, for the
 // backtest: its policies are DefaultPolicies.
 func DefaultWithoutSecrets() (*Config, error) {
-	return parse([]byte("webhook: {bearer_token_file: unread}\nalertmanager: {url: http://alertmanager:9093}\n"), "", false)
+	return parse([]byte("webhook: {bearer_token_file: unread}\nweb: {auth: {none: true}}\nalertmanager: {url: http://alertmanager:9093}\n"), "", false)
 }
 
 func parse(b []byte, dir string, secrets bool) (*Config, error) {
@@ -454,6 +472,16 @@ func (cfg *Config) validate() error {
 	if w.MaxBodyBytes < 1024 {
 		c.errorf("webhook.max_body_bytes", "%d is too small for one notification (at least 1KiB)", w.MaxBodyBytes)
 	}
+
+	wa := &cfg.Web.Auth
+	switch {
+	case wa.None && (wa.BearerTokenFile != "" || wa.BasicAuth != nil):
+		c.errorf("web.auth", "none: true and credentials: choose one")
+	case !wa.None && wa.BearerTokenFile == "" && wa.BasicAuth == nil:
+		c.errorf("web.auth", "is required: bearer_token_file, basic_auth, or none: true (the status page and the API show owners, Unix users and Slack ids)")
+	}
+	wa.BearerToken = c.secret("web.auth.bearer_token_file", wa.BearerTokenFile)
+	c.basicAuth("web.auth.basic_auth", wa.BasicAuth)
 
 	am := &cfg.Alertmanager
 	c.url("alertmanager.url", am.URL, true)

@@ -39,7 +39,7 @@ func TestGoodConfig(t *testing.T) {
 func TestDefaults(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "t"), []byte("x"), 0o600))
-	c, err := Parse([]byte("webhook: {bearer_token_file: t}\nalertmanager: {url: \"http://am:9093\"}\n"), dir)
+	c, err := Parse([]byte("webhook: {bearer_token_file: t}\nweb: {auth: {none: true}}\nalertmanager: {url: \"http://am:9093\"}\n"), dir)
 	require.NoError(t, err)
 	require.EqualValues(t, 4<<20, c.Webhook.MaxBodyBytes)
 	require.True(t, c.Kubernetes.On())
@@ -49,7 +49,7 @@ func TestDefaults(t *testing.T) {
 	require.Len(t, c.Policies, 2, "act on GPUIdle as it suggests, notify on the rest")
 	require.Equal(t, ActionAuto, c.Policies[0].Action)
 	require.Equal(t, 30*time.Minute, c.Policies[0].MinRuntimeTime())
-	c, err = Parse([]byte("webhook: {bearer_token_file: t}\nalertmanager: {url: \"http://am:9093\"}\npolicies: [{name: p, matchers: ['a=\"b\"'], action: evict, grace: 0s, min_runtime: 0s}]\n"), dir)
+	c, err = Parse([]byte("webhook: {bearer_token_file: t}\nweb: {auth: {none: true}}\nalertmanager: {url: \"http://am:9093\"}\npolicies: [{name: p, matchers: ['a=\"b\"'], action: evict, grace: 0s, min_runtime: 0s}]\n"), dir)
 	require.NoError(t, err)
 	require.Zero(t, c.Policies[0].GraceTime(), "0s is a value, not a missing field")
 	require.Zero(t, c.Policies[0].MinRuntimeTime())
@@ -96,7 +96,7 @@ func TestLoadWithoutSecrets(t *testing.T) {
 func TestWorkloads(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "t"), []byte("x"), 0o600))
-	base := "webhook: {bearer_token_file: t}\nalertmanager: {url: \"http://am:9093\"}\n"
+	base := "webhook: {bearer_token_file: t}\nweb: {auth: {none: true}}\nalertmanager: {url: \"http://am:9093\"}\n"
 	c, err := Parse([]byte(base), dir)
 	require.NoError(t, err)
 	require.Len(t, c.Workloads, len(BuiltinWorkloads()))

@@ -322,6 +322,7 @@ func TestTopOwners(t *testing.T) {
 
 		// Declared in the config, it is paused and resumed.
 		cfg, err := config.ParseWithoutSecrets([]byte(`webhook: {bearer_token_file: t}
+web: {auth: {none: true}}
 alertmanager: {url: "http://am:9093"}
 workloads:
   - {name: trainingrun, group: example.com, version: v1, kind: TrainingRun, resource: trainingruns,

@@ -39,6 +39,9 @@ func Config(t testing.TB, yaml string) *config.Config {
 	if !regexp.MustCompile(`(?m)^webhook:`).MatchString(yaml) {
 		yaml = "webhook: {bearer_token_file: token}\n" + yaml
 	}
+	if !regexp.MustCompile(`(?m)^web:`).MatchString(yaml) {
+		yaml = "web: {auth: {none: true}}\n" + yaml
+	}
 	if !regexp.MustCompile(`(?m)^alertmanager:`).MatchString(yaml) {
 		yaml = "alertmanager: {url: \"http://127.0.0.1:9093\"}\n" + yaml
 	}

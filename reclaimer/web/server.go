@@ -67,14 +67,30 @@ func New(o Options) *Server {
 		}, []string{"handler", "code"}),
 	}
 	s.mux.HandleFunc("/webhook", s.webhook)
-	s.mux.HandleFunc("GET /api/v1/reclaims", s.list)
-	s.mux.HandleFunc("GET /api/v1/reclaims/{id}", s.get)
+	s.mux.Handle("GET /api/v1/reclaims", s.readers(s.list))
+	s.mux.Handle("GET /api/v1/reclaims/{id}", s.readers(s.get))
 	s.mux.HandleFunc("POST /api/v1/reclaims/{id}/restore", s.restore)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	s.mux.HandleFunc("GET /readyz", s.readyz)
-	s.mux.HandleFunc("GET /{$}", s.status)
+	s.mux.Handle("GET /{$}", s.readers(s.status))
 	return s
+}
+
+// readers guards the status page and the API with web.auth.
+func (s *Server) readers(h http.HandlerFunc) http.Handler {
+	a := s.cfg.Web.Auth
+	if a.None {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !authorized(r, a.BearerToken, a.BasicAuth) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="gpureclaim-reclaimer", Basic realm="gpureclaim-reclaimer"`)
+			writeJSON(w, http.StatusUnauthorized, problem{Error: "the status page and the API need web.auth's bearer token or basic auth"})
+			return
+		}
+		h(w, r)
+	})
 }
 
 // Handle adds a route (the Slack interactions).

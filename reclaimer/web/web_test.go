@@ -233,3 +233,44 @@ func TestListIsPaginated(t *testing.T) {
 		}
 	}
 }
+
+// The status page and the API have their own auth, apart from the
+// webhook's; the health probes stay open.
+func TestReadersAuth(t *testing.T) {
+	cfg := Config(t, "webhook: {bearer_token_file: token}\nweb: {auth: {basic_auth: {username: ops, password_file: token}}}\n")
+	st, err := store.Open(filepath.Join(t.TempDir(), "s.db"), time.Second)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	reg := prometheus.NewRegistry()
+	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &Actor{}, Clock: NewClock().Now, Metrics: reclaim.NewMetrics(reg)})
+	require.NoError(t, err)
+	srv := httptest.NewServer(web.New(web.Options{Config: cfg, Engine: eng, Clock: time.Now, Registry: reg}))
+	t.Cleanup(srv.Close)
+	get := func(path string, auth func(*http.Request)) int {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		if auth != nil {
+			auth(req)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, tc := range []struct {
+		path string
+		auth func(*http.Request)
+		code int
+	}{
+		{"/", nil, 401},
+		{"/api/v1/reclaims", nil, 401},
+		{"/api/v1/reclaims/x", nil, 401},
+		{"/api/v1/reclaims", bearer("t0ken"), 401}, // the webhook's token is not the readers'
+		{"/", basic("ops", "t0ken"), 200},
+		{"/api/v1/reclaims", basic("ops", "t0ken"), 200},
+		{"/healthz", nil, 200},
+		{"/readyz", nil, 200},
+		{"/metrics", nil, 200},
+	} {
+		require.Equal(t, tc.code, get(tc.path, tc.auth), tc.path)
+	}
+}

@@ -16,15 +16,15 @@ import (
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 )
 
-// authorized checks a bearer token or basic auth against the webhook config.
-func authorized(r *http.Request, c config.Webhook) bool {
-	if c.BearerToken != "" {
-		if tok, ok := cutBearer(r); ok && eq(tok, c.BearerToken) {
+// authorized checks a bearer token or basic auth (either passes).
+func authorized(r *http.Request, bearer string, basic *config.BasicAuth) bool {
+	if bearer != "" {
+		if tok, ok := cutBearer(r); ok && eq(tok, bearer) {
 			return true
 		}
 	}
-	if c.BasicAuth != nil {
-		if u, p, ok := r.BasicAuth(); ok && eq(u, c.BasicAuth.Username) && eq(p, c.BasicAuth.Password) {
+	if basic != nil {
+		if u, p, ok := r.BasicAuth(); ok && eq(u, basic.Username) && eq(p, basic.Password) {
 			return true
 		}
 	}
@@ -100,7 +100,7 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusMethodNotAllowed, "POST an Alertmanager notification")
 		return
 	}
-	if !authorized(r, s.cfg.Webhook) {
+	if !authorized(r, s.cfg.Webhook.BearerToken, s.cfg.Webhook.BasicAuth) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="gpureclaim-reclaimer", Basic realm="gpureclaim-reclaimer"`)
 		fail(http.StatusUnauthorized, "a valid bearer token or basic auth is required")
 		return

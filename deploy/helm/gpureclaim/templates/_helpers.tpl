@@ -63,6 +63,11 @@ app.kubernetes.io/component: {{ .component }}
 {{- $c := deepCopy $r.config -}}
 {{- $_ := set $c "webhook" (merge (dict "bearer_token_file" (printf "%s/webhook/token" $dir)) (default dict $c.webhook)) -}}
 {{- $_ := set $c "alertmanager" (merge (dict "url" $r.alertmanagerURL) (default dict $c.alertmanager)) -}}
+{{- if $r.readSecret.name -}}
+{{- $_ := set $c "web" (dict "auth" (dict "bearer_token_file" (printf "%s/read/token" $dir))) -}}
+{{- else -}}
+{{- $_ := set $c "web" (dict "auth" (dict "none" true)) -}}
+{{- end -}}
 {{- if $r.adminSecret.name -}}
 {{- $_ := set $c "admin_bearer_token_file" (printf "%s/admin/token" $dir) -}}
 {{- end -}}
