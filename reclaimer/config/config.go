@@ -60,6 +60,10 @@ type Config struct {
 	// Workloads are the kinds of top owner the reclaimer stops, over the
 	// built-in ones; after loading, every kind, built-in ones included.
 	Workloads []Workload `yaml:"workloads"`
+	// WarningDeadline is how long an owner's warning may fail to go out
+	// before the admins are told; the reclaim waits for it either way.
+	// Default 15m.
+	WarningDeadline Duration `yaml:"warning_deadline"`
 	// StatusPageURL is where people reach the status page, for links in messages.
 	StatusPageURL string `yaml:"status_page_url"`
 	// AdminBearerTokenFile guards the API calls that change things
@@ -576,6 +580,7 @@ func (cfg *Config) validate() error {
 	if *cfg.CircuitBreaker.MaxPending < 0 {
 		c.errorf("circuit_breaker.max_pending", "must not be negative (0 turns the breaker off)")
 	}
+	c.duration("warning_deadline", &cfg.WarningDeadline, 15*time.Minute)
 	c.url("status_page_url", cfg.StatusPageURL, false)
 	cfg.AdminBearerToken = c.secret("admin_bearer_token_file", cfg.AdminBearerTokenFile)
 

@@ -516,6 +516,9 @@ func (e *Engine) warn(ctx context.Context, id string) {
 		}
 	}
 	d := r.Warning
+	if d.FirstTry.IsZero() {
+		d.FirstTry = e.now()
+	}
 	var delivered bool
 	if r.DryRun {
 		delivered = true
@@ -559,8 +562,12 @@ func (e *Engine) warn(ctx context.Context, id string) {
 	if delivered && kind == MsgWarning && e.o.Events != nil {
 		e.o.Events.Event(ctx, r, "GPUIdleWarning", fmt.Sprintf("%s is idle; it will be reclaimed (%s) after %s unless it is used again", r.Target.Unit(), r.ActionText(), r.ActAt.UTC().Format(time.RFC3339)))
 	}
-	if !delivered && d.Attempts == 3 {
-		e.send(ctx, Message{Kind: MsgAdmin, Reclaim: r, Text: fmt.Sprintf("The warning to %s about %s cannot be delivered (%s); the reclaim waits.", r.Target.Owner(), r.Target.Unit(), d.Error)}, nil)
+	if !delivered && !d.Escalated && e.now().Sub(d.FirstTry) >= time.Duration(e.o.Config.WarningDeadline) {
+		e.o.Logger.Warn("the owner's warning is not delivered within the deadline: the reclaim waits", "reclaim", id, "owner", r.Target.Owner(), "err", d.Error)
+		e.send(ctx, Message{Kind: MsgAdmin, Reclaim: r, Text: fmt.Sprintf("The warning to %s about %s has not been delivered for %s (%s); the reclaim waits until it is.", r.Target.Owner(), r.Target.Unit(), e.o.Config.WarningDeadline, d.Error)}, nil)
+		if _, err := e.update(id, nil, func(c *Reclaim) bool { c.Warning.Escalated = true; return true }); err != nil {
+			e.o.Logger.Error("recording that the admins were told", "reclaim", id, "err", err)
+		}
 	}
 }
 

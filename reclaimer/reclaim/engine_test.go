@@ -753,3 +753,22 @@ func TestPages(t *testing.T) {
 	require.Empty(t, f.eng.Page(reclaim.Query{States: map[reclaim.State]bool{reclaim.Done: true}}).Reclaims)
 	require.Len(t, f.eng.Page(reclaim.Query{States: map[reclaim.State]bool{reclaim.Pending: true}}).Reclaims, 7)
 }
+
+// A warning that cannot go out holds the reclaim; past warning_deadline
+// the admins are told, once.
+func TestUndeliveredWarningIsEscalatedAtTheDeadline(t *testing.T) {
+	f := newFixture(t, "warning_deadline: 10m\n")
+	f.notifier.Fail = errors.New("slack is down")
+	f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	for m := 0; m < 10; m++ {
+		f.at(time.Duration(m) * time.Minute)
+	}
+	require.False(t, f.only().Warning.Escalated, "not before the deadline")
+	for m := 10; m <= 40; m++ {
+		f.at(time.Duration(m) * time.Minute)
+	}
+	r := f.only()
+	require.True(t, r.Warning.Escalated)
+	require.Equal(t, T0, r.Warning.FirstTry)
+	require.Zero(t, f.actor.Count(), "held, whatever the grace")
+}

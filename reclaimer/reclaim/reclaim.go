@@ -119,6 +119,10 @@ type Delivery struct {
 	At       time.Time `json:"at,omitzero"`
 	Attempts int       `json:"attempts,omitempty"`
 	Error    string    `json:"error,omitempty"`
+	// FirstTry is the first attempt; Escalated says the admins were told
+	// it did not go out within the warning deadline.
+	FirstTry  time.Time `json:"first_try,omitzero"`
+	Escalated bool      `json:"escalated,omitempty"`
 	// Refs lets a notifier update its message later (a Slack channel and ts).
 	Refs map[string]string `json:"refs,omitempty"`
 	// Channels says where it went (a DM, a channel, the log).

@@ -471,7 +471,8 @@ func TestSlackFailures(t *testing.T) {
 			}
 		}
 		require.Len(t, admin, 1)
-		require.Contains(t, admin[0], "cannot be delivered")
+		require.Contains(t, admin[0], "has not been delivered for 15m", "told once the warning deadline passed")
+		require.True(t, r.Warning.Escalated)
 	})
 }
 
