@@ -45,6 +45,14 @@ func (a *actor) Act(ctx context.Context, action string, r *reclaim.Reclaim) (rec
 	return reclaim.Result{}, fmt.Errorf("unknown action %q", action)
 }
 
+// Plan lists the PIDs a kill will end.
+func (a *actor) Plan(ctx context.Context, action string, r *reclaim.Reclaim) ([]int, error) {
+	if action != config.ActionKill {
+		return nil, nil
+	}
+	return a.nodes.PIDs(ctx, r.Target)
+}
+
 func (a *actor) Restore(ctx context.Context, r *reclaim.Reclaim) error {
 	if a.kube == nil {
 		return reclaim.ErrNotRestorable

@@ -92,6 +92,19 @@ func (c *Client) processes(ctx context.Context, t reclaim.Target) ([]action.Proc
 	return out, nil
 }
 
+// PIDs lists the target's processes on its unit.
+func (c *Client) PIDs(ctx context.Context, t reclaim.Target) ([]int, error) {
+	procs, err := c.processes(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	pids := make([]int, 0, len(procs))
+	for _, p := range procs {
+		pids = append(pids, p.PID)
+	}
+	return pids, nil
+}
+
 // Kill ends the target's processes on its unit. The node re-checks that the
 // unit is idle and the processes are these: a 409 (refused) cancels the
 // reclaim, a 503 (busy, or its history too short) is retried after its

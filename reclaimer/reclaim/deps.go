@@ -104,6 +104,12 @@ type Actor interface {
 	Act(ctx context.Context, action string, r *Reclaim) (Result, error)
 }
 
+// Planner says, before an action, what it will end (the PIDs of a kill),
+// so that a restart in the middle of it can still say what was done.
+type Planner interface {
+	Plan(ctx context.Context, action string, r *Reclaim) ([]int, error)
+}
+
 // Result is what an action did.
 type Result struct {
 	Workload *Workload

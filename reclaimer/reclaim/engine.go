@@ -799,6 +799,16 @@ func (e *Engine) act(ctx context.Context, id string) {
 	if !resumed && !e.checks(ctx, r) {
 		return
 	}
+	// What the action will end is written with the decision (a kill's
+	// PIDs), so that after a restart the record says what was done.
+	var planned []int
+	if p, ok := e.o.Actor.(Planner); ok && !resumed && !r.DryRun {
+		pids, err := p.Plan(ctx, r.Action, r)
+		if err != nil && !errors.Is(err, ErrGone) {
+			e.o.Logger.Warn("looking up what the action will end", "reclaim", id, "err", err)
+		}
+		planned = pids
+	}
 	// The decision is written before it is carried out.
 	r, err := e.update(id, func(c *Reclaim) []Event { return []Event{e.event(c, "acting", c.Action, "reclaimer")} }, func(c *Reclaim) bool {
 		if c.State.Terminal() {
@@ -807,6 +817,9 @@ func (e *Engine) act(ctx context.Context, id string) {
 		c.State, c.Attempts, c.Reason = Acting, c.Attempts+1, "acting: "+c.Action
 		if c.ActingSince.IsZero() {
 			c.ActingSince = e.now()
+		}
+		if planned != nil {
+			c.Planned = planned
 		}
 		return true
 	})
@@ -833,6 +846,10 @@ func (e *Engine) act(ctx context.Context, id string) {
 		switch {
 		case err != nil && resumed:
 			result, detail = "gone", "the target is gone: the action begun before the reclaimer restarted took effect (or it left on its own)"
+			if len(r.Planned) > 0 {
+				res.Killed = r.Planned
+				detail = fmt.Sprintf("processes %v are gone: the kill begun before the reclaimer restarted took effect (or they ended on their own)", r.Planned)
+			}
 		case err != nil:
 			result, detail = "gone", "the target was already gone"
 		}

@@ -772,3 +772,21 @@ func TestUndeliveredWarningIsEscalatedAtTheDeadline(t *testing.T) {
 	require.Equal(t, T0, r.Warning.FirstTry)
 	require.Zero(t, f.actor.Count(), "held, whatever the grace")
 }
+
+// A kill interrupted by a restart ends done with the PIDs it set out to
+// end, written before it ran, even though the node finds them gone.
+func TestRestartAfterAKillKeepsItsPIDs(t *testing.T) {
+	f := newFixture(t, "")
+	f.actor.PIDs = []int{4242, 4243}
+	f.ingest(IdleProcess("firing", T0, "bob"))
+	f.at(0)
+	f.stepUntilCrash(5*time.Minute, "after-action")
+	require.Equal(t, []int{4242, 4243}, f.only().Planned)
+	f.checker.Set(reclaim.AlertGone, "", time.Time{}) // the GPU is free: the kill worked
+	f.actor.Err = reclaim.ErrGone
+	f.at(5*time.Minute + time.Second)
+	r := f.only()
+	require.Equal(t, reclaim.Done, r.State)
+	require.Equal(t, []int{4242, 4243}, r.Killed)
+	require.Contains(t, r.Reason, "processes [4242 4243] are gone")
+}

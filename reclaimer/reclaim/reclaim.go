@@ -198,8 +198,11 @@ type Reclaim struct {
 	Controller *Controller `json:"controller,omitempty"`
 	Workload   *Workload   `json:"workload,omitempty"`
 	Killed     []int       `json:"killed,omitempty"`
-	Detail     string      `json:"detail,omitempty"`
-	Restored   time.Time   `json:"restored,omitzero"`
+	// Planned is what the action set out to end (a kill's PIDs), written
+	// before it ran.
+	Planned  []int     `json:"planned,omitempty"`
+	Detail   string    `json:"detail,omitempty"`
+	Restored time.Time `json:"restored,omitzero"`
 	// Silence is the Alertmanager silence a snooze or keep created.
 	Silence string `json:"silence,omitempty"`
 	// SnoozedBy and SnoozedUntil say who snoozed or kept it, and until when.
@@ -216,6 +219,7 @@ func (r *Reclaim) Clone() *Reclaim {
 	c.Annotations = maps.Clone(r.Annotations)
 	c.Warning, c.Final = r.Warning.clone(), r.Final.clone()
 	c.Killed = slices.Clone(r.Killed)
+	c.Planned = slices.Clone(r.Planned)
 	if r.Controller != nil {
 		ctl := *r.Controller
 		c.Controller = &ctl

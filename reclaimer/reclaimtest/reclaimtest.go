@@ -112,6 +112,8 @@ type Actor struct {
 	Calls []string
 	Err   error
 	Once  bool
+	// PIDs is what a kill plans to end.
+	PIDs []int
 }
 
 func (a *Actor) Act(_ context.Context, action string, r *reclaim.Reclaim) (reclaim.Result, error) {
@@ -123,6 +125,16 @@ func (a *Actor) Act(_ context.Context, action string, r *reclaim.Reclaim) (recla
 		a.Err = nil
 	}
 	return reclaim.Result{Detail: "did " + action}, err
+}
+
+// Plan answers PIDs, what a kill will end.
+func (a *Actor) Plan(_ context.Context, action string, _ *reclaim.Reclaim) ([]int, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if action != "kill" {
+		return nil, nil
+	}
+	return a.PIDs, nil
 }
 
 func (a *Actor) Count() int {
