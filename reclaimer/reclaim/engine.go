@@ -672,30 +672,14 @@ func (e *Engine) checks(ctx context.Context, r *Reclaim) bool {
 }
 
 // recheck asks Alertmanager whether the alert still fires, unsilenced.
-func (e *Engine) recheck(ctx context.Context, r *Reclaim) bool {
-	if e.o.Checker == nil {
-		return true
-	}
-	chk, err := e.o.Checker.Check(ctx, r)
-	if err != nil {
-		e.o.Metrics.Error("alertmanager")
-		e.deferTo(r.ID, e.now().Add(30*time.Second), "cannot re-check the alert in Alertmanager: "+err.Error())
-		return false
-	}
-	switch chk.Status {
-	case AlertGone:
-		e.finish(r.ID, Cancelled, "the alert no longer fires: the GPU is busy again or was released", nil)
-		return false
-	case AlertSilenced:
-		e.snooze(r.ID, chk, "")
-		return false
-	}
-	return true
+func (e *Engine) recheck(ctx context.Context, r *Reclaim) bool { return e.recheckAlert(ctx, r, false) }
+
+// recheckEpisode asks whether the episode still fires, silenced or not.
+func (e *Engine) recheckEpisode(ctx context.Context, r *Reclaim) bool {
+	return e.recheckAlert(ctx, r, true)
 }
 
-// recheckEpisode asks Alertmanager whether the episode still fires,
-// silenced or not.
-func (e *Engine) recheckEpisode(ctx context.Context, r *Reclaim) bool {
+func (e *Engine) recheckAlert(ctx context.Context, r *Reclaim, silencedToo bool) bool {
 	if e.o.Checker == nil {
 		return true
 	}
@@ -705,8 +689,12 @@ func (e *Engine) recheckEpisode(ctx context.Context, r *Reclaim) bool {
 		e.deferTo(r.ID, e.now().Add(30*time.Second), "cannot re-check the alert in Alertmanager: "+err.Error())
 		return false
 	}
-	if chk.Status == AlertGone {
-		e.finish(r.ID, Cancelled, "released, but the alert no longer fires: the GPU is busy again or was released", nil)
+	switch {
+	case chk.Status == AlertGone:
+		e.finish(r.ID, Cancelled, "the alert no longer fires: the GPU is busy again or was released", nil)
+		return false
+	case chk.Status == AlertSilenced && !silencedToo:
+		e.snooze(r.ID, chk, "")
 		return false
 	}
 	return true
