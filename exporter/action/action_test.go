@@ -48,6 +48,11 @@ type node struct {
 // start runs a simulated node whose GPU 0 holds the given real processes,
 // read through the real /proc, with the action endpoint in front.
 func start(t *testing.T, smActive float64, pids ...int) *node {
+	return startGrace(t, 300*time.Millisecond, smActive, pids...)
+}
+
+// startGrace is start with the given kill grace.
+func startGrace(t *testing.T, grace time.Duration, smActive float64, pids ...int) *node {
 	var procs []string
 	for _, p := range pids {
 		procs = append(procs, fmt.Sprintf("{pid: %d, memory_used: 1GiB}", p))
@@ -59,7 +64,7 @@ func start(t *testing.T, smActive float64, pids ...int) *node {
 		return sampler.Config{NVML: s, Proc: real, OnSample: hist.Record}
 	})
 	reg := prometheus.NewRegistry()
-	h := action.New(action.Config{Token: token, Grace: 300 * time.Millisecond, IdleWindow: time.Minute, IdleThreshold: 0.05, ExemptUsers: []string{"nobody"}, Clock: n.Clock.Now},
+	h := action.New(action.Config{Token: token, Grace: grace, IdleWindow: time.Minute, IdleThreshold: 0.05, ExemptUsers: []string{"nobody"}, Clock: n.Clock.Now},
 		n.Sampler, hist, action.OS{Proc: real}, reg)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -287,7 +292,8 @@ func TestRefusesAProcessItCannotCheck(t *testing.T) {
 // the reclaimer waits rather than cancels.
 func TestBusyWhileAKillRuns(t *testing.T) {
 	stubborn := spawn(t, `trap "" TERM; while :; do sleep 1; done`) // the kill takes the whole grace
-	n := start(t, 0, stubborn.Process.Pid)
+	// A grace long enough that the two requests overlap however loaded the machine.
+	n := startGrace(t, 3*time.Second, 0, stubborn.Process.Pid)
 	n.history(t)
 	body, _ := json.Marshal(action.KillRequest{Processes: n.unit(t).Processes, Reason: "GPUIdle"})
 	type answer struct {
@@ -309,5 +315,5 @@ func TestBusyWhileAKillRuns(t *testing.T) {
 		}()
 	}
 	got := []answer{<-answers, <-answers}
-	require.ElementsMatch(t, []answer{{http.StatusOK, ""}, {http.StatusServiceUnavailable, "1"}}, got, "one kills, the other is told to come back after the grace")
+	require.ElementsMatch(t, []answer{{http.StatusOK, ""}, {http.StatusServiceUnavailable, "4"}}, got, "one kills, the other is told to come back after the grace")
 }
