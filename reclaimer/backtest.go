@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpureclaim/gpureclaim/internal/nvmlsim"
+	"github.com/gpureclaim/gpureclaim/internal/trace"
 	"github.com/gpureclaim/gpureclaim/reclaimer/backtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
@@ -102,7 +102,7 @@ func runBacktest(ctx context.Context, o *backtestOptions, stdout io.Writer) erro
 	}
 	var h backtest.History
 	if o.trace != "" {
-		tr, err := nvmlsim.LoadTrace(o.trace)
+		tr, err := trace.Load(o.trace)
 		if err != nil {
 			return fmt.Errorf("--history.trace: %w", err)
 		}

@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// trace writes a trace CSV: pod "gone" idles for good after an hour, pod
+// traceFile writes a trace CSV: pod "gone" idles for good after an hour, pod
 // "busy" never does.
-func trace(t *testing.T) string {
+func traceFile(t *testing.T) string {
 	var b strings.Builder
 	b.WriteString("timestamp,pod,gpu_duty_cycle_percent,gpu_memory_used_bytes\n")
 	for m := range 240 {
@@ -33,7 +33,7 @@ func trace(t *testing.T) string {
 func TestBacktestCommand(t *testing.T) {
 	plot := filepath.Join(t.TempDir(), "gone.svg")
 	var out, errb bytes.Buffer
-	code := run(context.Background(), []string{"backtest", "--history.trace=" + trace(t), "--rules=../rules/gpureclaim.rules.yml",
+	code := run(context.Background(), []string{"backtest", "--history.trace=" + traceFile(t), "--rules=../rules/gpureclaim.rules.yml",
 		"--history.controller=Deployment", "--format=json", "--plot.workload=gone", "--plot.file=" + plot}, &out, &errb)
 	require.Zero(t, code, errb.String())
 	var rep struct {
@@ -55,7 +55,7 @@ func TestBacktestCommand(t *testing.T) {
 }
 
 func TestBacktestBadFlags(t *testing.T) {
-	tr := trace(t)
+	tr := traceFile(t)
 	for _, tc := range []struct {
 		args []string
 		code int

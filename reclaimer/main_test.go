@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -38,4 +39,20 @@ func TestBadFlags(t *testing.T) {
 	var errOut bytes.Buffer
 	require.Equal(t, 2, run(context.Background(), []string{"--step.interval=1ms"}, io.Discard, &errOut))
 	require.Contains(t, errOut.String(), "--step.interval")
+}
+
+// The reclaimer links no exporter code, no simulator and no go-nvml, and
+// builds without cgo.
+func TestLinksNoNodeCode(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	require.NoError(t, err)
+	for _, pkg := range strings.Fields(string(out)) {
+		for _, banned := range []string{"github.com/NVIDIA/go-nvml", "github.com/gpureclaim/gpureclaim/exporter", "github.com/gpureclaim/gpureclaim/internal/nvmlsim"} {
+			require.False(t, strings.HasPrefix(pkg, banned), "the reclaimer links %s", pkg)
+		}
+	}
+	cmd := exec.Command("go", "build", "-o", filepath.Join(t.TempDir(), "reclaimer"), ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, "CGO_ENABLED=0 go build: %s", b)
 }

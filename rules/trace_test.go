@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpureclaim/gpureclaim/internal/nvmlsim"
+	"github.com/gpureclaim/gpureclaim/internal/trace"
 	"github.com/gpureclaim/gpureclaim/reclaimer/backtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
@@ -17,7 +17,7 @@ import (
 // rule manager. The trace is NVML duty cycle, so the rules take the
 // utilization fallback.
 func TestTraceExcerptIdleAlerts(t *testing.T) {
-	tr, err := nvmlsim.LoadTrace("../traces/genai-pods.csv.gz")
+	tr, err := trace.Load("../traces/genai-pods.csv.gz")
 	require.NoError(t, err)
 	all := backtest.FromTrace(tr, reclaim.Controller{})
 	var ids []string

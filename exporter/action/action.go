@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/gpureclaim/gpureclaim/exporter/sampler"
+	"github.com/gpureclaim/gpureclaim/internal/nodeapi"
 )
 
 // Config of the endpoint.
@@ -74,36 +75,14 @@ func New(cfg Config, src Source, hist *History, sig Signaler, reg prometheus.Reg
 	}
 }
 
-// Process is a process on a unit, as the endpoint reports and accepts it.
-type Process struct {
-	PID       int       `json:"pid"`
-	StartTime time.Time `json:"start_time"`
-	User      string    `json:"user,omitempty"`
-	Name      string    `json:"name,omitempty"`
-	SlurmJob  string    `json:"slurm_job,omitempty"`
-	PodUID    string    `json:"pod_uid,omitempty"`
-}
-
-// Unit is the answer to GET.
-type Unit struct {
-	UUID      string    `json:"uuid"`
-	Node      string    `json:"node"`
-	Idleness  Idleness  `json:"idleness"`
-	Processes []Process `json:"processes"`
-}
-
-// KillRequest names the processes to end.
-type KillRequest struct {
-	Processes []Process `json:"processes"`
-	Reason    string    `json:"reason"`
-}
-
-// KillResult says what happened to each.
-type KillResult struct {
-	Killed []int  `json:"killed"`
-	Gone   []int  `json:"gone"`
-	Error  string `json:"error,omitempty"`
-}
+// The endpoint's wire types live in internal/nodeapi, which the reclaimer
+// imports too.
+type (
+	Process     = nodeapi.Process
+	Unit        = nodeapi.Unit
+	KillRequest = nodeapi.KillRequest
+	KillResult  = nodeapi.KillResult
+)
 
 const maxBody = 64 << 10
 

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gpureclaim/gpureclaim/exporter/sampler"
+	"github.com/gpureclaim/gpureclaim/internal/nodeapi"
 )
 
 // History keeps each unit's recent activity, so the node can check for
@@ -59,15 +60,8 @@ func (h *History) Record(s *sampler.Snapshot) {
 	}
 }
 
-// Idleness is what the history says of a unit.
-type Idleness struct {
-	Idle bool `json:"idle"`
-	// Known is false when the history does not yet cover the window.
-	Known   bool      `json:"known"`
-	Max     float64   `json:"max_activity"`
-	Since   time.Time `json:"since,omitzero"`
-	Samples int       `json:"samples"`
-}
+// Idleness is what the history says of a unit (a wire type).
+type Idleness = nodeapi.Idleness
 
 // Check says whether every reading of the last window is below threshold.
 func (h *History) Check(uuid string, threshold float64, now time.Time) Idleness {

@@ -1,6 +1,7 @@
 package nvmlsim
 
 import (
+	"github.com/gpureclaim/gpureclaim/internal/trace"
 	"os"
 	"path/filepath"
 	"testing"
@@ -92,7 +93,7 @@ gpus:
 }
 
 func TestSharedTraceLoads(t *testing.T) {
-	tr, err := LoadTrace("../../traces/genai-pods.csv.gz")
+	tr, err := trace.Load("../../traces/genai-pods.csv.gz")
 	require.NoError(t, err)
 	require.Len(t, tr.Workloads(), 99)
 	require.Equal(t, time.Minute, tr.Step)

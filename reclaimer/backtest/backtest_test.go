@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpureclaim/gpureclaim/internal/nvmlsim"
+	"github.com/gpureclaim/gpureclaim/internal/trace"
 	"github.com/gpureclaim/gpureclaim/reclaimer/backtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
@@ -30,7 +30,7 @@ var (
 // history builds a one-minute history from each workload's activity.
 func history(t testing.TB, steps int, workloads map[string]func(minute int) float64) backtest.History {
 	t.Helper()
-	tr := &nvmlsim.Trace{Start: start, Step: time.Minute, Duty: map[string][]float64{}, Memory: map[string][]float64{}}
+	tr := &trace.Trace{Start: start, Step: time.Minute, Duty: map[string][]float64{}, Memory: map[string][]float64{}}
 	for id, f := range workloads {
 		duty, mem := make([]float64, steps), make([]float64, steps)
 		for i := range steps {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/prometheus/prometheus/model/labels"
 
-	"github.com/gpureclaim/gpureclaim/internal/nvmlsim"
+	"github.com/gpureclaim/gpureclaim/internal/trace"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
@@ -77,7 +77,7 @@ const unitMemory = 80 << 30
 // FromTrace turns a loaded trace (duty cycle and memory per pod and
 // minute) into a history of utilization: each pod holds one GPU of its own.
 // ctl is what runs each pod (the trace does not say).
-func FromTrace(tr *nvmlsim.Trace, ctl reclaim.Controller) History {
+func FromTrace(tr *trace.Trace, ctl reclaim.Controller) History {
 	h := History{Start: tr.Start, Step: tr.Step, Signal: "utilization"}
 	for _, id := range tr.Workloads() {
 		h.Workloads = append(h.Workloads, traceWorkload(id, tr.Duty[id], tr.Memory[id], ctl))

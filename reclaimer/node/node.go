@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gpureclaim/gpureclaim/exporter/action"
+	"github.com/gpureclaim/gpureclaim/internal/nodeapi"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
@@ -71,8 +71,8 @@ func (c *Client) doH(ctx context.Context, method, node, path string, body, out a
 
 // processes lists the target's processes on its unit: on bare metal those
 // of its user (and Slurm job); otherwise all.
-func (c *Client) processes(ctx context.Context, t reclaim.Target) ([]action.Process, error) {
-	var u action.Unit
+func (c *Client) processes(ctx context.Context, t reclaim.Target) ([]nodeapi.Process, error) {
+	var u nodeapi.Unit
 	code, err := c.do(ctx, http.MethodGet, t.Node, "/api/v1/units/"+t.UUID, nil, &u)
 	switch {
 	case err != nil:
@@ -82,7 +82,7 @@ func (c *Client) processes(ctx context.Context, t reclaim.Target) ([]action.Proc
 	case code != http.StatusOK:
 		return nil, &reclaim.RetryError{After: 30 * time.Second, Err: fmt.Errorf("node %s answered %d", t.Node, code)}
 	}
-	var out []action.Process
+	var out []nodeapi.Process
 	for _, p := range u.Processes {
 		if t.Pod == "" && (p.User != t.User || p.SlurmJob != t.SlurmJob) {
 			continue
@@ -117,8 +117,8 @@ func (c *Client) Kill(ctx context.Context, r *reclaim.Reclaim) (reclaim.Result, 
 	if len(procs) == 0 {
 		return reclaim.Result{}, reclaim.ErrGone
 	}
-	var res action.KillResult
-	code, hdr, err := c.doH(ctx, http.MethodPost, r.Target.Node, "/api/v1/units/"+r.Target.UUID+"/kill", action.KillRequest{Processes: procs, Reason: r.Target.Alertname + " " + r.ID}, &res)
+	var res nodeapi.KillResult
+	code, hdr, err := c.doH(ctx, http.MethodPost, r.Target.Node, "/api/v1/units/"+r.Target.UUID+"/kill", nodeapi.KillRequest{Processes: procs, Reason: r.Target.Alertname + " " + r.ID}, &res)
 	switch {
 	case err != nil:
 		return reclaim.Result{}, &reclaim.RetryError{After: 30 * time.Second, Err: fmt.Errorf("node %s: %w", r.Target.Node, err)}

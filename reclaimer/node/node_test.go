@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpureclaim/gpureclaim/exporter/action"
+	"github.com/gpureclaim/gpureclaim/internal/nodeapi"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/node"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
@@ -20,32 +20,32 @@ import (
 // Each answer of the node's kill endpoint becomes the engine's outcome:
 // done, gone, refused (cancel), or retry (never cancel) after Retry-After.
 func TestKillOutcomes(t *testing.T) {
-	proc := action.Process{PID: 4242, User: "bob", StartTime: time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)}
+	proc := nodeapi.Process{PID: 4242, User: "bob", StartTime: time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)}
 	for _, tc := range []struct {
 		name       string
 		code       int
 		retryAfter string
-		body       action.KillResult
+		body       nodeapi.KillResult
 		check      func(t *testing.T, res reclaim.Result, err error)
 	}{
-		{"killed", http.StatusOK, "", action.KillResult{Killed: []int{4242}}, func(t *testing.T, res reclaim.Result, err error) {
+		{"killed", http.StatusOK, "", nodeapi.KillResult{Killed: []int{4242}}, func(t *testing.T, res reclaim.Result, err error) {
 			require.NoError(t, err)
 			require.Equal(t, []int{4242}, res.Killed)
 		}},
-		{"gone already", http.StatusOK, "", action.KillResult{Killed: []int{}, Gone: []int{4242}}, func(t *testing.T, _ reclaim.Result, err error) {
+		{"gone already", http.StatusOK, "", nodeapi.KillResult{Killed: []int{}, Gone: []int{4242}}, func(t *testing.T, _ reclaim.Result, err error) {
 			require.ErrorIs(t, err, reclaim.ErrGone)
 		}},
-		{"refused", http.StatusConflict, "", action.KillResult{Error: "busy: activity reached 40%"}, func(t *testing.T, _ reclaim.Result, err error) {
+		{"refused", http.StatusConflict, "", nodeapi.KillResult{Error: "busy: activity reached 40%"}, func(t *testing.T, _ reclaim.Result, err error) {
 			var refused *reclaim.RefusedError
 			require.True(t, errors.As(err, &refused), "%v", err)
 			require.Contains(t, refused.Reason, "busy: activity reached 40%")
 		}},
-		{"busy with another kill", http.StatusServiceUnavailable, "31", action.KillResult{Error: "another request is acting on this unit"}, func(t *testing.T, _ reclaim.Result, err error) {
+		{"busy with another kill", http.StatusServiceUnavailable, "31", nodeapi.KillResult{Error: "another request is acting on this unit"}, func(t *testing.T, _ reclaim.Result, err error) {
 			var retry *reclaim.RetryError
 			require.True(t, errors.As(err, &retry), "%v", err)
 			require.Equal(t, 31*time.Second, retry.After)
 		}},
-		{"the node fails", http.StatusInternalServerError, "", action.KillResult{Error: "oops"}, func(t *testing.T, _ reclaim.Result, err error) {
+		{"the node fails", http.StatusInternalServerError, "", nodeapi.KillResult{Error: "oops"}, func(t *testing.T, _ reclaim.Result, err error) {
 			var retry *reclaim.RetryError
 			require.True(t, errors.As(err, &retry), "%v", err)
 		}},
@@ -55,7 +55,7 @@ func TestKillOutcomes(t *testing.T) {
 				require.Equal(t, "Bearer node-token", r.Header.Get("Authorization"))
 				w.Header().Set("Content-Type", "application/json")
 				if r.Method == http.MethodGet {
-					_ = json.NewEncoder(w).Encode(action.Unit{UUID: "GPU-1", Processes: []action.Process{proc}})
+					_ = json.NewEncoder(w).Encode(nodeapi.Unit{UUID: "GPU-1", Processes: []nodeapi.Process{proc}})
 					return
 				}
 				if tc.retryAfter != "" {
