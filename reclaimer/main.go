@@ -240,15 +240,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func hasSlack(ns []reclaim.Notifier) bool {
-	for _, n := range ns {
-		if n.Name() == "slack" {
-			return true
-		}
-	}
-	return false
-}
-
 // notifierSet is the configured notifiers and what they serve.
 type notifierSet struct {
 	list  []reclaim.Notifier
@@ -264,9 +255,6 @@ func buildNotifiers(cfg *config.Config, logger *slog.Logger, am *alertmanager.Cl
 		case "webhook":
 			set.list = append(set.list, &notify.Webhook{URL: n.URL, Token: n.BearerToken, HTTP: &http.Client{Timeout: 10 * time.Second}})
 		case "slack":
-			if set.list != nil && hasSlack(set.list) {
-				return set, errors.New("notifiers: one slack notifier at most")
-			}
 			sn := rslack.New(rslack.Options{Config: n.Slack, Owners: owners, Clock: time.Now, Logger: logger,
 				Pricing: rslack.Pricing{PerGPUHour: n.Slack.PricePerGPUHour, Currency: n.Slack.Currency}, StatusPage: cfg.StatusPageURL})
 			set.list = append(set.list, sn)

@@ -531,9 +531,17 @@ func (cfg *Config) validate() error {
 	if len(cfg.Notifiers) == 0 {
 		cfg.Notifiers = []Notifier{{Type: "log"}}
 	}
+	slackAt := -1
 	for i := range cfg.Notifiers {
 		nf := &cfg.Notifiers[i]
 		field := fmt.Sprintf("notifiers[%d]", i)
+		if nf.Type == "slack" {
+			if slackAt >= 0 {
+				// One app answers the buttons at one /slack/interactions.
+				c.errorf(field+".type", "a second slack notifier (notifiers[%d] is one): one at most", slackAt)
+			}
+			slackAt = i
+		}
 		switch nf.Type {
 		case "log":
 		case "webhook":
