@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -17,8 +18,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpureclaim/gpureclaim/deploy"
+	"github.com/gpureclaim/gpureclaim/internal/names"
 	"github.com/gpureclaim/gpureclaim/internal/tooltest"
 	rconfig "github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/rules"
 )
 
 // valueSets are the values files the chart is rendered with: its defaults,
@@ -385,4 +388,42 @@ func TestChartGrantsTheEnabledWorkloadKinds(t *testing.T) {
 			require.Equal(t, tc.kueue, c.Kubernetes.Kueue.On())
 		})
 	}
+}
+
+// The node's check before a kill never calls busy what the rules call idle:
+// below the rules' threshold it would refuse the kills they ask for. Every
+// shipped configuration: the chart's value sets, the systemd env file, and
+// the demo's and end-to-end suite's rules against the exporter's default.
+func TestKillCheckIsNeverBelowTheIdleThreshold(t *testing.T) {
+	helm := tooltest.Bin(t, "helm")
+	ruleThreshold := rules.DefaultConfig().Idle.Threshold
+	nodeThreshold := func(args []string) float64 {
+		for _, a := range args {
+			if v, ok := strings.CutPrefix(a, "--action.idle-threshold="); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				require.NoError(t, err)
+				return f
+			}
+		}
+		return names.IdleThreshold // the exporter's default
+	}
+	for set := range valueSets {
+		typed, _ := objects(t, render(t, helm, set))
+		for _, ds := range find[*appsv1.DaemonSet](typed) {
+			require.GreaterOrEqual(t, nodeThreshold(ds.Spec.Template.Spec.Containers[0].Args), ruleThreshold, "chart %s", set)
+		}
+	}
+	env, err := os.ReadFile(filepath.Join(tooltest.Root(t), "deploy", "systemd", "gpureclaim-exporter.env"))
+	require.NoError(t, err)
+	node := names.IdleThreshold
+	for _, line := range strings.Split(string(env), "\n") {
+		if v, ok := strings.CutPrefix(line, "ACTION_IDLE_THRESHOLD="); ok {
+			node, err = strconv.ParseFloat(v, 64)
+			require.NoError(t, err)
+		}
+	}
+	require.GreaterOrEqual(t, node, ruleThreshold, "systemd")
+	demo, err := rules.Load(filepath.Join(tooltest.Root(t), "rules", "demo.yaml"))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, names.IdleThreshold, demo.Idle.Threshold, "the demo and the e2e suite run the exporter with its default")
 }

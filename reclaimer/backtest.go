@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpureclaim/gpureclaim/internal/names"
 	"github.com/gpureclaim/gpureclaim/internal/trace"
 	"github.com/gpureclaim/gpureclaim/reclaimer/backtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
@@ -47,7 +48,7 @@ func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, erro
 	fs.Var(&o.rules, "rules", "A Prometheus rule file, as Prometheus loads it (repeatable).")
 	fs.StringVar(&o.configFile, "config.file", "", "The reclaimer's configuration, read without its secret files; empty for the defaults. Dry run is ignored.")
 	fs.DurationVar(&o.regret, "regret.window", 30*time.Minute, "A reclaim after which the workload's activity came back within this window is counted as regret.")
-	fs.Float64Var(&o.threshold, "idle.threshold", 0.05, "Activity at or under which a held minute is idle, and above which work came back.")
+	fs.Float64Var(&o.threshold, "idle.threshold", names.IdleThreshold, "Activity at or under which a held minute is idle, and above which work came back.")
 	fs.StringVar(&o.format, "format", "text", "Report format: text, markdown or json.")
 	fs.IntVar(&o.top, "top", 20, "Owners and workloads listed, most idle first (0: all).")
 	fs.StringVar(&o.plotWorkload, "plot.workload", "", "Plot this workload's activity with the warnings and reclaims (SVG).")

@@ -15,6 +15,8 @@ import (
 
 	"github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/gpureclaim/gpureclaim/internal/names"
 )
 
 // Config holds every threshold and duration of the rules. Defaults are the
@@ -134,7 +136,7 @@ type Links struct {
 // DefaultConfig returns the seed defaults.
 func DefaultConfig() Config {
 	return Config{
-		Idle:       Idle{Threshold: 0.05, For: dur(10 * time.Minute), Lookback: dur(2 * time.Minute), Aggregation: "max", ReclaimAfter: dur(45 * time.Minute)},
+		Idle:       Idle{Threshold: names.IdleThreshold, For: dur(10 * time.Minute), Lookback: dur(2 * time.Minute), Aggregation: "max", ReclaimAfter: dur(45 * time.Minute)},
 		Wasted:     Wasted{ActivityBelow: 0.2, MemoryAbove: 0.5, Window: dur(30 * time.Minute), For: dur(15 * time.Minute)},
 		Overcommit: Overcommit{MinTenants: 2, MemoryAbove: 0.95, ActivityAbove: 0.95, Window: dur(5 * time.Minute), For: dur(5 * time.Minute)},
 		MIG:        MIG{PeakWindow: dur(24 * time.Hour), Headroom: 0.1, For: dur(time.Hour)},

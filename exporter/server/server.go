@@ -31,6 +31,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/exporter/sampler"
 	"github.com/gpureclaim/gpureclaim/internal/httpserver"
 	"github.com/gpureclaim/gpureclaim/internal/logging"
+	"github.com/gpureclaim/gpureclaim/internal/names"
 	"github.com/gpureclaim/gpureclaim/internal/podmeta"
 	"github.com/gpureclaim/gpureclaim/internal/podresources"
 	"github.com/gpureclaim/gpureclaim/internal/procfs"
@@ -70,7 +71,7 @@ func RegisterFlags(fs *flag.FlagSet) *Options {
 	fs.StringVar(&o.ActionListen, "action.listen-address", "", "Serve the action endpoint on its own address (default: under /api/v1/ of --web.listen-address).")
 	fs.DurationVar(&o.ActionGrace, "action.kill-grace", 30*time.Second, "Time between SIGTERM and SIGKILL, for the workload to checkpoint.")
 	fs.DurationVar(&o.ActionWindow, "action.idle-window", 5*time.Minute, "The node signals a unit's processes only if every sample of this window was idle.")
-	fs.Float64Var(&o.ActionThreshold, "action.idle-threshold", 0.05, "Activity under which a sample is idle (SM activity, else utilization).")
+	fs.Float64Var(&o.ActionThreshold, "action.idle-threshold", names.IdleThreshold, "Activity under which a sample is idle (SM activity, else utilization).")
 	fs.StringVar(&o.ActionExemptUsers, "action.exempt-users", "", "Comma-separated Unix users whose processes are never signalled.")
 	return o
 }

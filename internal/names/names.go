@@ -7,3 +7,10 @@ package names
 // namespace of its own): the unit is held, by someone unknown. It is not a
 // valid Unix user name, so it never stands for a real one.
 const UnattributedUser = "(unattributed)"
+
+// IdleThreshold is the default activity (SM activity, else utilization)
+// under which a unit is idle: the rules' idle threshold, the node's check
+// before a kill, and the backtest's measure of returning work. The node's
+// check must never be below the rules' threshold, or it refuses the kills
+// the rules ask for.
+const IdleThreshold = 0.05

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/alertmanager/template"
 	"github.com/prometheus/common/model"
 
+	"github.com/gpureclaim/gpureclaim/internal/names"
 	"github.com/gpureclaim/gpureclaim/internal/ruleeval"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
@@ -89,7 +90,7 @@ func Run(ctx context.Context, h History, o Options) (*Result, error) {
 		o.RegretWindow = 30 * time.Minute
 	}
 	if o.IdleThreshold == 0 {
-		o.IdleThreshold = 0.05
+		o.IdleThreshold = names.IdleThreshold
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
