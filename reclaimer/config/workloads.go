@@ -274,10 +274,18 @@ func (w *Workload) validate(c *checker, field string) {
 
 // WorkloadFor finds the enabled entry for an API group and kind.
 func (cfg *Config) WorkloadFor(group, kind string) (Workload, bool) {
-	for _, w := range cfg.Workloads {
-		if w.Group == group && w.Kind == kind {
-			return w, !w.Disabled
-		}
+	if w := FindWorkload(cfg.Workloads, group, kind); w != nil {
+		return *w, !w.Disabled
 	}
 	return Workload{}, false
+}
+
+// FindWorkload finds the entry for an API group and kind, disabled or not.
+func FindWorkload(ws []Workload, group, kind string) *Workload {
+	for i := range ws {
+		if ws[i].Group == group && ws[i].Kind == kind {
+			return &ws[i]
+		}
+	}
+	return nil
 }

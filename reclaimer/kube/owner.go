@@ -28,10 +28,6 @@ type link struct {
 	workload *config.Workload
 }
 
-func (l link) String() string {
-	return fmt.Sprintf("%s %s/%s", l.kind, l.obj.GetNamespace(), l.obj.GetName())
-}
-
 // chain is a pod and its owners, nearest first. unread names an owner
 // above the last link that could not be read, and why.
 type chain struct {
@@ -39,6 +35,12 @@ type chain struct {
 	links     []link
 	unread    string
 	unreadRef *metav1.OwnerReference
+}
+
+// stopAt ends the walk at an owner it cannot read, saying why.
+func (ch *chain) stopAt(ref *metav1.OwnerReference, why string) {
+	ch.unread = fmt.Sprintf("%s %s/%s, %s", ref.Kind, ch.pod.Namespace, ref.Name, why)
+	ch.unreadRef = ref
 }
 
 func (ch *chain) top() *link {
@@ -59,12 +61,7 @@ func (ch *chain) metas() []metav1.Object {
 
 // workloadFor finds the declared kind for a group and kind, disabled or not.
 func (c *Client) workloadFor(group, kind string) *config.Workload {
-	for i := range c.workloads {
-		if c.workloads[i].Group == group && c.workloads[i].Kind == kind {
-			return &c.workloads[i]
-		}
-	}
-	return nil
+	return config.FindWorkload(c.workloads, group, kind)
 }
 
 // resourceFor maps an owner reference to its resource: from the declared
@@ -95,7 +92,7 @@ func (c *Client) walk(ctx context.Context, ns, pod string) (*chain, error) {
 	for ref != nil && len(ch.links) < maxChain {
 		gv, err := schema.ParseGroupVersion(ref.APIVersion)
 		if err != nil {
-			ch.unread, ch.unreadRef = fmt.Sprintf("%s %s/%s, whose apiVersion %q is not valid", ref.Kind, ns, ref.Name, ref.APIVersion), ref
+			ch.stopAt(ref, fmt.Sprintf("whose apiVersion %q is not valid", ref.APIVersion))
 			break
 		}
 		if gv.Group == "batch" && ref.Kind == "CronJob" {
@@ -103,20 +100,19 @@ func (c *Client) walk(ctx context.Context, ns, pod string) (*chain, error) {
 		}
 		gvr, w, err := c.resourceFor(gv, ref.Kind)
 		if err != nil {
-			ch.unread, ch.unreadRef = fmt.Sprintf("%s %s/%s, a kind the API server does not serve (%v)", ref.Kind, ns, ref.Name, err), ref
+			ch.stopAt(ref, fmt.Sprintf("a kind the API server does not serve (%v)", err))
 			break
 		}
 		u, err := c.dyn.Resource(gvr).Namespace(ns).Get(ctx, ref.Name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
-			ch.unread = fmt.Sprintf("%s %s/%s, which is gone (the pod is being collected)", ref.Kind, ns, ref.Name)
+			ch.stopAt(ref, "which is gone (the pod is being collected)")
 		case apierrors.IsForbidden(err):
-			ch.unread = fmt.Sprintf("%s %s/%s, which the reclaimer may not read", ref.Kind, ns, ref.Name)
+			ch.stopAt(ref, "which the reclaimer may not read")
 		case err != nil:
 			return nil, fmt.Errorf("reading %s %s/%s: %w", ref.Kind, ns, ref.Name, err)
 		}
 		if ch.unread != "" {
-			ch.unreadRef = ref
 			break
 		}
 		ch.links = append(ch.links, link{gvr: gvr, kind: ref.Kind, obj: u, workload: w})

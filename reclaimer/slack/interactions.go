@@ -54,8 +54,7 @@ type Interactions struct {
 	log      *slog.Logger
 	clock    func() time.Time
 
-	mu     sync.Mutex
-	seen   map[string]time.Time // signatures already served: replays are refused
+	mu     sync.Mutex // guards locks
 	replay ReplayGuard
 	locks  map[string]*sync.Mutex
 	wg     sync.WaitGroup
@@ -68,11 +67,10 @@ type ReplayGuard interface {
 	FirstSight(key string, now, expires time.Time) (bool, error)
 }
 
-// NewInteractions returns the handler. A nil guard remembers signatures in
-// memory only.
+// NewInteractions returns the handler; replay is the reclaimer's store.
 func NewInteractions(n *Notifier, e Engine, s Silencer, replay ReplayGuard) *Interactions {
 	return &Interactions{notifier: n, engine: e, silences: s, admins: n.cfg.Admins, log: n.log, clock: n.clock,
-		seen: map[string]time.Time{}, replay: replay, locks: map[string]*sync.Mutex{}, maxAge: 5 * time.Minute}
+		replay: replay, locks: map[string]*sync.Mutex{}, maxAge: 5 * time.Minute}
 }
 
 // Wait waits for the presses being carried out (tests, shutdown).
@@ -142,21 +140,7 @@ func (h *Interactions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Interactions) firstSight(sig string) (bool, error) {
 	key := strings.ToLower(strings.TrimSpace(sig))
 	now := time.Now()
-	if h.replay != nil {
-		return h.replay.FirstSight("slack:"+key, now, now.Add(2*h.maxAge))
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for s, t := range h.seen {
-		if now.Sub(t) > 2*h.maxAge {
-			delete(h.seen, s)
-		}
-	}
-	if _, ok := h.seen[key]; ok {
-		return false, nil
-	}
-	h.seen[key] = now
-	return true, nil
+	return h.replay.FirstSight("slack:"+key, now, now.Add(2*h.maxAge))
 }
 
 func (h *Interactions) lock(id string) func() {
