@@ -52,15 +52,9 @@ func TestManifestsOnAPIServer(t *testing.T) {
 	admin := c.Client(t, kubetest.AdminToken)
 	kc := c.Kubeconfig
 
-	kubectl(t, kc, "apply", "--server-side", "-f", crds)
-	// kubectl wait fails, rather than waits, on a CRD whose status has no
-	// conditions yet: poll until every one is Established.
-	established := `jsonpath={.items[*].status.conditions[?(@.type=="Established")].status}`
-	kubectlBin := tooltest.Bin(t, "kubectl")
-	require.Eventually(t, func() bool {
-		out, err := exec.Command(kubectlBin, "--kubeconfig", kc, "get", "crd", "-o", established).Output()
-		return err == nil && strings.Count(string(out), "True") == 3
-	}, time.Minute, 100*time.Millisecond, "prometheus-operator's CRDs are not established")
+	c.InstallCRDs(t, crds)
+	established := kubectl(t, kc, "get", "crd", "-o", `jsonpath={.items[*].status.conditions[?(@.type=="Established")].status}`)
+	require.Equal(t, 3, strings.Count(established, "True"), "prometheus-operator's three CRDs are established")
 
 	manifests := filepath.Join(tooltest.Root(t), "deploy", "manifests")
 	core, operator := filepath.Join(manifests, deploy.CoreFile), filepath.Join(manifests, deploy.OperatorFile)

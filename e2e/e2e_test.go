@@ -175,16 +175,7 @@ func (su *suite) deployChatAPI() string {
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "chat-api"}, Annotations: map[string]string{"gpureclaim.io/owner": "U0DAVE"}}, Spec: spec}},
 	}, metav1.CreateOptions{})
 	require.NoError(su.t, err)
-	var name string
-	require.Eventually(su.t, func() bool {
-		pods, err := admin.CoreV1().Pods("serving").List(ctx, metav1.ListOptions{LabelSelector: "app=chat-api"})
-		if err != nil || len(pods.Items) != 1 {
-			return false
-		}
-		name = pods.Items[0].Name
-		return true
-	}, 60*time.Second, 100*time.Millisecond, "the Deployment's pod is created")
-	return name
+	return su.onePod("serving", "app=chat-api")
 }
 
 // waitRunning waits until kwok runs every pod.
@@ -325,12 +316,7 @@ func TestEndToEnd(t *testing.T) {
 		require.Equal(t, "1", d.Annotations["gpureclaim.io/replicas-before-scale-down"])
 		su.timing("idle Deployment → scaled down", su.started, r.Warning.At, su.freed(r.Target.UUID))
 
-		req, _ := http.NewRequest(http.MethodPost, su.s.ReclaimerURL+"/api/v1/reclaims/"+r.ID+"/restore", nil)
-		req.Header.Set("Authorization", "Bearer "+stack.AdminToken)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		resp.Body.Close()
-		require.Equal(t, http.StatusOK, resp.StatusCode)
+		su.restore(t, r.ID)
 		require.Eventually(t, func() bool {
 			pods, err := su.s.Admin.CoreV1().Pods("serving").List(ctx, metav1.ListOptions{LabelSelector: "app=chat-api"})
 			if err != nil || len(pods.Items) != 1 {

@@ -3,9 +3,6 @@ package collector_test
 import (
 	"bytes"
 	"log/slog"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +16,6 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/names"
 	"github.com/gpureclaim/gpureclaim/internal/nvmlsim"
 	"github.com/gpureclaim/gpureclaim/internal/simtest"
-	"github.com/gpureclaim/gpureclaim/internal/tooltest"
 )
 
 // statesScenario puts each GPU in a state the driver can be in that a
@@ -56,20 +52,8 @@ func TestStatesScrapeGolden(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collector.All(n.Sampler, n.Clock.Now)...)
 	got := stableScrape(t, reg)
-	golden := filepath.Join("testdata", "states.prom")
-	if *update {
-		require.NoError(t, os.WriteFile(golden, got, 0o644))
-	}
-	want, err := os.ReadFile(golden)
-	require.NoError(t, err)
-	require.Equal(t, string(want), string(got), "run go test ./exporter/collector -update and review the diff")
-
-	promtool := tooltest.Bin(t, "promtool")
-	cmd := exec.Command(promtool, "check", "metrics")
-	cmd.Stdin = bytes.NewReader(got)
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	require.Empty(t, strings.TrimSpace(string(out)), "promtool's lint findings")
+	goldenScrape(t, "states.prom", got)
+	promtoolClean(t, got)
 }
 
 func TestStatesAreTrueToTheDriver(t *testing.T) {
