@@ -1,6 +1,7 @@
 # Images of the exporter and the reclaimer:
 #   docker build --target exporter  -t gpureclaim-exporter .
 #   docker build --target reclaimer -t gpureclaim-reclaimer .
+#   docker build --target backtest  -t gpureclaim-backtest .
 # (make images). Not built in this repository's CI, which has no container engine.
 
 FROM golang:1.26-bookworm AS build
@@ -18,6 +19,7 @@ RUN CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" \
     go build -trimpath -ldflags "${LDFLAGS} -extldflags=-Wl,-z,lazy" -o /out/gpureclaim-exporter ./exporter
 # Time zone data inside: policy windows name time zones.
 RUN CGO_ENABLED=0 go build -trimpath -tags timetzdata -ldflags "${LDFLAGS}" -o /out/gpureclaim-reclaimer ./reclaimer
+RUN CGO_ENABLED=0 go build -trimpath -tags timetzdata -ldflags "${LDFLAGS}" -o /out/gpureclaim-backtest ./backtest
 
 # glibc, for libnvidia-ml.so.1; root by default, as the exporter needs for
 # the kubelet's socket and GPM (the chart drops every other privilege).
@@ -31,3 +33,8 @@ COPY --from=build /out/gpureclaim-reclaimer /usr/local/bin/gpureclaim-reclaimer
 EXPOSE 9849
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/gpureclaim-reclaimer"]
+
+FROM gcr.io/distroless/static-debian12:nonroot AS backtest
+COPY --from=build /out/gpureclaim-backtest /usr/local/bin/gpureclaim-backtest
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/gpureclaim-backtest"]

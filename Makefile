@@ -43,6 +43,7 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS) -extldflags=-Wl,-z,lazy' -o $(BIN)/gpureclaim-exporter ./exporter
 	$(GO) build -ldflags '$(LDFLAGS) -extldflags=-Wl,-z,lazy' -o $(BIN)/gpureclaim-exporter-sim ./exporter/simulated
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/gpureclaim-reclaimer ./reclaimer
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/gpureclaim-backtest ./backtest
 
 ## run: on a GPU node, the exporter on its GPUs; elsewhere the whole system on a simulated node.
 run: build

@@ -23,8 +23,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpureclaim/gpureclaim/deploy"
-	"github.com/gpureclaim/gpureclaim/internal/kubetest"
-	"github.com/gpureclaim/gpureclaim/internal/tooltest"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/kubetest"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
 	rconfig "github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/kube"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"

@@ -19,7 +19,7 @@ import (
 
 	"github.com/gpureclaim/gpureclaim/deploy"
 	"github.com/gpureclaim/gpureclaim/internal/names"
-	"github.com/gpureclaim/gpureclaim/internal/tooltest"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
 	rconfig "github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/rules"
 )

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/gpureclaim/gpureclaim/internal/tooltest"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
 )
 
 var binDir string

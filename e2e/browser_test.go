@@ -11,7 +11,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpureclaim/gpureclaim/internal/stack"
+	"github.com/gpureclaim/gpureclaim/internal/sim/stack"
 )
 
 // statusPage loads the reclaimer's status page in headless Chromium while a

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpureclaim/gpureclaim/internal/tooltest"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
 )
 
 // grafana stands in for the variables Grafana substitutes.

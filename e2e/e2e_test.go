@@ -28,9 +28,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpureclaim/gpureclaim/internal/fakeslack"
-	"github.com/gpureclaim/gpureclaim/internal/stack"
-	"github.com/gpureclaim/gpureclaim/internal/tooltest"
+	"github.com/gpureclaim/gpureclaim/deploy"
+	"github.com/gpureclaim/gpureclaim/internal/sim/stack"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/fakeslack"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
+	"github.com/gpureclaim/gpureclaim/rules"
 )
 
 const signingSecret = "e2e-signing-secret"
@@ -137,9 +139,13 @@ func start(t *testing.T) *suite {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "gpu-b.yaml"), []byte(nodeBScenario("placeholder-job", "placeholder-nb")), 0o644))
 	su.nodeA = &stack.Node{Name: "gpu-a", Scenario: filepath.Join(dir, "gpu-a.yaml")}
 	su.nodeB = &stack.Node{Name: "gpu-b", Scenario: filepath.Join(dir, "gpu-b.yaml")}
+	rulesFile, err := rules.RenderFile(filepath.Join(root, "rules", "demo.yaml"))
+	require.NoError(t, err)
+	role, err := deploy.ReclaimerClusterRole(root)
+	require.NoError(t, err)
 	s, err := stack.New(stack.Options{Bin: binDir(t), Dir: dir, Nodes: []*stack.Node{su.nodeA, su.nodeB}, Speed: 60,
-		Rules: filepath.Join(root, "rules", "demo.yaml"), Kubernetes: true, IdleWindow: 5 * time.Second,
-		Manifests: filepath.Join(root, "deploy", "manifests", "gpureclaim.yaml")})
+		Rules: rulesFile, Kubernetes: true, IdleWindow: 5 * time.Second,
+		ReclaimerRole: role})
 	require.NoError(t, err)
 	su.s = s
 	t.Cleanup(func() {

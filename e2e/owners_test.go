@@ -20,9 +20,9 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpureclaim/gpureclaim/internal/cluster"
-	"github.com/gpureclaim/gpureclaim/internal/stack"
-	"github.com/gpureclaim/gpureclaim/internal/tooltest"
+	"github.com/gpureclaim/gpureclaim/internal/sim/cluster"
+	"github.com/gpureclaim/gpureclaim/internal/sim/stack"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
 )
 
 var (

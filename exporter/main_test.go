@@ -42,7 +42,7 @@ func TestLinksOnlyWhatANodeRuns(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").Output()
 	require.NoError(t, err)
 	for _, pkg := range strings.Fields(string(out)) {
-		for _, banned := range []string{"k8s.io/client-go", "github.com/gpureclaim/gpureclaim/internal/nvmlsim", "github.com/gpureclaim/gpureclaim/internal/simtest",
+		for _, banned := range []string{"k8s.io/client-go", "github.com/gpureclaim/gpureclaim/internal/sim/nvmlsim", "github.com/gpureclaim/gpureclaim/exporter/sampler/samplertest",
 			"github.com/NVIDIA/go-nvml/pkg/nvml/mock", "net/http/httptest", "github.com/gpureclaim/gpureclaim/exporter/simulated"} {
 			require.False(t, strings.HasPrefix(pkg, banned), "the exporter links %s", pkg)
 		}

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Replays the shared trace through the old and the new defaults, the
 # per-workload pause history, a longer wait and two simple rules, with
-# gpureclaim-reclaimer backtest; writes docs/backtest/results.md and the
+# gpureclaim-backtest; writes docs/backtest/results.md and the
 # plot of one workload under the new defaults. Run by `make backtest`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=bin/gpureclaim-reclaimer
+bin=bin/gpureclaim-backtest
 out=docs/backtest
 trace=traces/genai-pods.csv.gz
 tmp=$(mktemp -d)
@@ -24,11 +24,11 @@ variant() {
 		go run ./rules/gen -config "$out/$rules" -o "$rulesfile"
 		cmd+=("go run ./rules/gen -config $out/$rules -o $name.rules.yml &&")
 	fi
-	local args=(backtest --history.trace="$trace" --rules="$rulesfile" --history.controller="$controller" --format=markdown)
+	local args=(--history.trace="$trace" --rules="$rulesfile" --history.controller="$controller" --format=markdown)
 	[ "$policy" != - ] && args+=(--config.file="$out/$policy")
 	echo "running: $title" >&2
 	"$bin" "${args[@]}" >"$tmp/$name.md"
-	cmd+=("gpureclaim-reclaimer backtest --history.trace=$trace --rules=${rulesfile/#$tmp\//}")
+	cmd+=("gpureclaim-backtest --history.trace=$trace --rules=${rulesfile/#$tmp\//}")
 	[ "$controller" != "" ] && cmd+=("--history.controller=$controller")
 	[ "$policy" != - ] && cmd+=("--config.file=$out/$policy")
 	sed -n 3p "$tmp/$name.md" | sed "s/^| \*\*all\*\* |/| $title |/" >>"$summary"
@@ -52,7 +52,7 @@ variant pauses "new defaults + pause history" pauses.rules.yaml - Deployment
 variant longer "new defaults, 30m longer" longer.rules.yaml - Deployment
 
 plot=${PLOT_WORKLOAD:-6ebc62069627eabf9bf6659d9a78d228}
-"$bin" backtest --history.trace="$trace" --rules=rules/gpureclaim.rules.yml --history.controller=Deployment \
+"$bin" --history.trace="$trace" --rules=rules/gpureclaim.rules.yml --history.controller=Deployment \
 	--format=json --plot.workload="$plot" --plot.file="$out/plot.svg" >/dev/null
 
 {

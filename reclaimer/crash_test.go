@@ -19,8 +19,8 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpureclaim/gpureclaim/internal/amtest"
-	"github.com/gpureclaim/gpureclaim/internal/tooltest"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/amtest"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/notify"
 )
 

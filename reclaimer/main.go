@@ -1,8 +1,8 @@
 // Command gpureclaim-reclaimer receives Alertmanager's notifications about
 // idle GPUs, warns their owners, and after a grace period frees the GPUs:
 // it evicts the pod, scales its workload down, or asks the node to end the
-// processes. `gpureclaim-reclaimer backtest` replays recorded GPU activity
-// through the rules and the policy instead. See README.md.
+// processes. See README.md; gpureclaim-backtest (../backtest) replays
+// recorded activity through the same policy.
 package main
 
 import (
@@ -118,9 +118,6 @@ func failpoint() func(string) {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "backtest" {
-		return backtestCommand(ctx, args[1:], stdout, stderr)
-	}
 	o, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

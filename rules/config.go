@@ -140,7 +140,7 @@ func DefaultConfig() Config {
 		Wasted:     Wasted{ActivityBelow: 0.2, MemoryAbove: 0.5, Window: dur(30 * time.Minute), For: dur(15 * time.Minute)},
 		Overcommit: Overcommit{MinTenants: 2, MemoryAbove: 0.95, ActivityAbove: 0.95, Window: dur(5 * time.Minute), For: dur(5 * time.Minute)},
 		MIG:        MIG{PeakWindow: dur(24 * time.Hour), Headroom: 0.1, For: dur(time.Hour)},
-		Exporter:   Exporter{Job: "gpureclaim-exporter", DownFor: dur(5 * time.Minute), StaleAfter: dur(time.Minute), FailingFor: dur(10 * time.Minute)},
+		Exporter:   Exporter{Job: names.ExporterJob, DownFor: dur(5 * time.Minute), StaleAfter: dur(time.Minute), FailingFor: dur(10 * time.Minute)},
 		Cost:       Cost{PricePerGPUHour: 2.5, Currency: "USD", Window: dur(24 * time.Hour), Step: dur(time.Minute)},
 		Links:      Links{Runbook: "https://github.com/gpureclaim/gpureclaim/blob/main/rules/runbook.md", Grafana: "http://localhost:3000"},
 	}
@@ -159,6 +159,15 @@ func Load(path string) (Config, error) {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return c, nil
+}
+
+// RenderFile renders the rules of the config file at path.
+func RenderFile(path string) ([]byte, error) {
+	c, err := Load(path)
+	if err != nil {
+		return nil, err
+	}
+	return Render(c)
 }
 
 // Parse reads and validates a config.

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/gpureclaim/gpureclaim/internal/tooltest"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
 )
 
 func TestCommittedRulesMatchTheGenerator(t *testing.T) {

@@ -18,9 +18,9 @@ import (
 
 	"github.com/gpureclaim/gpureclaim/exporter/action"
 	"github.com/gpureclaim/gpureclaim/exporter/sampler"
-	"github.com/gpureclaim/gpureclaim/internal/nvmlsim"
+	"github.com/gpureclaim/gpureclaim/exporter/sampler/samplertest"
 	"github.com/gpureclaim/gpureclaim/internal/procfs"
-	"github.com/gpureclaim/gpureclaim/internal/simtest"
+	"github.com/gpureclaim/gpureclaim/internal/sim/nvmlsim"
 )
 
 const token = "s3cret"
@@ -39,7 +39,7 @@ func spawn(t *testing.T, script string) *exec.Cmd {
 }
 
 type node struct {
-	*simtest.Node
+	*samplertest.Node
 	srv  *httptest.Server
 	reg  *prometheus.Registry
 	proc *procfs.FS
@@ -57,10 +57,10 @@ func startGrace(t *testing.T, grace time.Duration, smActive float64, pids ...int
 	for _, p := range pids {
 		procs = append(procs, fmt.Sprintf("{pid: %d, memory_used: 1GiB}", p))
 	}
-	sc := simtest.Scenario(t, fmt.Sprintf("node: n1\nsystem: dgxh100\ngpus:\n  - {index: 0, sm_active: %g, processes: [%s]}\n", smActive, strings.Join(procs, ", ")))
+	sc := samplertest.Scenario(t, fmt.Sprintf("node: n1\nsystem: dgxh100\ngpus:\n  - {index: 0, sm_active: %g, processes: [%s]}\n", smActive, strings.Join(procs, ", ")))
 	real := procfs.New("/proc", "/etc/passwd")
 	hist := action.NewHistory(time.Minute)
-	n := simtest.Start(t, sc, func(s *nvmlsim.Sim) sampler.Config {
+	n := samplertest.Start(t, sc, func(s *nvmlsim.Sim) sampler.Config {
 		return sampler.Config{NVML: s, Proc: real, OnSample: hist.Record}
 	})
 	reg := prometheus.NewRegistry()
@@ -74,7 +74,7 @@ func startGrace(t *testing.T, grace time.Duration, smActive float64, pids ...int
 // history samples the node over the idle window.
 func (n *node) history(t *testing.T) {
 	for s := 0; s <= 60; s += 15 {
-		n.Clock.Set(simtest.T0.Add(time.Duration(s) * time.Second))
+		n.Clock.Set(samplertest.T0.Add(time.Duration(s) * time.Second))
 		n.Sampler.Sample(t.Context())
 	}
 }
@@ -215,7 +215,7 @@ func other0(procs []action.Process, not int) action.Process {
 func TestRefusesABusyUnitAndAnUnknownHistory(t *testing.T) {
 	p := spawn(t, "exec sleep 300")
 	n := start(t, 0.5, p.Process.Pid)
-	n.Clock.Set(simtest.T0)
+	n.Clock.Set(samplertest.T0)
 	n.Sampler.Sample(t.Context())
 	procs := n.unit(t).Processes
 	code, res := n.kill(t, procs)

@@ -12,7 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpureclaim/gpureclaim/exporter/collector"
-	"github.com/gpureclaim/gpureclaim/internal/simtest"
+	"github.com/gpureclaim/gpureclaim/exporter/sampler/samplertest"
 )
 
 func scrape(b *testing.B, h http.Handler) {
@@ -41,7 +41,7 @@ func BenchmarkScrapeDemo(b *testing.B) {
 // BenchmarkScrapeDemoCached is the exporter's scrape: the snapshot's
 // families gathered once per sample, health gathered live.
 func BenchmarkScrapeDemoCached(b *testing.B) {
-	n := simtest.Start(b, simtest.Builtin(b, "demo"), nil)
+	n := samplertest.Start(b, samplertest.Builtin(b, "demo"), nil)
 	n.SampleAt(b, demoAt, 10*time.Second)
 	cached, err := collector.NewSnapshotGatherer(n.Sampler, collector.FromSnapshot(n.Sampler)...)
 	if err != nil {

@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpureclaim/gpureclaim/exporter/collector"
-	"github.com/gpureclaim/gpureclaim/internal/simtest"
-	"github.com/gpureclaim/gpureclaim/internal/tooltest"
+	"github.com/gpureclaim/gpureclaim/exporter/sampler/samplertest"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -28,8 +28,8 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 const demoAt = 20 * time.Minute
 
 // demoRegistry samples the demo node at demoAt and registers every collector.
-func demoRegistry(t testing.TB) (*prometheus.Registry, *simtest.Node) {
-	n := simtest.Start(t, simtest.Builtin(t, "demo"), nil)
+func demoRegistry(t testing.TB) (*prometheus.Registry, *samplertest.Node) {
+	n := samplertest.Start(t, samplertest.Builtin(t, "demo"), nil)
 	n.SampleAt(t, demoAt, 10*time.Second)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collector.All(n.Sampler, n.Clock.Now)...)
@@ -88,7 +88,7 @@ func TestDemoScrapePassesPromtool(t *testing.T) {
 }
 
 func TestEveryCollectorLints(t *testing.T) {
-	n := simtest.Start(t, simtest.Builtin(t, "demo"), nil)
+	n := samplertest.Start(t, samplertest.Builtin(t, "demo"), nil)
 	n.SampleAt(t, demoAt, 10*time.Second)
 	for _, c := range collector.All(n.Sampler, n.Clock.Now) {
 		problems, err := testutil.CollectAndLint(c)
@@ -99,7 +99,7 @@ func TestEveryCollectorLints(t *testing.T) {
 }
 
 func TestNothingBeforeTheFirstSample(t *testing.T) {
-	n := simtest.Start(t, simtest.Builtin(t, "demo"), nil)
+	n := samplertest.Start(t, samplertest.Builtin(t, "demo"), nil)
 	for _, c := range collector.All(n.Sampler, n.Clock.Now) {
 		require.Zero(t, testutil.CollectAndCount(c), "%T", c)
 	}
@@ -165,7 +165,7 @@ func TestDemoShowsEveryCase(t *testing.T) {
 }
 
 func TestSnapshotGathererRefreshesOncePerSample(t *testing.T) {
-	n := simtest.Start(t, simtest.Builtin(t, "demo"), nil)
+	n := samplertest.Start(t, samplertest.Builtin(t, "demo"), nil)
 	n.SampleAt(t, demoAt, 10*time.Second)
 	g, err := collector.NewSnapshotGatherer(n.Sampler, collector.FromSnapshot(n.Sampler)...)
 	require.NoError(t, err)

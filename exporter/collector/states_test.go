@@ -13,9 +13,9 @@ import (
 
 	"github.com/gpureclaim/gpureclaim/exporter/collector"
 	"github.com/gpureclaim/gpureclaim/exporter/sampler"
+	"github.com/gpureclaim/gpureclaim/exporter/sampler/samplertest"
 	"github.com/gpureclaim/gpureclaim/internal/names"
-	"github.com/gpureclaim/gpureclaim/internal/nvmlsim"
-	"github.com/gpureclaim/gpureclaim/internal/simtest"
+	"github.com/gpureclaim/gpureclaim/internal/sim/nvmlsim"
 )
 
 // statesScenario puts each GPU in a state the driver can be in that a
@@ -38,9 +38,9 @@ gpus:
   - {index: 4, sm_active: 0.5, mps_unsupported: true, processes: [{pid: 4005, user: bob, memory_used: 5GiB}]}
 `
 
-func statesNode(t *testing.T, logs *bytes.Buffer) *simtest.Node {
-	sc := simtest.Scenario(t, statesScenario)
-	return simtest.Start(t, sc, func(s *nvmlsim.Sim) sampler.Config {
+func statesNode(t *testing.T, logs *bytes.Buffer) *samplertest.Node {
+	sc := samplertest.Scenario(t, statesScenario)
+	return samplertest.Start(t, sc, func(s *nvmlsim.Sim) sampler.Config {
 		return sampler.Config{NVML: s, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	})
 }
@@ -140,8 +140,8 @@ func (l failMIGLib) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
 // log, once; the GPU's memory and processes stay.
 func TestMIGListingFailure(t *testing.T) {
 	var logs bytes.Buffer
-	sc := simtest.Scenario(t, statesScenario)
-	n := simtest.Start(t, sc, func(s *nvmlsim.Sim) sampler.Config {
+	sc := samplertest.Scenario(t, statesScenario)
+	n := samplertest.Start(t, sc, func(s *nvmlsim.Sim) sampler.Config {
 		return sampler.Config{NVML: failMIGLib{s}, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	})
 	s := n.SampleAt(t, 10*time.Minute, 10*time.Second)

@@ -5,14 +5,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpureclaim/gpureclaim/internal/simtest"
+	"github.com/gpureclaim/gpureclaim/exporter/sampler/samplertest"
 )
 
 // BenchmarkSampleCycleDemo reads the whole demo node once: 8 GPUs, one of
 // them cut into 4 MIG instances, with GPM, processes, /proc and pod-resources.
 // It also reports the NVML calls each GPU costs per cycle.
 func BenchmarkSampleCycleDemo(b *testing.B) {
-	n := simtest.Start(b, simtest.Builtin(b, "demo"), nil)
+	n := samplertest.Start(b, samplertest.Builtin(b, "demo"), nil)
 	ctx := context.Background()
 	n.Sampler.Sample(ctx) // first cycle: static facts, GPM buffers
 	n.Calls()

@@ -8,9 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpureclaim/gpureclaim/exporter/sampler"
-	"github.com/gpureclaim/gpureclaim/internal/nvmlsim"
+	"github.com/gpureclaim/gpureclaim/exporter/sampler/samplertest"
 	"github.com/gpureclaim/gpureclaim/internal/podmeta"
-	"github.com/gpureclaim/gpureclaim/internal/simtest"
+	"github.com/gpureclaim/gpureclaim/internal/sim/nvmlsim"
 )
 
 func step(t *testing.T, s *sampler.Snapshot, name string) sampler.Step {
@@ -25,7 +25,7 @@ func step(t *testing.T, s *sampler.Snapshot, name string) sampler.Step {
 }
 
 func TestMIGUnitsAndTheirOwners(t *testing.T) {
-	n := simtest.Start(t, simtest.Scenario(t, `
+	n := samplertest.Start(t, samplertest.Scenario(t, `
 node: n1
 system: dgxa100
 pods:
@@ -55,7 +55,7 @@ gpus:
 	}
 	require.Equal(t, "3g.20gb", g.Units[0].MIG.Profile)
 	require.Equal(t, 3, g.Units[0].MIG.Slices)
-	require.Equal(t, []sampler.Owner{{Namespace: "team-a", Pod: "a", Container: "c", MemoryUsed: 9 << 30, Processes: 1, StartTime: simtest.T0.Add(0)}}, g.Units[0].Owners)
+	require.Equal(t, []sampler.Owner{{Namespace: "team-a", Pod: "a", Container: "c", MemoryUsed: 9 << 30, Processes: 1, StartTime: samplertest.T0.Add(0)}}, g.Units[0].Owners)
 	require.Equal(t, []sampler.Owner{{Namespace: "team-b", Pod: "b", Container: "c"}}, g.Units[1].Owners, "allocated, no process: held all the same")
 	require.Equal(t, "root", g.Units[2].Owners[0].User)
 	var names []string
@@ -66,7 +66,7 @@ gpus:
 }
 
 func TestMPSClientsAreTheTenants(t *testing.T) {
-	n := simtest.Start(t, simtest.Builtin(t, "demo"), nil)
+	n := samplertest.Start(t, samplertest.Builtin(t, "demo"), nil)
 	s := n.SampleAt(t, 20*time.Minute, 5*time.Second)
 	g := s.GPUs[5]
 	require.True(t, g.MPSServerRunning)
@@ -102,23 +102,23 @@ gpus:
 `
 
 func TestSharedGPUAttributionThroughCgroups(t *testing.T) {
-	n := simtest.Start(t, simtest.Scenario(t, sharedScenario), nil)
+	n := samplertest.Start(t, samplertest.Scenario(t, sharedScenario), nil)
 	s := n.SampleAt(t, time.Minute, 5*time.Second)
 	u := s.GPUs[2].Units[0]
 	require.Len(t, u.Owners, 3)
 	alice, p1, p2 := u.Owners[0], u.Owners[1], u.Owners[2] // sorted: no namespace first
-	require.Equal(t, sampler.Owner{Namespace: "ns1", Pod: "p1", Container: "web", MemoryUsed: 10 << 30, SMUtil: sampler.Gauge{V: 0.4, OK: true}, Processes: 1, StartTime: simtest.T0}, p1)
+	require.Equal(t, sampler.Owner{Namespace: "ns1", Pod: "p1", Container: "web", MemoryUsed: 10 << 30, SMUtil: sampler.Gauge{V: 0.4, OK: true}, Processes: 1, StartTime: samplertest.T0}, p1)
 	require.Equal(t, "ns2", p2.Namespace)
 	require.Equal(t, "worker", p2.Container)
 	require.EqualValues(t, 21<<30, p2.MemoryUsed)
 	require.InDelta(t, 0.15, p2.SMUtil.V, 1e-9)
 	require.Equal(t, 2, p2.Processes)
-	require.Equal(t, simtest.T0.Add(-time.Hour), p2.StartTime, "the oldest process")
-	require.Equal(t, sampler.Owner{User: "alice", MemoryUsed: 2 << 30, Processes: 1, StartTime: simtest.T0}, alice, "outside any pod")
+	require.Equal(t, samplertest.T0.Add(-time.Hour), p2.StartTime, "the oldest process")
+	require.Equal(t, sampler.Owner{User: "alice", MemoryUsed: 2 << 30, Processes: 1, StartTime: samplertest.T0}, alice, "outside any pod")
 }
 
 func TestSharedGPUWithoutPodMetadataFallsBackToUsers(t *testing.T) {
-	n := simtest.Start(t, simtest.Scenario(t, sharedScenario), func(s *nvmlsim.Sim) sampler.Config {
+	n := samplertest.Start(t, samplertest.Scenario(t, sharedScenario), func(s *nvmlsim.Sim) sampler.Config {
 		return sampler.Config{NVML: s, Pods: podmeta.NewStatic(nil)}
 	})
 	s := n.SampleAt(t, time.Minute, 5*time.Second)
@@ -137,7 +137,7 @@ func TestSharedGPUWithoutPodMetadataFallsBackToUsers(t *testing.T) {
 }
 
 func TestKeepMarkFromPodMetadata(t *testing.T) {
-	n := simtest.Start(t, simtest.Scenario(t, `
+	n := samplertest.Start(t, samplertest.Scenario(t, `
 node: n1
 system: dgxh100
 pods:
@@ -153,7 +153,7 @@ gpus:
 }
 
 func TestAGPULostMidRunLeavesTheOthers(t *testing.T) {
-	n := simtest.Start(t, simtest.Scenario(t, `
+	n := samplertest.Start(t, samplertest.Scenario(t, `
 node: n1
 system: dgxh100
 gpus:
@@ -190,7 +190,7 @@ func (noGPM) GpmQueryDeviceSupport(nvml.Device) (nvml.GpmSupport, nvml.Return) {
 }
 
 func TestGPMNotSupportedFallsBackToUtilization(t *testing.T) {
-	n := simtest.Start(t, simtest.Builtin(t, "demo"), func(s *nvmlsim.Sim) sampler.Config {
+	n := samplertest.Start(t, samplertest.Builtin(t, "demo"), func(s *nvmlsim.Sim) sampler.Config {
 		return sampler.Config{NVML: noGPM{s}}
 	})
 	s := n.SampleAt(t, 20*time.Minute, 5*time.Second)
@@ -221,7 +221,7 @@ func (p panicky) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
 }
 
 func TestAPanicOnOneGPUDoesNotBlankTheOthers(t *testing.T) {
-	n := simtest.Start(t, simtest.Builtin(t, "demo"), func(s *nvmlsim.Sim) sampler.Config {
+	n := samplertest.Start(t, samplertest.Builtin(t, "demo"), func(s *nvmlsim.Sim) sampler.Config {
 		return sampler.Config{NVML: panicky{s}}
 	})
 	s := n.SampleAt(t, 20*time.Minute, 5*time.Second)
@@ -232,7 +232,7 @@ func TestAPanicOnOneGPUDoesNotBlankTheOthers(t *testing.T) {
 }
 
 func TestKilledProcessLeavesItsOwnerBehind(t *testing.T) {
-	n := simtest.Start(t, simtest.Builtin(t, "demo"), nil)
+	n := samplertest.Start(t, samplertest.Builtin(t, "demo"), nil)
 	s := n.SampleAt(t, 20*time.Minute, 5*time.Second)
 	require.Equal(t, 1, s.GPUs[2].Units[0].Owners[0].Processes)
 	require.True(t, n.Kill(61234))
@@ -249,7 +249,7 @@ func TestKilledProcessLeavesItsOwnerBehind(t *testing.T) {
 }
 
 func TestPodResourcesOutageKeepsTheLastAnswer(t *testing.T) {
-	n := simtest.Start(t, simtest.Builtin(t, "demo"), nil)
+	n := samplertest.Start(t, samplertest.Builtin(t, "demo"), nil)
 	s := n.SampleAt(t, 20*time.Minute, 5*time.Second)
 	require.True(t, step(t, s, sampler.StepPodResources).Success)
 	n.Close() // the kubelet goes away

@@ -13,7 +13,7 @@ import (
 
 	"github.com/gpureclaim/gpureclaim/exporter/action"
 	"github.com/gpureclaim/gpureclaim/exporter/collector"
-	"github.com/gpureclaim/gpureclaim/internal/simtest"
+	"github.com/gpureclaim/gpureclaim/exporter/sampler/samplertest"
 )
 
 var docRow = regexp.MustCompile("^\\| `([a-z_]+)` \\| (gauge|counter|histogram|summary) \\|.*\\| ([^|]*) \\|$")
@@ -44,7 +44,7 @@ var descName = regexp.MustCompile(`fqName: "([^"]+)"`)
 
 func TestMetricsDocMatchesTheExporter(t *testing.T) {
 	doc := documented(t)
-	n := simtest.Start(t, simtest.Builtin(t, "demo"), nil)
+	n := samplertest.Start(t, samplertest.Builtin(t, "demo"), nil)
 	n.SampleAt(t, 20*time.Minute, 10*time.Second)
 	reg, _, err := gatherer(n.Sampler, n.Clock.Now)
 	require.NoError(t, err)

@@ -1,6 +1,6 @@
 // Command gpureclaim-exporter-sim is the exporter on simulated GPUs: the
 // exporter's own code (exporter/server) over the scenario-driven NVML of
-// internal/nvmlsim, which also writes the node's /proc and serves its
+// internal/sim/nvmlsim, which also writes the node's /proc and serves its
 // kubelet socket. With --simulate.kubeconfig it follows the node's pods in
 // a cluster. `make run`, the demo and the end-to-end tests run it; a GPU
 // node runs gpureclaim-exporter.
@@ -18,10 +18,10 @@ import (
 	"time"
 
 	"github.com/gpureclaim/gpureclaim/exporter/server"
-	"github.com/gpureclaim/gpureclaim/internal/nvmlsim"
 	"github.com/gpureclaim/gpureclaim/internal/podmeta"
 	"github.com/gpureclaim/gpureclaim/internal/podresources"
 	"github.com/gpureclaim/gpureclaim/internal/procfs"
+	"github.com/gpureclaim/gpureclaim/internal/sim/nvmlsim"
 )
 
 func main() {

@@ -16,7 +16,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/gpureclaim/gpureclaim/internal/nvmlsim"
+	"github.com/gpureclaim/gpureclaim/internal/sim/nvmlsim"
 )
 
 // podWatch keeps a simulated node's pods in step with a cluster: a pod that

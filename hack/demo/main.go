@@ -13,7 +13,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpureclaim/gpureclaim/internal/stack"
+	"github.com/gpureclaim/gpureclaim/deploy"
+	"github.com/gpureclaim/gpureclaim/internal/sim/stack"
+	"github.com/gpureclaim/gpureclaim/rules"
 )
 
 const reclaimerPolicies = `notifiers: [{type: log}]
@@ -47,17 +49,25 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	rulesFile, err := rules.RenderFile(filepath.Join(root, "rules", "demo.yaml"))
+	if err != nil {
+		return err
+	}
+	role, err := deploy.ReclaimerClusterRole(root)
+	if err != nil {
+		return err
+	}
 	fmt.Printf("gpureclaim demo: one simulated 8-GPU H100 node, a scenario minute per second. Logs and state in %s\n\n", dir)
 	s, err := stack.New(stack.Options{
-		Bin:        filepath.Join(root, "bin"),
-		Dir:        dir,
-		Nodes:      []*stack.Node{{Scenario: "demo"}},
-		Speed:      60,
-		Rules:      filepath.Join(root, "rules", "demo.yaml"),
-		Kubernetes: true,
-		IdleWindow: 5 * time.Second,
-		Manifests:  filepath.Join(root, "deploy", "manifests", "gpureclaim.yaml"),
-		Log:        os.Stdout,
+		Bin:           filepath.Join(root, "bin"),
+		Dir:           dir,
+		Nodes:         []*stack.Node{{Scenario: "demo"}},
+		Speed:         60,
+		Rules:         rulesFile,
+		Kubernetes:    true,
+		IdleWindow:    5 * time.Second,
+		ReclaimerRole: role,
+		Log:           os.Stdout,
 	})
 	if err != nil {
 		return err

@@ -14,3 +14,7 @@ const UnattributedUser = "(unattributed)"
 // check must never be below the rules' threshold, or it refuses the kills
 // the rules ask for.
 const IdleThreshold = 0.05
+
+// ExporterJob is the default Prometheus job that scrapes the exporters: the
+// rules select it, and the chart and the local stack name their scrape so.
+const ExporterJob = "gpureclaim-exporter"

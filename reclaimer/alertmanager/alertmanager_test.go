@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpureclaim/gpureclaim/internal/amtest"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/amtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/alertmanager"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"

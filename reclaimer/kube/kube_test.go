@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpureclaim/gpureclaim/deploy"
-	"github.com/gpureclaim/gpureclaim/internal/kubetest"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/kubetest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/kube"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"

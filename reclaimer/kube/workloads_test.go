@@ -16,8 +16,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/gpureclaim/gpureclaim/internal/kubetest"
-	"github.com/gpureclaim/gpureclaim/internal/tooltest"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/kubetest"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/jupyterhub"
 	"github.com/gpureclaim/gpureclaim/reclaimer/jupyterhub/hubtest"

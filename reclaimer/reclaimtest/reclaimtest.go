@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/alertmanager/template"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpureclaim/gpureclaim/internal/fakeclock"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/fakeclock"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )

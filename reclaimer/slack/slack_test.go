@@ -24,8 +24,8 @@ import (
 	goslack "github.com/slack-go/slack"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpureclaim/gpureclaim/internal/amtest"
-	"github.com/gpureclaim/gpureclaim/internal/fakeslack"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/amtest"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/fakeslack"
 	"github.com/gpureclaim/gpureclaim/reclaimer/alertmanager"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"

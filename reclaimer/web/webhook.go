@@ -11,7 +11,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/prometheus/alertmanager/notify/webhook"
+	"github.com/prometheus/alertmanager/template"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 )
@@ -41,10 +41,21 @@ func cutBearer(r *http.Request) (string, bool) {
 
 func eq(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
 
+// Message is Alertmanager's webhook payload, version 4, as its docs define
+// it. It is declared here rather than taken from Alertmanager's notify
+// package, which would link every notifier integration and the gossip
+// cluster into the reclaimer.
+type Message struct {
+	*template.Data
+	Version         string `json:"version"`
+	GroupKey        string `json:"groupKey"`
+	TruncatedAlerts uint64 `json:"truncatedAlerts"`
+}
+
 // DecodeMessage reads and validates an Alertmanager webhook notification
 // (payload version 4). It reads at most limit bytes.
-func DecodeMessage(r io.Reader) (*webhook.Message, error) {
-	var m webhook.Message
+func DecodeMessage(r io.Reader) (*Message, error) {
+	var m Message
 	dec := json.NewDecoder(r)
 	if err := dec.Decode(&m); err != nil {
 		return nil, fmt.Errorf("not an Alertmanager notification: %w", err)

@@ -1,7 +1,7 @@
-// Package simtest builds simulated nodes and samplers for tests and
+// Package samplertest builds simulated nodes and samplers for tests and
 // benchmarks: a scenario, its /proc tree, a kubelet pod-resources socket
 // served over gRPC, and a clock the test moves.
-package simtest
+package samplertest
 
 import (
 	"context"
@@ -11,11 +11,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpureclaim/gpureclaim/exporter/sampler"
-	"github.com/gpureclaim/gpureclaim/internal/fakeclock"
-	"github.com/gpureclaim/gpureclaim/internal/nvmlsim"
 	"github.com/gpureclaim/gpureclaim/internal/podmeta"
 	"github.com/gpureclaim/gpureclaim/internal/podresources"
 	"github.com/gpureclaim/gpureclaim/internal/procfs"
+	"github.com/gpureclaim/gpureclaim/internal/sim/nvmlsim"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/fakeclock"
 )
 
 // T0 is the scenario time 0 of every test node.

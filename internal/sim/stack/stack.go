@@ -26,10 +26,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpureclaim/gpureclaim/deploy"
-	"github.com/gpureclaim/gpureclaim/internal/cluster"
-	"github.com/gpureclaim/gpureclaim/internal/nvmlsim"
-	"github.com/gpureclaim/gpureclaim/rules"
+	"github.com/gpureclaim/gpureclaim/internal/names"
+	"github.com/gpureclaim/gpureclaim/internal/sim/cluster"
+	"github.com/gpureclaim/gpureclaim/internal/sim/nvmlsim"
 )
 
 // Node is a simulated GPU node.
@@ -57,15 +56,17 @@ type Options struct {
 	Nodes []*Node
 	// Speed runs the scenarios this many times faster than the wall clock.
 	Speed float64
-	// Rules is the rules config (rules/demo.yaml on a compressed clock).
-	Rules string
+	// Rules is the rule file Prometheus evaluates (rendered from
+	// rules/demo.yaml, on a compressed clock); its exporter job is
+	// names.ExporterJob.
+	Rules []byte
 	// Kubernetes runs a control plane; the scenarios' pods become real pods.
 	Kubernetes bool
 	// IdleWindow is the exporters' own idle re-check window.
 	IdleWindow time.Duration
-	// Manifests is deploy/manifests/gpureclaim.yaml: the reclaimer is bound
-	// to its ClusterRole.
-	Manifests string
+	// ReclaimerRole is the reclaimer's ClusterRole as the chart renders it
+	// (deploy.ReclaimerClusterRole): the reclaimer is bound to it.
+	ReclaimerRole []byte
 	// Log gets one line per component started.
 	Log io.Writer
 }
@@ -207,18 +208,14 @@ func (s *Stack) StartKubernetes(ctx context.Context) error {
 }
 
 func (s *Stack) applyRole(ctx context.Context) error {
-	b, err := deploy.Find(s.o.Manifests, "ClusterRole", "gpureclaim-reclaimer")
-	if err != nil {
-		return err
-	}
 	var role rbacv1.ClusterRole
-	if err := yaml.UnmarshalStrict(b, &role); err != nil {
+	if err := yaml.UnmarshalStrict(s.o.ReclaimerRole, &role); err != nil {
 		return err
 	}
 	if _, err := s.Admin.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	_, err = s.Admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+	_, err := s.Admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
 		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
 		Subjects:   []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: cluster.ReclaimerUser}},
@@ -392,16 +389,8 @@ func (s *Stack) StartReclaimer(ctx context.Context, extra string) error {
 // StartPrometheus scrapes the exporters and the reclaimer every second and
 // evaluates the rules rendered from the rules config every second.
 func (s *Stack) StartPrometheus(ctx context.Context) error {
-	c, err := rules.Load(s.o.Rules)
-	if err != nil {
-		return err
-	}
-	rb, err := rules.Render(c)
-	if err != nil {
-		return err
-	}
 	rulesPath := filepath.Join(s.o.Dir, "gpureclaim.rules.yml")
-	if err := os.WriteFile(rulesPath, rb, 0o644); err != nil {
+	if err := os.WriteFile(rulesPath, s.o.Rules, 0o644); err != nil {
 		return err
 	}
 	var targets []string
@@ -418,7 +407,7 @@ scrape_configs:
     static_configs: [{targets: [%s]}]
   - job_name: gpureclaim-reclaimer
     static_configs: [{targets: [%q]}]
-`, rulesPath, strings.TrimPrefix(s.AlertmanagerURL, "http://"), c.Exporter.Job, strings.Join(targets, ", "), s.reclaimerAddr)
+`, rulesPath, strings.TrimPrefix(s.AlertmanagerURL, "http://"), names.ExporterJob, strings.Join(targets, ", "), s.reclaimerAddr)
 	path := filepath.Join(s.o.Dir, "prometheus.yml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return err

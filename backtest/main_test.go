@@ -33,7 +33,7 @@ func traceFile(t *testing.T) string {
 func TestBacktestCommand(t *testing.T) {
 	plot := filepath.Join(t.TempDir(), "gone.svg")
 	var out, errb bytes.Buffer
-	code := run(context.Background(), []string{"backtest", "--history.trace=" + traceFile(t), "--rules=../rules/gpureclaim.rules.yml",
+	code := run(context.Background(), []string{"--history.trace=" + traceFile(t), "--rules=../rules/gpureclaim.rules.yml",
 		"--history.controller=Deployment", "--format=json", "--plot.workload=gone", "--plot.file=" + plot}, &out, &errb)
 	require.Zero(t, code, errb.String())
 	var rep struct {
@@ -72,7 +72,7 @@ func TestBacktestBadFlags(t *testing.T) {
 		{[]string{"--history.trace=" + tr, "--rules=../rules/gpureclaim.rules.yml", "--plot.workload=nobody", "--plot.file=" + filepath.Join(t.TempDir(), "p.svg")}, 1, `no workload "nobody"`},
 	} {
 		var out, errb bytes.Buffer
-		code := run(context.Background(), append([]string{"backtest"}, tc.args...), &out, &errb)
+		code := run(context.Background(), tc.args, &out, &errb)
 		require.Equal(t, tc.code, code, "%v: %s", tc.args, errb.String())
 		require.Contains(t, errb.String(), tc.want, tc.args)
 	}

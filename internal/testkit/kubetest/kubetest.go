@@ -1,5 +1,5 @@
 // Package kubetest runs a real kube-apiserver on etcd for the tests, from
-// the binaries `make tools` builds (see internal/cluster).
+// the binaries `make tools` builds (see internal/sim/cluster).
 package kubetest
 
 import (
@@ -12,8 +12,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/gpureclaim/gpureclaim/internal/cluster"
-	"github.com/gpureclaim/gpureclaim/internal/tooltest"
+	"github.com/gpureclaim/gpureclaim/internal/sim/cluster"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
 )
 
 // Tokens of the two users.

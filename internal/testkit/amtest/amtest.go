@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpureclaim/gpureclaim/internal/tooltest"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
 )
 
 // Alertmanager is a running Alertmanager.

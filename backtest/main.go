@@ -1,3 +1,8 @@
+// Command gpureclaim-backtest replays recorded GPU activity (a trace, or a
+// Prometheus range-query export of the exporter's metrics) through the rule
+// files and the reclaimer's policy on a simulated clock, and reports what the
+// policy would have done. It is its own binary so that the reclaimer links no
+// rule evaluator: Prometheus's rule manager brings its service discovery.
 package main
 
 import (
@@ -7,7 +12,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gpureclaim/gpureclaim/internal/names"
@@ -15,6 +22,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/reclaimer/backtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+	"github.com/prometheus/common/version"
 )
 
 type stringList []string
@@ -31,14 +39,15 @@ type backtestOptions struct {
 	format                        string
 	top                           int
 	plotWorkload, plotFile        string
+	printVersion                  bool
 }
 
 func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, error) {
 	o := &backtestOptions{}
-	fs := flag.NewFlagSet("gpureclaim-reclaimer backtest", flag.ContinueOnError)
+	fs := flag.NewFlagSet("gpureclaim-backtest", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: gpureclaim-reclaimer backtest --rules=FILE [--config.file=FILE] (--history.trace=FILE | --history.prometheus=FILE) [flags]")
+		fmt.Fprintln(stderr, "Usage: gpureclaim-backtest --rules=FILE [--config.file=FILE] (--history.trace=FILE | --history.prometheus=FILE) [flags]")
 		fmt.Fprintln(stderr, "\nReplays recorded GPU activity through the rules and the reclaimer's policy on a simulated clock and reports what the policy would have done.")
 		fs.PrintDefaults()
 	}
@@ -53,10 +62,13 @@ func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, erro
 	fs.IntVar(&o.top, "top", 20, "Owners and workloads listed, most idle first (0: all).")
 	fs.StringVar(&o.plotWorkload, "plot.workload", "", "Plot this workload's activity with the warnings and reclaims (SVG).")
 	fs.StringVar(&o.plotFile, "plot.file", "backtest.svg", "Where the plot goes.")
+	fs.BoolVar(&o.printVersion, "version", false, "Print the version and exit.")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	switch {
+	case o.printVersion:
+		return o, nil
 	case fs.NArg() > 0:
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	case (o.trace == "") == (o.prometheus == ""):
@@ -73,17 +85,28 @@ func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, erro
 	return o, nil
 }
 
-func backtestCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parseBacktestFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "gpureclaim-reclaimer backtest:", err)
+		fmt.Fprintln(stderr, "gpureclaim-backtest:", err)
 		return 2
 	}
+	if o.printVersion {
+		fmt.Fprintln(stdout, version.Print("gpureclaim-backtest"))
+		return 0
+	}
 	if err := runBacktest(ctx, o, stdout); err != nil {
-		fmt.Fprintln(stderr, "gpureclaim-reclaimer backtest:", err)
+		fmt.Fprintln(stderr, "gpureclaim-backtest:", err)
 		return 1
 	}
 	return 0
