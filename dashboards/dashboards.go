@@ -1,217 +1,169 @@
-// Package dashboards generates gpureclaim's Grafana dashboards as JSON: plain
-// dashboards with stable uids, a datasource variable and a unit on every
-// panel, written by `make dashboards` and checked by the tests.
+// Package dashboards generates gpureclaim's Grafana dashboards as JSON with
+// Grafana's own typed builders (grafana-foundation-sdk): stable uids, a
+// datasource variable and a unit on every panel, written by `make
+// dashboards` and checked by the tests.
 package dashboards
 
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/grafana/grafana-foundation-sdk/go/cog"
+	"github.com/grafana/grafana-foundation-sdk/go/cog/variants"
+	"github.com/grafana/grafana-foundation-sdk/go/common"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
+	"github.com/grafana/grafana-foundation-sdk/go/stat"
+	"github.com/grafana/grafana-foundation-sdk/go/table"
+	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
+
+	"github.com/gpureclaim/gpureclaim/internal/names"
 )
 
-// Dashboard is the subset of Grafana's dashboard model gpureclaim uses.
-type Dashboard struct {
-	UID           string     `json:"uid"`
-	Title         string     `json:"title"`
-	Description   string     `json:"description"`
-	Tags          []string   `json:"tags"`
-	Timezone      string     `json:"timezone"`
-	Editable      bool       `json:"editable"`
-	SchemaVersion int        `json:"schemaVersion"`
-	Version       int        `json:"version"`
-	Refresh       string     `json:"refresh"`
-	Time          TimeRange  `json:"time"`
-	Templating    Templating `json:"templating"`
-	Panels        []Panel    `json:"panels"`
-	Links         []Link     `json:"links"`
-}
+// Uids of the dashboards; the alerts link to the node dashboard's.
+const (
+	FleetUID     = "gpureclaim-fleet"
+	NodeUID      = names.NodeDashboardUID
+	ReclaimerUID = "gpureclaim-reclaimer"
+)
 
-type TimeRange struct {
-	From string `json:"from"`
-	To   string `json:"to"`
-}
-
-type Templating struct {
-	List []Variable `json:"list"`
-}
-
-// Variable is a dashboard variable.
-type Variable struct {
-	Name       string      `json:"name"`
-	Label      string      `json:"label"`
-	Type       string      `json:"type"`
-	Query      any         `json:"query"`
-	Definition string      `json:"definition,omitempty"`
-	Datasource *Datasource `json:"datasource,omitempty"`
-	Refresh    int         `json:"refresh,omitempty"`
-	IncludeAll bool        `json:"includeAll"`
-	Multi      bool        `json:"multi"`
-	AllValue   string      `json:"allValue,omitempty"`
-	Current    struct{}    `json:"current"`
-	Sort       int         `json:"sort,omitempty"`
-}
-
-type Datasource struct {
-	Type string `json:"type"`
-	UID  string `json:"uid"`
-}
-
-type Link struct {
-	Title    string   `json:"title"`
-	Type     string   `json:"type"`
-	Tags     []string `json:"tags"`
-	AsDrop   bool     `json:"asDropdown"`
-	KeepTime bool     `json:"keepTime"`
-	Vars     bool     `json:"includeVars"`
-}
-
-// Panel is a Grafana panel.
-type Panel struct {
-	ID          int            `json:"id"`
-	Type        string         `json:"type"`
-	Title       string         `json:"title"`
-	Description string         `json:"description,omitempty"`
-	GridPos     GridPos        `json:"gridPos"`
-	Datasource  *Datasource    `json:"datasource,omitempty"`
-	Targets     []Target       `json:"targets,omitempty"`
-	FieldConfig FieldConfig    `json:"fieldConfig"`
-	Options     map[string]any `json:"options,omitempty"`
-	Collapsed   *bool          `json:"collapsed,omitempty"`
-	Transforms  []any          `json:"transformations,omitempty"`
-}
-
-type GridPos struct {
-	H int `json:"h"`
-	W int `json:"w"`
-	X int `json:"x"`
-	Y int `json:"y"`
-}
-
+// Target is one query of a panel.
 type Target struct {
-	RefID        string      `json:"refId"`
-	Expr         string      `json:"expr"`
-	LegendFormat string      `json:"legendFormat,omitempty"`
-	Instant      bool        `json:"instant,omitempty"`
-	Range        bool        `json:"range,omitempty"`
-	Format       string      `json:"format,omitempty"`
-	Datasource   *Datasource `json:"datasource"`
+	Expr         string
+	LegendFormat string
 }
 
-type FieldConfig struct {
-	Defaults  FieldDefaults `json:"defaults"`
-	Overrides []any         `json:"overrides"`
-}
+func ptr[T any](v T) *T { return &v }
 
-type FieldDefaults struct {
-	Unit     string   `json:"unit"`
-	Min      *float64 `json:"min,omitempty"`
-	Max      *float64 `json:"max,omitempty"`
-	Decimals *int     `json:"decimals,omitempty"`
-}
+// datasource is the dashboards' datasource variable, so that one file works
+// against any Prometheus.
+var datasource = common.DataSourceRef{Type: ptr("prometheus"), Uid: ptr("${datasource}")}
 
-var ds = &Datasource{Type: "prometheus", UID: "${datasource}"}
-
-func f(v float64) *float64 { return &v }
-
-// layout places panels left to right, wrapping at 24 columns.
-type layout struct {
-	x, y, rowH, id int
-	panels         []Panel
-}
-
-func (l *layout) add(p Panel, w, h int) {
-	if l.x+w > 24 {
-		l.x, l.y, l.rowH = 0, l.y+l.rowH, 0
-	}
-	l.id++
-	p.ID = l.id
-	p.GridPos = GridPos{H: h, W: w, X: l.x, Y: l.y}
-	if p.Type != "row" {
-		p.Datasource = ds
-		for i := range p.Targets {
-			p.Targets[i].RefID = string(rune('A' + i))
-			p.Targets[i].Datasource = ds
+func dataqueries(targets []Target, instant bool) []cog.Builder[variants.Dataquery] {
+	var out []cog.Builder[variants.Dataquery]
+	for i, t := range targets {
+		q := prometheus.NewDataqueryBuilder().RefId(string(rune('A' + i))).Datasource(datasource).Expr(t.Expr)
+		if t.LegendFormat != "" {
+			q.LegendFormat(t.LegendFormat)
 		}
+		if instant {
+			q.Instant()
+		} else {
+			q.Range()
+		}
+		out = append(out, q)
 	}
-	if p.FieldConfig.Overrides == nil {
-		p.FieldConfig.Overrides = []any{}
-	}
-	l.x += w
-	l.rowH = max(l.rowH, h)
-	l.panels = append(l.panels, p)
+	return out
 }
 
-func (l *layout) row(title string) {
-	if l.x > 0 {
-		l.x, l.y, l.rowH = 0, l.y+l.rowH, 0
-	}
-	collapsed := false
-	l.add(Panel{Type: "row", Title: title, Collapsed: &collapsed, FieldConfig: FieldConfig{Defaults: FieldDefaults{Unit: "none"}}}, 24, 1)
-	l.x, l.y, l.rowH = 0, l.y+1, 0
+// layout adds panels left to right; the builder wraps them at 24 columns.
+type layout struct {
+	b *dashboard.DashboardBuilder
 }
 
-func series(title, desc, unit string, targets ...Target) Panel {
-	for i := range targets {
-		targets[i].Range = true
-	}
-	p := Panel{Type: "timeseries", Title: title, Description: desc, Targets: targets, FieldConfig: FieldConfig{Defaults: FieldDefaults{Unit: unit}},
-		Options: map[string]any{"legend": map[string]any{"displayMode": "table", "placement": "bottom", "calcs": []string{"lastNotNull", "max"}}, "tooltip": map[string]any{"mode": "multi", "sort": "desc"}}}
+func newLayout(uid, title, desc string) *layout {
+	return &layout{b: dashboard.NewDashboardBuilder(title).
+		Uid(uid).
+		Description(desc).
+		Tags([]string{"gpureclaim"}).
+		Timezone(common.TimeZoneBrowser).
+		Editable().
+		Refresh("30s").
+		Time("now-6h", "now").
+		WithVariable(dashboard.NewDatasourceVariableBuilder("datasource").Label("Data source").Type("prometheus")).
+		Link(dashboard.NewDashboardLinkBuilder("gpureclaim").Type(dashboard.DashboardLinkTypeDashboards).
+			Tags([]string{"gpureclaim"}).AsDropdown(true).KeepTime(true).IncludeVars(false))}
+}
+
+func (l *layout) row(title string) { l.b.WithRow(dashboard.NewRowBuilder(title)) }
+
+// sized is a panel builder that takes a width and a height.
+type sized[B any] interface {
+	cog.Builder[dashboard.Panel]
+	Span(uint32) B
+	Height(uint32) B
+}
+
+func add[B sized[B]](l *layout, p B, w, h uint32) {
+	p.Span(w)
+	p.Height(h)
+	l.b.WithPanel(p)
+}
+
+func series(title, desc, unit string, targets ...Target) *timeseries.PanelBuilder {
+	p := timeseries.NewPanelBuilder().Title(title).Description(desc).Unit(unit).Datasource(datasource).
+		Targets(dataqueries(targets, false)).
+		Legend(common.NewVizLegendOptionsBuilder().DisplayMode(common.LegendDisplayModeTable).Placement(common.LegendPlacementBottom).ShowLegend(true).Calcs([]string{"lastNotNull", "max"})).
+		Tooltip(common.NewVizTooltipOptionsBuilder().Mode(common.TooltipDisplayModeMulti).Sort(common.SortOrderDescending))
 	if unit == "percentunit" {
-		p.FieldConfig.Defaults.Min, p.FieldConfig.Defaults.Max = f(0), f(1)
+		p.Min(0).Max(1)
 	}
 	return p
 }
 
-func stat(title, desc, unit, expr string) Panel {
-	return Panel{Type: "stat", Title: title, Description: desc,
-		Targets:     []Target{{Expr: expr, Instant: true}},
-		FieldConfig: FieldConfig{Defaults: FieldDefaults{Unit: unit}},
-		Options:     map[string]any{"reduceOptions": map[string]any{"calcs": []string{"lastNotNull"}, "fields": "", "values": false}, "colorMode": "value", "graphMode": "area"}}
+func statPanel(title, desc, unit, expr string) *stat.PanelBuilder {
+	return stat.NewPanelBuilder().Title(title).Description(desc).Unit(unit).Datasource(datasource).
+		Targets(dataqueries([]Target{{Expr: expr}}, true)).
+		ReduceOptions(common.NewReduceDataOptionsBuilder().Calcs([]string{"lastNotNull"}).Fields("").Values(false)).
+		ColorMode(common.BigValueColorModeValue).
+		GraphMode(common.BigValueGraphModeArea)
 }
 
-func table(title, desc, unit string, targets ...Target) Panel {
-	for i := range targets {
-		targets[i].Instant, targets[i].Format = true, "table"
+func tablePanel(title, desc, unit string, targets ...Target) *table.PanelBuilder {
+	qs := dataqueries(targets, true)
+	for _, q := range qs {
+		q.(*prometheus.DataqueryBuilder).Format(prometheus.PromQueryFormatTable)
 	}
-	return Panel{Type: "table", Title: title, Description: desc, Targets: targets,
-		FieldConfig: FieldConfig{Defaults: FieldDefaults{Unit: unit}},
-		Options:     map[string]any{"showHeader": true, "footer": map[string]any{"show": false}},
-		Transforms: []any{map[string]any{"id": "organize", "options": map[string]any{
-			"excludeByName": map[string]bool{"Time": true, "__name__": true, "job": true, "instance": true}}}}}
+	return table.NewPanelBuilder().Title(title).Description(desc).Unit(unit).Datasource(datasource).
+		Targets(qs).
+		ShowHeader(true).
+		WithTransformation(dashboard.DataTransformerConfig{Id: "organize", Options: map[string]any{
+			"excludeByName": map[string]bool{"Time": true, "__name__": true, "job": true, "instance": true}}})
 }
 
-func datasourceVar() Variable {
-	return Variable{Name: "datasource", Label: "Data source", Type: "datasource", Query: "prometheus"}
+func queryVar(name, label, query string) *dashboard.QueryVariableBuilder {
+	return dashboard.NewQueryVariableBuilder(name).Label(label).Datasource(datasource).
+		Refresh(dashboard.VariableRefreshOnTimeRangeChanged).IncludeAll(true).Multi(true).AllValue(".*").
+		Sort(dashboard.VariableSortAlphabeticalAsc).Definition(query).
+		Query(dashboard.StringOrMap{Map: map[string]any{"query": query, "refId": "PrometheusVariableQueryEditor-VariableQuery", "qryType": 1}})
 }
 
-func queryVar(name, label, query string) Variable {
-	return Variable{Name: name, Label: label, Type: "query", Datasource: ds, Refresh: 2, IncludeAll: true, Multi: true, AllValue: ".*", Sort: 1, Definition: query,
-		Query: map[string]any{"query": query, "refId": "PrometheusVariableQueryEditor-VariableQuery", "qryType": 1}}
-}
-
-func base(uid, title, desc string, vars []Variable, panels []Panel) Dashboard {
-	return Dashboard{
-		UID: uid, Title: title, Description: desc, Tags: []string{"gpureclaim"}, Timezone: "browser", Editable: true,
-		SchemaVersion: 39, Version: 1, Refresh: "30s", Time: TimeRange{From: "now-6h", To: "now"},
-		Templating: Templating{List: append([]Variable{datasourceVar()}, vars...)},
-		Panels:     panels,
-		Links:      []Link{{Title: "gpureclaim", Type: "dashboards", Tags: []string{"gpureclaim"}, AsDrop: true, KeepTime: true, Vars: false}},
+// build builds the dashboard and numbers its panels and rows in order.
+func (l *layout) build() (dashboard.Dashboard, error) {
+	d, err := l.b.Build()
+	if err != nil {
+		return d, err
 	}
+	for i, p := range d.Panels {
+		id := uint32(i + 1)
+		switch {
+		case p.Panel != nil:
+			p.Panel.Id = &id
+		case p.RowPanel != nil:
+			p.RowPanel.Id = id
+		}
+	}
+	return d, nil
 }
 
-// All returns every dashboard, keyed by file name.
-func All() map[string]Dashboard {
-	return map[string]Dashboard{
-		"fleet.json":     Fleet(),
-		"node.json":      Node(),
-		"reclaimer.json": Reclaimer(),
+// All builds every dashboard, keyed by file name.
+func All() (map[string]dashboard.Dashboard, error) {
+	out := map[string]dashboard.Dashboard{}
+	for name, l := range map[string]*layout{"fleet.json": fleet(), "node.json": node(), "reclaimer.json": reclaimer()} {
+		d, err := l.build()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		out[name] = d
 	}
+	return out, nil
 }
 
 // Marshal renders a dashboard as indented JSON.
-func Marshal(d Dashboard) ([]byte, error) {
+func Marshal(d dashboard.Dashboard) ([]byte, error) {
 	b, err := json.MarshalIndent(d, "", "  ")
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", d.UID, err)
+		return nil, err
 	}
 	return append(b, '\n'), nil
 }

@@ -19,7 +19,8 @@ import (
 func TestCommittedDashboardsMatchTheGenerator(t *testing.T) {
 	files, err := filepath.Glob("*.json")
 	require.NoError(t, err)
-	all := All()
+	all, err := All()
+	require.NoError(t, err)
 	require.Len(t, files, len(all), "a dashboard file the generator does not write")
 	for name, d := range all {
 		want, err := Marshal(d)
@@ -90,7 +91,9 @@ func known(t *testing.T) map[string]bool {
 func TestDashboards(t *testing.T) {
 	metrics := known(t)
 	p := parser.NewParser(parser.Options{})
-	for name := range All() {
+	all, err := All()
+	require.NoError(t, err)
+	for name := range all {
 		t.Run(name, func(t *testing.T) {
 			b, err := os.ReadFile(name)
 			require.NoError(t, err)
@@ -147,7 +150,7 @@ func TestAlertLinksPointAtTheNodeDashboard(t *testing.T) {
 	for _, g := range rules.Generate(c).Groups {
 		for _, r := range g.Rules {
 			if u := r.Annotations["dashboard_url"]; u != "" {
-				require.Contains(t, u, "/d/"+Node().UID+"/", r.Alert)
+				require.Contains(t, u, "/d/"+NodeUID+"/", r.Alert)
 			}
 		}
 	}

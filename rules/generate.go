@@ -45,53 +45,6 @@ func (e Expr) MarshalYAML() (any, error) {
 	return n, nil
 }
 
-// Names of the recording rules, used by the alerts and the dashboards.
-const (
-	RecActivity        = "uuid:gpureclaim_unit_activity:ratio"
-	RecActivityWaste   = "uuid:gpureclaim_unit_activity:avg_waste_window"
-	RecActivityPeak    = "uuid:gpureclaim_unit_activity:max_peak_window"
-	RecMemoryRatio     = "uuid:gpureclaim_unit_memory_used:ratio"
-	RecMemoryPeak      = "uuid:gpureclaim_unit_memory_used_bytes:max_peak_window"
-	RecSize            = "uuid:gpureclaim_unit_size:gpus"
-	RecOwners          = "uuid:gpureclaim_unit_owners:count"
-	RecHeld            = "uuid_owner:gpureclaim_unit_held:info"
-	RecIdleHeld        = "uuid_owner:gpureclaim_unit_idle_held:activity"
-	RecIdleHeldGPUs    = "uuid_owner:gpureclaim_unit_idle_held:gpus"
-	RecPauseEnded      = "uuid_owner:gpureclaim_unit_pause:seconds"
-	RecIdleSince       = "uuid_owner:gpureclaim_unit_idle_since_timestamp:seconds"
-	RecPauseLongest    = "uuid_owner:gpureclaim_unit_pause_seconds:max_pauses_window"
-	RecWastedMemory    = "uuid:gpureclaim_unit_wasted_memory:bytes"
-	RecMemoryPressure  = "uuid:gpureclaim_unit_memory_pressure:ratio"
-	RecSMSaturation    = "uuid:gpureclaim_unit_sm_saturation:ratio"
-	RecRightsizeScore  = "uuid:gpureclaim_mig_rightsize_candidate:score"
-	RecRightsizeMemory = "uuid:gpureclaim_mig_rightsize_memory:bytes"
-	RecRightsizeFreed  = "uuid:gpureclaim_mig_rightsize_freed:bytes"
-	RecFleetTotal      = "fleet:gpureclaim_gpus:total"
-	RecFleetHeld       = "fleet:gpureclaim_gpus:held"
-	RecFleetUsed       = "fleet:gpureclaim_gpus:used"
-	RecFleetIdleHeld   = "fleet:gpureclaim_gpus:idle_held"
-	RecFleetEffective  = "fleet:gpureclaim_effective_utilization:ratio"
-	RecFleetMIGFreed   = "fleet:gpureclaim_mig_rightsize_freed:bytes"
-	RecOwnerIdle       = "owner:gpureclaim_gpus_idle_held:sum"
-	RecNamespaceIdle   = "namespace:gpureclaim_gpus_idle_held:sum"
-	RecOwnerIdleHours  = "owner:gpureclaim_idle_gpu_hours:cost_window"
-	RecNSIdleHours     = "namespace:gpureclaim_idle_gpu_hours:cost_window"
-	RecOwnerIdleCost   = "owner:gpureclaim_idle_cost:cost_window"
-	RecNSIdleCost      = "namespace:gpureclaim_idle_cost:cost_window"
-)
-
-// Alert names.
-const (
-	AlertIdle          = "GPUIdle"
-	AlertWasted        = "GPUWasted"
-	AlertOvercommitted = "GPUOvercommitted"
-	AlertMIGOversized  = "MIGInstanceOversized"
-	AlertExporterDown  = "GPUExporterDown"
-	AlertCollector     = "GPUExporterCollectorFailing"
-	AlertStale         = "GPUExporterSamplesStale"
-	AlertGPUUnreadable = "GPUUnreadable"
-)
-
 const (
 	ownerLabels = "namespace, pod, container, user, slurm_job"
 	unitContext = "node, kind, mig_profile, model"
@@ -134,43 +87,43 @@ func Render(c Config) ([]byte, error) {
 func unitRules(c Config) []Rule {
 	h := num(1 + c.MIG.Headroom)
 	rs := []Rule{
-		{Record: RecActivity, Expr: Expr(`  label_replace(max by (uuid, gpu_uuid) (gpureclaim_unit_sm_active_ratio), "signal", "sm_active", "", "")
+		{Record: names.RecActivity, Expr: Expr(`  label_replace(max by (uuid, gpu_uuid) (gpureclaim_unit_sm_active_ratio), "signal", "sm_active", "", "")
 or on (uuid)
   label_replace(max by (uuid, gpu_uuid) (gpureclaim_unit_utilization_ratio), "signal", "utilization", "", "")
 `)},
-		{Record: RecActivityLookback(c), Expr: Expr(fmt.Sprintf("%s_over_time(%s[%s])", c.Idle.Aggregation, RecActivity, c.Idle.Lookback))},
-		{Record: RecActivityWaste, Expr: Expr(fmt.Sprintf("avg_over_time(%s[%s])", RecActivity, c.Wasted.Window))},
-		{Record: RecMemoryRatio, Expr: Expr("max by (uuid, gpu_uuid) (gpureclaim_unit_memory_used_bytes)\n/\nmax by (uuid, gpu_uuid) (gpureclaim_unit_memory_total_bytes > 0)\n")},
-		{Record: RecSize, Expr: Expr(`  max by (uuid, gpu_uuid) (gpureclaim_unit_info{kind="gpu"})
+		{Record: RecActivityLookback(c), Expr: Expr(fmt.Sprintf("%s_over_time(%s[%s])", c.Idle.Aggregation, names.RecActivity, c.Idle.Lookback))},
+		{Record: names.RecActivityWaste, Expr: Expr(fmt.Sprintf("avg_over_time(%s[%s])", names.RecActivity, c.Wasted.Window))},
+		{Record: names.RecMemoryRatio, Expr: Expr("max by (uuid, gpu_uuid) (gpureclaim_unit_memory_used_bytes)\n/\nmax by (uuid, gpu_uuid) (gpureclaim_unit_memory_total_bytes > 0)\n")},
+		{Record: names.RecSize, Expr: Expr(`  max by (uuid, gpu_uuid) (gpureclaim_unit_info{kind="gpu"})
 or on (uuid)
   max by (uuid, gpu_uuid) (gpureclaim_mig_instance_slices) / 7
 `)},
-		{Record: RecOwners, Expr: "count by (uuid, gpu_uuid) (gpureclaim_unit_owner_info)"},
-		{Record: RecHeld, Expr: Expr(fmt.Sprintf(`  max by (uuid, gpu_uuid, %s, keep) (gpureclaim_unit_owner_info)
+		{Record: names.RecOwners, Expr: "count by (uuid, gpu_uuid) (gpureclaim_unit_owner_info)"},
+		{Record: names.RecHeld, Expr: Expr(fmt.Sprintf(`  max by (uuid, gpu_uuid, %s, keep) (gpureclaim_unit_owner_info)
 * on (uuid) group_left (%s)
   max by (uuid, %s) (gpureclaim_unit_info)
 `, ownerLabels, unitContext, unitContext))},
-		{Record: RecIdleHeld, Expr: Expr(fmt.Sprintf(`  %s
+		{Record: names.RecIdleHeld, Expr: Expr(fmt.Sprintf(`  %s
 * on (uuid) group_left (signal)
   (%s < %s)
-`, RecHeld, RecActivityLookback(c), num(c.Idle.Threshold)))},
-		{Record: RecIdleHeldGPUs, Expr: Expr(fmt.Sprintf(`  (%s * 0 + 1)
+`, names.RecHeld, RecActivityLookback(c), num(c.Idle.Threshold)))},
+		{Record: names.RecIdleHeldGPUs, Expr: Expr(fmt.Sprintf(`  (%s * 0 + 1)
 * on (uuid) group_left ()
   (%s / %s)
-`, RecIdleHeld, RecSize, RecOwners))},
-		{Record: RecWastedMemory, Expr: Expr(fmt.Sprintf(`  max by (uuid, gpu_uuid) (gpureclaim_unit_memory_used_bytes)
+`, names.RecIdleHeld, names.RecSize, names.RecOwners))},
+		{Record: names.RecWastedMemory, Expr: Expr(fmt.Sprintf(`  max by (uuid, gpu_uuid) (gpureclaim_unit_memory_used_bytes)
 and on (uuid) (%s < %s)
 and on (uuid) %s
-`, RecActivityWaste, num(c.Wasted.ActivityBelow), RecOwners))},
-		{Record: RecMemoryPressure, Expr: Expr(fmt.Sprintf("%s\nand on (uuid) (%s >= %d)\n", RecMemoryRatio, RecOwners, c.Overcommit.MinTenants))},
-		{Record: RecSMSaturation, Expr: Expr(fmt.Sprintf("avg_over_time(%s[%s])\nand on (uuid) (%s >= %d)\n", RecActivity, c.Overcommit.Window, RecOwners, c.Overcommit.MinTenants))},
-		{Record: RecMemoryPeak, Expr: Expr(fmt.Sprintf("max by (uuid, gpu_uuid) (max_over_time(gpureclaim_unit_memory_used_bytes[%s]))\nand on (uuid) gpureclaim_mig_instance_slices\n", c.MIG.PeakWindow))},
-		{Record: RecActivityPeak, Expr: Expr(fmt.Sprintf("max_over_time(%s[%s])\nand on (uuid) gpureclaim_mig_instance_slices\n", RecActivity, c.MIG.PeakWindow))},
+`, names.RecActivityWaste, num(c.Wasted.ActivityBelow), names.RecOwners))},
+		{Record: names.RecMemoryPressure, Expr: Expr(fmt.Sprintf("%s\nand on (uuid) (%s >= %d)\n", names.RecMemoryRatio, names.RecOwners, c.Overcommit.MinTenants))},
+		{Record: names.RecSMSaturation, Expr: Expr(fmt.Sprintf("avg_over_time(%s[%s])\nand on (uuid) (%s >= %d)\n", names.RecActivity, c.Overcommit.Window, names.RecOwners, c.Overcommit.MinTenants))},
+		{Record: names.RecMemoryPeak, Expr: Expr(fmt.Sprintf("max by (uuid, gpu_uuid) (max_over_time(gpureclaim_unit_memory_used_bytes[%s]))\nand on (uuid) gpureclaim_mig_instance_slices\n", c.MIG.PeakWindow))},
+		{Record: names.RecActivityPeak, Expr: Expr(fmt.Sprintf("max_over_time(%s[%s])\nand on (uuid) gpureclaim_mig_instance_slices\n", names.RecActivity, c.MIG.PeakWindow))},
 		// The smallest profile whose memory fits the peak and whose slices fit
 		// the peak activity, both with headroom; ties go to fewer slices (the
 		// score adds the slices to the bytes). Without an activity signal the
 		// instance keeps its slices.
-		{Record: RecRightsizeScore, Expr: Expr(fmt.Sprintf(`bottomk by (uuid) (1,
+		{Record: names.RecRightsizeScore, Expr: Expr(fmt.Sprintf(`bottomk by (uuid) (1,
   (
       (max by (uuid, gpu_uuid, profile) (gpureclaim_mig_profile_memory_bytes) >= on (uuid) group_left () (%s * %s))
     + on (uuid, profile) group_left ()
@@ -182,9 +135,9 @@ and on (uuid) %s
           ))
   )
 )
-`, RecMemoryPeak, h, RecActivityPeak, h))},
-		{Record: RecRightsizeMemory, Expr: Expr(fmt.Sprintf("max by (uuid, gpu_uuid, profile) (gpureclaim_mig_profile_memory_bytes)\nand on (uuid, profile) %s\n", RecRightsizeScore))},
-		{Record: RecRightsizeFreed, Expr: Expr(fmt.Sprintf("  max by (uuid, gpu_uuid) (gpureclaim_unit_memory_total_bytes)\n- on (uuid) group_right ()\n  %s\n", RecRightsizeMemory))},
+`, names.RecMemoryPeak, h, names.RecActivityPeak, h))},
+		{Record: names.RecRightsizeMemory, Expr: Expr(fmt.Sprintf("max by (uuid, gpu_uuid, profile) (gpureclaim_mig_profile_memory_bytes)\nand on (uuid, profile) %s\n", names.RecRightsizeScore))},
+		{Record: names.RecRightsizeFreed, Expr: Expr(fmt.Sprintf("  max by (uuid, gpu_uuid) (gpureclaim_unit_memory_total_bytes)\n- on (uuid) group_right ()\n  %s\n", names.RecRightsizeMemory))},
 	}
 	return append(rs, pauseRules(c)...)
 }
@@ -193,20 +146,20 @@ func fleetRules(c Config) []Rule {
 	price := num(c.Cost.PricePerGPUHour)
 	perStep := num(time.Duration(c.Cost.Step).Hours())
 	return []Rule{
-		{Record: RecFleetTotal, Expr: Expr("sum(" + RecSize + ")")},
-		{Record: RecFleetHeld, Expr: Expr(fmt.Sprintf("sum(%s and on (uuid) %s)", RecSize, RecOwners))},
-		{Record: RecFleetUsed, Expr: Expr(fmt.Sprintf("sum(%s * on (uuid) group_left () %s and on (uuid) %s)", RecSize, RecActivity, RecOwners))},
-		{Record: RecFleetIdleHeld, Expr: Expr(fmt.Sprintf("sum(%s) or vector(0)", RecIdleHeldGPUs))},
-		{Record: RecFleetEffective, Expr: Expr(fmt.Sprintf("%s / (%s > 0)", RecFleetUsed, RecFleetHeld))},
-		{Record: RecFleetMIGFreed, Expr: Expr(fmt.Sprintf("sum(%s) or vector(0)", RecRightsizeFreed))},
-		{Record: RecOwnerIdle, Expr: Expr(fmt.Sprintf("sum by (%s) (%s)", ownerLabels, RecIdleHeldGPUs))},
-		{Record: RecNamespaceIdle, Expr: Expr(fmt.Sprintf("sum by (namespace) (%s)", RecIdleHeldGPUs))},
+		{Record: names.RecFleetTotal, Expr: Expr("sum(" + names.RecSize + ")")},
+		{Record: names.RecFleetHeld, Expr: Expr(fmt.Sprintf("sum(%s and on (uuid) %s)", names.RecSize, names.RecOwners))},
+		{Record: names.RecFleetUsed, Expr: Expr(fmt.Sprintf("sum(%s * on (uuid) group_left () %s and on (uuid) %s)", names.RecSize, names.RecActivity, names.RecOwners))},
+		{Record: names.RecFleetIdleHeld, Expr: Expr(fmt.Sprintf("sum(%s) or vector(0)", names.RecIdleHeldGPUs))},
+		{Record: names.RecFleetEffective, Expr: Expr(fmt.Sprintf("%s / (%s > 0)", names.RecFleetUsed, names.RecFleetHeld))},
+		{Record: names.RecFleetMIGFreed, Expr: Expr(fmt.Sprintf("sum(%s) or vector(0)", names.RecRightsizeFreed))},
+		{Record: names.RecOwnerIdle, Expr: Expr(fmt.Sprintf("sum by (%s) (%s)", ownerLabels, names.RecIdleHeldGPUs))},
+		{Record: names.RecNamespaceIdle, Expr: Expr(fmt.Sprintf("sum by (namespace) (%s)", names.RecIdleHeldGPUs))},
 		// A subquery at a fixed step counts idle GPU-hours whatever the
 		// evaluation interval: the idle series exist only while idle.
-		{Record: RecOwnerIdleHours, Expr: Expr(fmt.Sprintf("sum_over_time(%s[%s:%s]) * %s", RecOwnerIdle, c.Cost.Window, c.Cost.Step, perStep))},
-		{Record: RecNSIdleHours, Expr: Expr(fmt.Sprintf("sum_over_time(%s[%s:%s]) * %s", RecNamespaceIdle, c.Cost.Window, c.Cost.Step, perStep))},
-		{Record: RecOwnerIdleCost, Expr: Expr(fmt.Sprintf(`label_replace(%s * %s, "currency", %q, "", "")`, RecOwnerIdleHours, price, c.Cost.Currency))},
-		{Record: RecNSIdleCost, Expr: Expr(fmt.Sprintf(`label_replace(%s * %s, "currency", %q, "", "")`, RecNSIdleHours, price, c.Cost.Currency))},
+		{Record: names.RecOwnerIdleHours, Expr: Expr(fmt.Sprintf("sum_over_time(%s[%s:%s]) * %s", names.RecOwnerIdle, c.Cost.Window, c.Cost.Step, perStep))},
+		{Record: names.RecNSIdleHours, Expr: Expr(fmt.Sprintf("sum_over_time(%s[%s:%s]) * %s", names.RecNamespaceIdle, c.Cost.Window, c.Cost.Step, perStep))},
+		{Record: names.RecOwnerIdleCost, Expr: Expr(fmt.Sprintf(`label_replace(%s * %s, "currency", %q, "", "")`, names.RecOwnerIdleHours, price, c.Cost.Currency))},
+		{Record: names.RecNSIdleCost, Expr: Expr(fmt.Sprintf(`label_replace(%s * %s, "currency", %q, "", "")`, names.RecNSIdleHours, price, c.Cost.Currency))},
 	}
 }
 
@@ -223,7 +176,7 @@ func (c Config) annotations(anchor, summary, description, dashboard string) map[
 }
 
 const (
-	unitDashboard  = "/d/gpureclaim-node/gpureclaim-node-and-gpu?var-node={{ $labels.node }}&var-uuid={{ $labels.uuid }}"
+	unitDashboard  = "/d/" + names.NodeDashboardUID + "/gpureclaim-node-and-gpu?var-node={{ $labels.node }}&var-uuid={{ $labels.uuid }}"
 	fleetDashboard = "/d/gpureclaim-fleet/gpureclaim-fleet"
 	whoHolds       = `{{ if $labels.pod }}pod {{ $labels.namespace }}/{{ $labels.pod }}{{ else }}user {{ $labels.user }}{{ if $labels.slurm_job }} (Slurm job {{ $labels.slurm_job }}){{ end }}{{ end }}`
 	whatUnit       = `{{ if eq $labels.kind "mig" }}MIG {{ $labels.mig_profile }} instance{{ else }}GPU{{ end }} {{ $labels.uuid }} on {{ $labels.node }}`
@@ -249,20 +202,11 @@ func suggest(expr string) string {
   "action", "notify", "user", %q)`, strings.ReplaceAll(strings.TrimSpace(expr), "\n", "\n      "), regexp.QuoteMeta(names.UnattributedUser))
 }
 
-// Audiences of the unit alerts. Each unit alert comes twice, labelled for
-// people (routed to teams) and for the reclaimer (routed to its webhook), so
-// that a snooze, an Alertmanager silence on the reclaimer's copy, mutes
-// nobody else.
-const (
-	AudiencePeople    = "people"
-	AudienceReclaimer = "reclaimer"
-)
-
 // alerts are the unit alerts, once for each audience.
 func alerts(c Config) []Rule {
 	rs := forEachAudience(alertRules(c))
 	for i, r := range rs {
-		if r.Alert == AlertIdle && r.Labels["audience"] == AudienceReclaimer {
+		if r.Alert == names.AlertIdle && r.Labels[names.LabelAudience] == names.AudienceReclaimer {
 			rs[i] = reclaimIdle(c, r)
 		}
 	}
@@ -272,9 +216,9 @@ func alerts(c Config) []Rule {
 func forEachAudience(rs []Rule) []Rule {
 	var out []Rule
 	for _, r := range rs {
-		for _, a := range []string{AudiencePeople, AudienceReclaimer} {
+		for _, a := range []string{names.AudiencePeople, names.AudienceReclaimer} {
 			c := r
-			c.Labels = map[string]string{"audience": a}
+			c.Labels = map[string]string{names.LabelAudience: a}
 			for k, v := range r.Labels {
 				c.Labels[k] = v
 			}
@@ -298,17 +242,17 @@ func pauseRules(c Config) []Rule {
 	busy := fmt.Sprintf("(%s >= %s)", RecActivityLookback(c), num(c.Idle.Threshold))
 	return []Rule{
 		// Busy at two evaluations in a row is no pause: only gaps longer than the lookback count.
-		{Record: RecPauseEnded, Expr: Expr(fmt.Sprintf(`  (time() - %s > %d)
+		{Record: names.RecPauseEnded, Expr: Expr(fmt.Sprintf(`  (time() - %s > %d)
 and on (%s)
   (%s and on (uuid) %s)
-`, RecIdleSince, int64(time.Duration(c.Idle.Lookback).Seconds()), ownerKey, RecHeld, busy))},
-		{Record: RecIdleSince, Expr: Expr(fmt.Sprintf(`    (%s * 0 + time()) and on (uuid) %s
+`, names.RecIdleSince, int64(time.Duration(c.Idle.Lookback).Seconds()), ownerKey, names.RecHeld, busy))},
+		{Record: names.RecIdleSince, Expr: Expr(fmt.Sprintf(`    (%s * 0 + time()) and on (uuid) %s
   or
     %s > (time() - %d)
   or
     %s * 0 + time()
-`, RecHeld, busy, RecIdleSince, int64(time.Duration(p.Window).Seconds()), RecHeld))},
-		{Record: RecPauseLongest, Expr: Expr(fmt.Sprintf("max_over_time(%s[%s])", RecPauseEnded, p.Window))},
+`, names.RecHeld, busy, names.RecIdleSince, int64(time.Duration(p.Window).Seconds()), names.RecHeld))},
+		{Record: names.RecPauseLongest, Expr: Expr(fmt.Sprintf("max_over_time(%s[%s])", names.RecPauseEnded, p.Window))},
 	}
 }
 
@@ -325,7 +269,7 @@ func reclaimIdle(c Config, r Rule) Rule {
 		r.Expr = Expr(suggest(fmt.Sprintf(`  %s{keep!="true"}
 unless on (%s)
   (time() - %s < clamp_max(%s * %s, %d))
-`, RecIdleHeld, ownerKey, RecIdleSince, RecPauseLongest, num(p.Factor), int64(time.Duration(p.Max).Seconds()))) + "\n")
+`, names.RecIdleHeld, ownerKey, names.RecIdleSince, names.RecPauseLongest, num(p.Factor), int64(time.Duration(p.Max).Seconds()))) + "\n")
 	}
 	return r
 }
@@ -334,8 +278,8 @@ func alertRules(c Config) []Rule {
 	idleFor := c.Idle.For.String()
 	return []Rule{
 		{
-			Alert:  AlertIdle,
-			Expr:   Expr(suggest(RecIdleHeld+`{keep!="true"}`) + "\n"),
+			Alert:  names.AlertIdle,
+			Expr:   Expr(suggest(names.RecIdleHeld+`{keep!="true"}`) + "\n"),
 			For:    idleFor,
 			Labels: map[string]string{"severity": "warning"},
 			Annotations: with(c.annotations("gpuidle",
@@ -344,22 +288,22 @@ func alertRules(c Config) []Rule {
 				unitDashboard), "idle_for", c.Idle.Lookback.String()),
 		},
 		{
-			Alert: AlertWasted,
+			Alert: names.AlertWasted,
 			Expr: Expr(fmt.Sprintf(`  %s
 * on (uuid) group_left (signal)
   (%s < %s)
 and on (uuid) (%s >= %s)
 unless on (uuid) %s
-`, RecHeld, RecActivityWaste, num(c.Wasted.ActivityBelow), RecMemoryRatio, num(c.Wasted.MemoryAbove), RecIdleHeld)),
+`, names.RecHeld, names.RecActivityWaste, num(c.Wasted.ActivityBelow), names.RecMemoryRatio, num(c.Wasted.MemoryAbove), names.RecIdleHeld)),
 			For:    c.Wasted.For.String(),
 			Labels: map[string]string{"severity": "info", "action": "notify"},
 			Annotations: c.annotations("gpuwasted",
 				`Underused `+whatUnit,
-				`The `+whatUnit+` held by `+whoHolds+` averaged {{ $value | humanizePercentage }} {{ $labels.signal }} over `+c.Wasted.Window.String()+` while holding {{ with printf "`+RecMemoryRatio+`{uuid='%s'}" $labels.uuid | query }}{{ . | first | value | humanizePercentage }}{{ end }} of its memory.`,
+				`The `+whatUnit+` held by `+whoHolds+` averaged {{ $value | humanizePercentage }} {{ $labels.signal }} over `+c.Wasted.Window.String()+` while holding {{ with printf "`+names.RecMemoryRatio+`{uuid='%s'}" $labels.uuid | query }}{{ . | first | value | humanizePercentage }}{{ end }} of its memory.`,
 				unitDashboard),
 		},
 		{
-			Alert: AlertOvercommitted,
+			Alert: names.AlertOvercommitted,
 			Expr: Expr(fmt.Sprintf(`(
     label_replace(%s > %s, "reason", "memory", "", "")
   or on (uuid, reason)
@@ -367,20 +311,20 @@ unless on (uuid) %s
 )
 * on (uuid) group_left (%s)
   max by (uuid, %s) (gpureclaim_unit_info)
-`, RecMemoryPressure, num(c.Overcommit.MemoryAbove), RecSMSaturation, num(c.Overcommit.ActivityAbove), unitContext, unitContext)),
+`, names.RecMemoryPressure, num(c.Overcommit.MemoryAbove), names.RecSMSaturation, num(c.Overcommit.ActivityAbove), unitContext, unitContext)),
 			For:    c.Overcommit.For.String(),
 			Labels: map[string]string{"severity": "warning", "action": "notify"},
 			Annotations: c.annotations("gpuovercommitted",
 				`Overcommitted `+whatUnit,
-				`{{ with printf "`+RecOwners+`{uuid='%s'}" $labels.uuid | query }}{{ . | first | value }}{{ end }} tenants share the `+whatUnit+` and its {{ if eq $labels.reason "memory" }}memory is {{ $value | humanizePercentage }} used: the next allocation may fail{{ else }}SMs are {{ $value | humanizePercentage }} busy: every tenant is slowed{{ end }}.`,
+				`{{ with printf "`+names.RecOwners+`{uuid='%s'}" $labels.uuid | query }}{{ . | first | value }}{{ end }} tenants share the `+whatUnit+` and its {{ if eq $labels.reason "memory" }}memory is {{ $value | humanizePercentage }} used: the next allocation may fail{{ else }}SMs are {{ $value | humanizePercentage }} busy: every tenant is slowed{{ end }}.`,
 				unitDashboard),
 		},
 		{
-			Alert: AlertMIGOversized,
+			Alert: names.AlertMIGOversized,
 			Expr: Expr(fmt.Sprintf(`  label_replace(%s > 0, "suggested_profile", "$1", "profile", "(.*)")
 * on (uuid) group_right (suggested_profile)
   (%s unless on (uuid) %s)
-`, RecRightsizeFreed, RecHeld, RecIdleHeld)),
+`, names.RecRightsizeFreed, names.RecHeld, names.RecIdleHeld)),
 			For:    c.MIG.For.String(),
 			Labels: map[string]string{"severity": "info", "action": "notify"},
 			Annotations: c.annotations("miginstanceoversized",
@@ -394,7 +338,7 @@ unless on (uuid) %s
 func exporterRules(c Config) []Rule {
 	return []Rule{
 		{
-			Alert:  AlertExporterDown,
+			Alert:  names.AlertExporterDown,
 			Expr:   Expr(fmt.Sprintf(`up{job=%q} == 0`, c.Exporter.Job)),
 			For:    c.Exporter.DownFor.String(),
 			Labels: map[string]string{"severity": "warning"},
@@ -403,7 +347,7 @@ func exporterRules(c Config) []Rule {
 				`Prometheus has not scraped {{ $labels.instance }} for `+c.Exporter.DownFor.String()+`: its GPUs are not watched, and none of them can be found idle.`, ""),
 		},
 		{
-			Alert:  AlertCollector,
+			Alert:  names.AlertCollector,
 			Expr:   "gpureclaim_exporter_collector_success == 0",
 			For:    c.Exporter.FailingFor.String(),
 			Labels: map[string]string{"severity": "warning"},
@@ -412,7 +356,7 @@ func exporterRules(c Config) []Rule {
 				`The {{ $labels.collector }} part of sampling has failed on {{ $labels.instance }} for `+c.Exporter.FailingFor.String()+`; see gpureclaim_exporter_nvml_errors_total and the exporter's log.`, ""),
 		},
 		{
-			Alert:  AlertStale,
+			Alert:  names.AlertStale,
 			Expr:   Expr(fmt.Sprintf("gpureclaim_exporter_sample_age_seconds > %s", num(time.Duration(c.Exporter.StaleAfter).Seconds()))),
 			For:    c.Exporter.DownFor.String(),
 			Labels: map[string]string{"severity": "warning"},
@@ -421,7 +365,7 @@ func exporterRules(c Config) []Rule {
 				`The last sample on {{ $labels.instance }} is {{ $value | humanizeDuration }} old: NVML calls are hanging, so its GPUs' state is unknown.`, ""),
 		},
 		{
-			Alert:  AlertGPUUnreadable,
+			Alert:  names.AlertGPUUnreadable,
 			Expr:   "gpureclaim_gpu_up == 0",
 			For:    c.Exporter.FailingFor.String(),
 			Labels: map[string]string{"severity": "warning"},

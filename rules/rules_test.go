@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"github.com/gpureclaim/gpureclaim/internal/names"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -133,8 +134,8 @@ func TestAlertsCarryWhatPeopleAndTheReclaimerNeed(t *testing.T) {
 	}
 	require.Len(t, alerts, 8)
 	require.Len(t, anchors, len(alerts), "runbook.md has a section for each alert and no other")
-	for _, a := range []string{AlertIdle, AlertWasted, AlertOvercommitted, AlertMIGOversized} {
-		require.Equal(t, []string{AudiencePeople, AudienceReclaimer}, alerts[a], "%s comes once for people, once for the reclaimer", a)
+	for _, a := range []string{names.AlertIdle, names.AlertWasted, names.AlertOvercommitted, names.AlertMIGOversized} {
+		require.Equal(t, []string{names.AudiencePeople, names.AudienceReclaimer}, alerts[a], "%s comes once for people, once for the reclaimer", a)
 	}
 }
 

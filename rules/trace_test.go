@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"github.com/gpureclaim/gpureclaim/internal/names"
 	"math"
 	"testing"
 
@@ -25,16 +26,16 @@ func TestTraceExcerptIdleAlerts(t *testing.T) {
 		ids = append(ids, w.ID)
 	}
 	h := all.Slice(0, 240, ids...)
-	timelines, err := backtest.ReplayRules(h, t.TempDir(), AudiencePeople, "gpureclaim.rules.yml")
+	timelines, err := backtest.ReplayRules(h, t.TempDir(), names.AudiencePeople, "gpureclaim.rules.yml")
 	require.NoError(t, err)
 
 	firing := map[string][2]int{} // minutes firing, stretches
-	for _, st := range backtest.FiringStretches(h, timelines, AlertIdle, 0.05) {
+	for _, st := range backtest.FiringStretches(h, timelines, names.AlertIdle, 0.05) {
 		f := firing[st.Workload]
 		firing[st.Workload] = [2]int{f[0] + st.Len(), f[1] + 1}
 	}
 	for _, w := range h.Workloads {
-		states := timelines[w.ID][AlertIdle]
+		states := timelines[w.ID][names.AlertIdle]
 		for step, st := range states {
 			if st != backtest.Firing {
 				continue

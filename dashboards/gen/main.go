@@ -15,7 +15,12 @@ import (
 func main() {
 	out := flag.String("o", "dashboards", "folder to write the dashboards into")
 	flag.Parse()
-	for name, d := range dashboards.All() {
+	all, err := dashboards.All()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gen:", err)
+		os.Exit(1)
+	}
+	for name, d := range all {
 		b, err := dashboards.Marshal(d)
 		if err == nil {
 			err = os.WriteFile(filepath.Join(*out, name), b, 0o644)

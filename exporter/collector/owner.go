@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"github.com/gpureclaim/gpureclaim/internal/names"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -13,7 +14,7 @@ type Owner struct {
 	info, memory, smUtil, procs, started *prometheus.Desc
 }
 
-var ownerLabels = []string{"uuid", "gpu_uuid", "namespace", "pod", "container", "user", "slurm_job"}
+var ownerLabels = []string{names.LabelUUID, names.LabelGPUUUID, names.LabelNamespace, names.LabelPod, names.LabelContainer, names.LabelUser, names.LabelSlurmJob}
 
 // NewOwner returns the owner collector.
 func NewOwner(src Source) *Owner {

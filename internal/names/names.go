@@ -18,3 +18,7 @@ const IdleThreshold = 0.05
 // ExporterJob is the default Prometheus job that scrapes the exporters: the
 // rules select it, and the chart and the local stack name their scrape so.
 const ExporterJob = "gpureclaim-exporter"
+
+// NodeDashboardUID is the uid of the node and GPU dashboard, which the
+// alerts link to.
+const NodeDashboardUID = "gpureclaim-node"

@@ -6,6 +6,7 @@ package alertmanager
 import (
 	"context"
 	"fmt"
+	"github.com/gpureclaim/gpureclaim/internal/names"
 	"net/http"
 	"net/url"
 	"path"
@@ -128,8 +129,8 @@ type Silence struct {
 
 // Matchers are the silence's matchers, exact and never regular expressions.
 func (s Silence) Matchers() models.Matchers {
-	pairs := [][2]string{{"alertname", s.Target.Alertname}, {"uuid", s.Target.UUID}}
-	for _, kv := range [][2]string{{"namespace", s.Target.Namespace}, {"pod", s.Target.Pod}, {"user", s.Target.User}, {"slurm_job", s.Target.SlurmJob}} {
+	pairs := [][2]string{{"alertname", s.Target.Alertname}, {names.LabelUUID, s.Target.UUID}}
+	for _, kv := range [][2]string{{names.LabelNamespace, s.Target.Namespace}, {names.LabelPod, s.Target.Pod}, {names.LabelUser, s.Target.User}, {names.LabelSlurmJob, s.Target.SlurmJob}} {
 		if kv[1] != "" {
 			pairs = append(pairs, kv)
 		}

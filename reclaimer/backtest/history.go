@@ -6,6 +6,7 @@
 package backtest
 
 import (
+	"github.com/gpureclaim/gpureclaim/internal/names"
 	"math"
 	"sort"
 	"time"
@@ -87,7 +88,7 @@ func FromTrace(tr *trace.Trace, ctl reclaim.Controller) History {
 
 func traceWorkload(id string, activity, memory []float64, ctl reclaim.Controller) Workload {
 	uuid := "GPU-" + id
-	unit := []string{"uuid", uuid, "gpu_uuid", uuid, "instance", "replay", "job", "gpureclaim-exporter"}
+	unit := []string{names.LabelUUID, uuid, names.LabelGPUUUID, uuid, "instance", "replay", "job", names.ExporterJob}
 	name := func(n string, extra ...string) labels.Labels {
 		return labels.FromStrings(append(append([]string{"__name__", n}, extra...), unit...)...)
 	}

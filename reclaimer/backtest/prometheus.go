@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpureclaim/gpureclaim/internal/names"
 	"io"
 	"math"
 	"sort"
@@ -101,7 +102,7 @@ func FromPrometheus(r io.Reader, ctl reclaim.Controller) (History, error) {
 	units := map[string][]Series{}
 	var owners []raw
 	for _, rw := range all {
-		uuid := rw.labels.Get("uuid")
+		uuid := rw.labels.Get(names.LabelUUID)
 		switch {
 		case uuid == "":
 		case rw.labels.Get("__name__") == "gpureclaim_unit_owner_info":
@@ -116,7 +117,7 @@ func FromPrometheus(r io.Reader, ctl reclaim.Controller) (History, error) {
 	ids := map[string]int{}
 	for _, ow := range owners {
 		l := ow.labels
-		uuid, ns, pod, user, job := l.Get("uuid"), l.Get("namespace"), l.Get("pod"), l.Get("user"), l.Get("slurm_job")
+		uuid, ns, pod, user, job := l.Get(names.LabelUUID), l.Get(names.LabelNamespace), l.Get(names.LabelPod), l.Get(names.LabelUser), l.Get(names.LabelSlurmJob)
 		w := Workload{Controller: ctl, key: ownerKey(uuid, ns, pod, user, job), Owner: ns, ID: ns + "/" + pod}
 		if pod == "" {
 			w.Owner, w.ID = user, user

@@ -3,6 +3,7 @@ package backtest
 import (
 	"bytes"
 	"fmt"
+	"github.com/gpureclaim/gpureclaim/internal/names"
 	"math"
 	"os"
 	"path/filepath"
@@ -150,7 +151,7 @@ func ReplayRules(h History, dir, audience string, ruleFiles ...string) (map[stri
 			return nil, err
 		}
 		for _, a := range alerts {
-			if aud := a.Labels.Get("audience"); aud != "" && aud != audience {
+			if aud := a.Labels.Get(names.LabelAudience); aud != "" && aud != audience {
 				continue
 			}
 			id, ok := byKey[keyOf(a.Labels)]
@@ -172,7 +173,7 @@ func ReplayRules(h History, dir, audience string, ruleFiles ...string) (map[stri
 }
 
 func keyOf(l labels.Labels) string {
-	return ownerKey(l.Get("uuid"), l.Get("namespace"), l.Get("pod"), l.Get("user"), l.Get("slurm_job"))
+	return ownerKey(l.Get(names.LabelUUID), l.Get(names.LabelNamespace), l.Get(names.LabelPod), l.Get(names.LabelUser), l.Get(names.LabelSlurmJob))
 }
 
 // Stretch is a run of steps in one state.

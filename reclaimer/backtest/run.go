@@ -219,7 +219,7 @@ func (b *bench) notify(eng *reclaim.Engine, alerts []ruleeval.Alert) error {
 		if !a.Firing {
 			continue
 		}
-		if aud := a.Labels.Get("audience"); aud != "" && aud != "reclaimer" {
+		if aud := a.Labels.Get(names.LabelAudience); aud != "" && aud != names.AudienceReclaimer {
 			continue
 		}
 		ls := a.Labels.Map()

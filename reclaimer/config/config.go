@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/gpureclaim/gpureclaim/internal/names"
 	"io"
 	"net/url"
 	"os"
@@ -320,7 +321,7 @@ func (b *Bytes) UnmarshalYAML(n *yaml.Node) error {
 // alert suggests, notify on everything else.
 func DefaultPolicies() []Policy {
 	return []Policy{
-		{Name: "idle", Matchers: []string{`alertname="GPUIdle"`}, Action: ActionAuto},
+		{Name: "idle", Matchers: []string{`alertname="` + names.AlertIdle + `"`}, Action: ActionAuto},
 		{Name: "notify", Matchers: []string{`alertname=~"GPUWasted|GPUOvercommitted|MIGInstanceOversized"`}, Action: ActionNotify},
 	}
 }

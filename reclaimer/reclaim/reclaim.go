@@ -8,6 +8,7 @@ package reclaim
 import (
 	"crypto/sha256"
 	"fmt"
+	"github.com/gpureclaim/gpureclaim/internal/names"
 	"maps"
 	"regexp"
 	"slices"
@@ -73,9 +74,9 @@ type Target struct {
 // is not about a unit (exporter health alerts).
 func TargetFrom(l map[string]string) (Target, bool) {
 	t := Target{
-		Alertname: l["alertname"], UUID: l["uuid"], GPUUUID: l["gpu_uuid"], Node: l["node"], Kind: l["kind"],
-		MIGProfile: l["mig_profile"], Namespace: l["namespace"], Pod: l["pod"], Container: l["container"],
-		User: l["user"], SlurmJob: l["slurm_job"], Keep: l["keep"] == "true", Suggested: l["action"],
+		Alertname: l["alertname"], UUID: l[names.LabelUUID], GPUUUID: l[names.LabelGPUUUID], Node: l[names.LabelNode], Kind: l[names.LabelKind],
+		MIGProfile: l[names.LabelMIGProfile], Namespace: l[names.LabelNamespace], Pod: l[names.LabelPod], Container: l[names.LabelContainer],
+		User: l[names.LabelUser], SlurmJob: l[names.LabelSlurmJob], Keep: l[names.LabelKeep] == "true", Suggested: l[names.LabelAction],
 	}
 	return t, t.UUID != "" && t.Node != ""
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpureclaim/gpureclaim/internal/names"
 	"io"
 	"log/slog"
 	"net/http"
@@ -42,7 +43,7 @@ const KeepFor = 30 * 24 * time.Hour
 
 // ReclaimerAudience is the label of the reclaimer's copy of an alert: a
 // snooze silences that copy alone.
-var ReclaimerAudience = map[string]string{"audience": "reclaimer"}
+var ReclaimerAudience = map[string]string{names.LabelAudience: names.AudienceReclaimer}
 
 // Interactions serves POST /slack/interactions: verified button presses
 // from the messages, answered at once and carried out after.

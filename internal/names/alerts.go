@@ -1,0 +1,43 @@
+package names
+
+// Alerts the rules raise and the reclaimer, the dashboards and the backtest
+// read.
+const (
+	AlertIdle          = "GPUIdle"
+	AlertWasted        = "GPUWasted"
+	AlertOvercommitted = "GPUOvercommitted"
+	AlertMIGOversized  = "MIGInstanceOversized"
+	AlertExporterDown  = "GPUExporterDown"
+	AlertCollector     = "GPUExporterCollectorFailing"
+	AlertStale         = "GPUExporterSamplesStale"
+	AlertGPUUnreadable = "GPUUnreadable"
+)
+
+// LabelAudience labels each unit alert with who it is for: it comes twice,
+// for people (routed to teams) and for the reclaimer (routed to its
+// webhook), so that a snooze, an Alertmanager silence on the reclaimer's
+// copy, mutes nobody else.
+const (
+	LabelAudience     = "audience"
+	AudiencePeople    = "people"
+	AudienceReclaimer = "reclaimer"
+)
+
+// Labels of the exporter's unit series that the rules keep on every alert
+// and the reclaimer reads as the target and its owner.
+const (
+	LabelUUID       = "uuid"     // the unit: a GPU's UUID or a MIG instance's
+	LabelGPUUUID    = "gpu_uuid" // the GPU the unit is on
+	LabelNode       = "node"
+	LabelKind       = "kind" // gpu or mig
+	LabelMIGProfile = "mig_profile"
+	LabelNamespace  = "namespace"
+	LabelPod        = "pod"
+	LabelContainer  = "container"
+	LabelUser       = "user"
+	LabelSlurmJob   = "slurm_job"
+	// LabelAction is the action the rules suggest for an idle unit.
+	LabelAction = "action"
+	// LabelKeep marks a unit whose owner asked to keep it.
+	LabelKeep = "keep"
+)

@@ -1,0 +1,37 @@
+package names
+
+// Recording rules the rules generator writes and the alerts, the dashboards
+// and the tests read.
+const (
+	RecActivity        = "uuid:gpureclaim_unit_activity:ratio"
+	RecActivityWaste   = "uuid:gpureclaim_unit_activity:avg_waste_window"
+	RecActivityPeak    = "uuid:gpureclaim_unit_activity:max_peak_window"
+	RecMemoryRatio     = "uuid:gpureclaim_unit_memory_used:ratio"
+	RecMemoryPeak      = "uuid:gpureclaim_unit_memory_used_bytes:max_peak_window"
+	RecSize            = "uuid:gpureclaim_unit_size:gpus"
+	RecOwners          = "uuid:gpureclaim_unit_owners:count"
+	RecHeld            = "uuid_owner:gpureclaim_unit_held:info"
+	RecIdleHeld        = "uuid_owner:gpureclaim_unit_idle_held:activity"
+	RecIdleHeldGPUs    = "uuid_owner:gpureclaim_unit_idle_held:gpus"
+	RecPauseEnded      = "uuid_owner:gpureclaim_unit_pause:seconds"
+	RecIdleSince       = "uuid_owner:gpureclaim_unit_idle_since_timestamp:seconds"
+	RecPauseLongest    = "uuid_owner:gpureclaim_unit_pause_seconds:max_pauses_window"
+	RecWastedMemory    = "uuid:gpureclaim_unit_wasted_memory:bytes"
+	RecMemoryPressure  = "uuid:gpureclaim_unit_memory_pressure:ratio"
+	RecSMSaturation    = "uuid:gpureclaim_unit_sm_saturation:ratio"
+	RecRightsizeScore  = "uuid:gpureclaim_mig_rightsize_candidate:score"
+	RecRightsizeMemory = "uuid:gpureclaim_mig_rightsize_memory:bytes"
+	RecRightsizeFreed  = "uuid:gpureclaim_mig_rightsize_freed:bytes"
+	RecFleetTotal      = "fleet:gpureclaim_gpus:total"
+	RecFleetHeld       = "fleet:gpureclaim_gpus:held"
+	RecFleetUsed       = "fleet:gpureclaim_gpus:used"
+	RecFleetIdleHeld   = "fleet:gpureclaim_gpus:idle_held"
+	RecFleetEffective  = "fleet:gpureclaim_effective_utilization:ratio"
+	RecFleetMIGFreed   = "fleet:gpureclaim_mig_rightsize_freed:bytes"
+	RecOwnerIdle       = "owner:gpureclaim_gpus_idle_held:sum"
+	RecNamespaceIdle   = "namespace:gpureclaim_gpus_idle_held:sum"
+	RecOwnerIdleHours  = "owner:gpureclaim_idle_gpu_hours:cost_window"
+	RecNSIdleHours     = "namespace:gpureclaim_idle_gpu_hours:cost_window"
+	RecOwnerIdleCost   = "owner:gpureclaim_idle_cost:cost_window"
+	RecNSIdleCost      = "namespace:gpureclaim_idle_cost:cost_window"
+)
