@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 )
@@ -36,7 +35,7 @@ func (e *Engine) ownerAction(ctx context.Context, r *Reclaim) *Reclaim {
 		e.o.Metrics.Error("kubernetes")
 		e.o.Logger.Warn("looking up the pod's top owner; the warning waits", "reclaim", r.ID, "err", err)
 		_, uerr := e.update(r.ID, nil, func(c *Reclaim) bool {
-			c.NextTry = e.now().Add(30 * time.Second)
+			c.NextTry = e.now().Add(dependencyWait)
 			c.Reason = "cannot look up what owns the pod yet: " + err.Error()
 			return true
 		})

@@ -8,11 +8,12 @@ package reclaim
 import (
 	"crypto/sha256"
 	"fmt"
-	"github.com/gpureclaim/gpureclaim/internal/names"
 	"maps"
 	"regexp"
 	"slices"
 	"time"
+
+	"github.com/gpureclaim/gpureclaim/internal/names"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 )

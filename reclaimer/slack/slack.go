@@ -89,11 +89,22 @@ func New(o Options) *Notifier {
 func (n *Notifier) Name() string   { return "slack" }
 func (n *Notifier) Blocking() bool { return n.cfg.MustDeliver() }
 
+// How a Web API call is retried: a 429 after its Retry-After (within
+// bounds), a 5xx or a network error after a wait that doubles from
+// callBackoff; callAttempts tries in all, inside one send of the engine,
+// which has its own retries.
+const (
+	callAttempts      = 4
+	callBackoff       = 250 * time.Millisecond
+	callRetryAfterMin = time.Second
+	callRetryAfterMax = 30 * time.Second
+)
+
 // call runs one Web API call inside the rate limiter, retrying a 429 after
 // its Retry-After and a 5xx or a network error with backoff.
 func (n *Notifier) call(ctx context.Context, f func() error) error {
 	var err error
-	for attempt := 0; attempt < 4; attempt++ {
+	for attempt := range callAttempts {
 		if err := n.limit.Wait(ctx); err != nil {
 			return err
 		}
@@ -105,15 +116,15 @@ func (n *Notifier) call(ctx context.Context, f func() error) error {
 		case err == nil:
 			return nil
 		case errors.As(err, &rl):
-			wait = min(max(rl.RetryAfter, time.Second), 30*time.Second)
+			wait = min(max(rl.RetryAfter, callRetryAfterMin), callRetryAfterMax)
 		case errors.As(err, &sc) && sc.Code >= 500:
-			wait = time.Duration(250<<attempt) * time.Millisecond
+			wait = callBackoff << attempt
 		case isNetwork(err):
-			wait = time.Duration(250<<attempt) * time.Millisecond
+			wait = callBackoff << attempt
 		default:
 			return err // a 4xx or a Slack error: a retry would not help
 		}
-		if attempt == 3 {
+		if attempt == callAttempts-1 {
 			break
 		}
 		if err := n.sleep(ctx, wait); err != nil {

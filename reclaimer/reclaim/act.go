@@ -1,0 +1,290 @@
+package reclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+)
+
+func (e *Engine) policy(r *Reclaim) *config.Policy { return e.o.Config.Policy(r.Policy) }
+
+// actedTimes lists when actions were taken, globally or in a namespace.
+func (e *Engine) actedTimes(namespace string) []time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []time.Time
+	for _, r := range e.index {
+		if (r.State == Done || r.State == Acting) && !r.ActedAt.IsZero() && (namespace == "" || r.Target.Namespace == namespace) {
+			out = append(out, r.ActedAt)
+		}
+	}
+	return out
+}
+
+// checks runs everything that must hold before acting, in order. It
+// returns false when the action must wait or was cancelled.
+func (e *Engine) checks(ctx context.Context, r *Reclaim) bool {
+	now := e.now()
+	if !r.Warning.Sent {
+		return false
+	}
+	e.mu.Lock()
+	open := e.breaker
+	e.mu.Unlock()
+	if open {
+		e.deferTo(r.ID, now.Add(heldWait), "held: the circuit breaker is open")
+		return false
+	}
+	p := e.policy(r)
+	if p == nil {
+		e.finish(r.ID, Cancelled, "its policy is gone from the config", nil)
+		return false
+	}
+	if r.Released != "" {
+		// The owner asked: no window, minimum runtime or rate limit holds
+		// it, and their own snooze does not. It must still be the episode
+		// they pressed on: resolved or superseded since, it is cancelled.
+		return e.recheckEpisode(ctx, r)
+	}
+	if next := nextInWindows(p.Windows, now); next.After(now) {
+		e.deferTo(r.ID, next, "outside the policy's windows; next at "+next.UTC().Format(time.RFC3339))
+		e.o.Metrics.decisions.WithLabelValues("outside_window").Inc()
+		return false
+	}
+	if e.o.Inspector != nil && p.MinRuntimeTime() > 0 {
+		started, err := e.o.Inspector.Started(ctx, r.Target)
+		switch {
+		case errors.Is(err, ErrGone):
+			e.finish(r.ID, Cancelled, "the workload is gone", nil)
+			return false
+		case err != nil:
+			e.o.Metrics.Error("inspector")
+			e.deferTo(r.ID, now.Add(heldWait), "cannot tell when the workload started: "+err.Error())
+			return false
+		case now.Before(started.Add(p.MinRuntimeTime())):
+			until := started.Add(p.MinRuntimeTime())
+			e.deferTo(r.ID, until, fmt.Sprintf("the workload started %s ago; the policy spares it until it has run %s", now.Sub(started).Round(time.Second), p.MinRuntimeTime()))
+			e.o.Metrics.decisions.WithLabelValues("min_runtime").Inc()
+			return false
+		}
+	}
+	rl := e.o.Config.RateLimits
+	if hit, free := limited(rl.Global, e.actedTimes(""), now); hit {
+		e.deferTo(r.ID, free, "held by the global rate limit")
+		e.o.Metrics.decisions.WithLabelValues("rate_limited").Inc()
+		return false
+	}
+	if r.Target.Namespace != "" {
+		if hit, free := limited(rl.PerNamespace, e.actedTimes(r.Target.Namespace), now); hit {
+			e.deferTo(r.ID, free, "held by the rate limit of namespace "+r.Target.Namespace)
+			e.o.Metrics.decisions.WithLabelValues("rate_limited").Inc()
+			return false
+		}
+	}
+	return e.recheck(ctx, r)
+}
+
+// recheck asks Alertmanager whether the alert still fires, unsilenced.
+func (e *Engine) recheck(ctx context.Context, r *Reclaim) bool { return e.recheckAlert(ctx, r, false) }
+
+// recheckEpisode asks whether the episode still fires, silenced or not.
+func (e *Engine) recheckEpisode(ctx context.Context, r *Reclaim) bool {
+	return e.recheckAlert(ctx, r, true)
+}
+
+func (e *Engine) recheckAlert(ctx context.Context, r *Reclaim, silencedToo bool) bool {
+	if e.o.Checker == nil {
+		return true
+	}
+	chk, err := e.o.Checker.Check(ctx, r)
+	if err != nil {
+		e.o.Metrics.Error("alertmanager")
+		e.deferTo(r.ID, e.now().Add(dependencyWait), "cannot re-check the alert in Alertmanager: "+err.Error())
+		return false
+	}
+	switch {
+	case chk.Status == AlertGone:
+		e.finish(r.ID, Cancelled, "the alert no longer fires: the GPU is busy again or was released", nil)
+		return false
+	case chk.Status == AlertSilenced && !silencedToo:
+		e.snooze(r.ID, chk, "")
+		return false
+	}
+	return true
+}
+
+func (e *Engine) act(ctx context.Context, id string) {
+	r := e.snapshot(id)
+	if r == nil || r.State.Terminal() {
+		return
+	}
+	// An action that began and has no recorded outcome (the reclaimer
+	// stopped during it) may have taken effect: the checks passed then, and
+	// checking again now would judge its own effect (the pod gone, the GPU
+	// free, the alert resolved) as a reason to cancel. The action is run
+	// again, which every action allows, and its outcome recorded.
+	resumed := r.State == Acting && !r.ActingSince.IsZero()
+	if !resumed && !e.checks(ctx, r) {
+		return
+	}
+	// What the action will end is written with the decision (a kill's
+	// PIDs), so that after a restart the record says what was done.
+	var planned []int
+	if p, ok := e.o.Actor.(Planner); ok && !resumed && !r.DryRun {
+		pids, err := p.Plan(ctx, r.Action, r)
+		if err != nil && !errors.Is(err, ErrGone) {
+			e.o.Logger.Warn("looking up what the action will end", "reclaim", id, "err", err)
+		}
+		planned = pids
+	}
+	// The decision is written before it is carried out.
+	r, err := e.update(id, func(c *Reclaim) []Event { return []Event{e.event(c, "acting", c.Action, "reclaimer")} }, func(c *Reclaim) bool {
+		if c.State.Terminal() {
+			return false
+		}
+		c.State, c.Attempts, c.Reason = Acting, c.Attempts+1, "acting: "+c.Action
+		if c.ActingSince.IsZero() {
+			c.ActingSince = e.now()
+		}
+		if planned != nil {
+			c.Planned = planned
+		}
+		return true
+	})
+	if err != nil || r.State != Acting {
+		return
+	}
+	e.o.Failpoint("before-action")
+	now := e.now()
+	if r.DryRun {
+		e.o.Logger.Info("dry run: would reclaim", "reclaim", id, "action", r.Action, "owner", r.Target.Owner(), "unit", r.Target.Unit())
+		e.o.Metrics.actions.WithLabelValues(r.Action, "dry_run").Inc()
+		e.finish(id, DryRun, fmt.Sprintf("dry run: would have run %s", r.Action), nil)
+		return
+	}
+	start := time.Now()
+	res, err := e.o.Actor.Act(ctx, r.Action, r)
+	e.o.Metrics.actionDuration.WithLabelValues(r.Action).Observe(time.Since(start).Seconds())
+	e.o.Failpoint("after-action")
+	var refused *RefusedError
+	var retry *RetryError
+	switch {
+	case err == nil || errors.Is(err, ErrGone):
+		result, detail := "done", res.Detail
+		switch {
+		case err != nil && resumed:
+			result, detail = "gone", "the target is gone: the action begun before the reclaimer restarted took effect (or it left on its own)"
+			if len(r.Planned) > 0 {
+				res.Killed = r.Planned
+				detail = fmt.Sprintf("processes %v are gone: the kill begun before the reclaimer restarted took effect (or they ended on their own)", r.Planned)
+			}
+		case err != nil:
+			result, detail = "gone", "the target was already gone"
+		}
+		e.o.Metrics.actions.WithLabelValues(r.Action, result).Inc()
+		idle := max(0, now.Sub(r.IdleSince()).Seconds())
+		e.o.Metrics.reclaimedGPUs.Add(r.Target.Size())
+		e.o.Metrics.reclaimedIdle.Add(r.Target.Size() * idle)
+		e.o.Metrics.idleToAction.Observe(idle)
+		e.finish(id, Done, detail, &res)
+	case errors.As(err, &refused):
+		e.o.Metrics.actions.WithLabelValues(r.Action, "refused").Inc()
+		e.finish(id, Cancelled, refused.Reason, nil)
+	case errors.As(err, &retry) && r.Attempts < actionAttemptsRetryable:
+		e.o.Metrics.actions.WithLabelValues(r.Action, "retry").Inc()
+		e.deferTo(id, now.Add(retry.After), "will try again: "+err.Error())
+		e.recordError(id, err)
+	case r.Attempts < actionAttemptsUnknown && retry == nil:
+		e.o.Metrics.actions.WithLabelValues(r.Action, "retry").Inc()
+		e.o.Metrics.Error("action")
+		e.deferTo(id, now.Add(backoff(r.Attempts)), "will try again: "+err.Error())
+		e.recordError(id, err)
+	default:
+		e.o.Metrics.actions.WithLabelValues(r.Action, "failed").Inc()
+		e.o.Metrics.Error("action")
+		e.finish(id, Failed, err.Error(), nil)
+	}
+}
+
+// recordError records an action that did not take effect: the next
+// attempt checks everything again.
+func (e *Engine) recordError(id string, err error) {
+	if _, uerr := e.update(id, nil, func(c *Reclaim) bool { c.LastError, c.ActingSince = err.Error(), time.Time{}; return true }); uerr != nil {
+		e.o.Logger.Error("recording an action's error", "reclaim", id, "err", uerr)
+	}
+}
+
+// finish moves a reclaim to a terminal state.
+func (e *Engine) finish(id string, st State, why string, res *Result) {
+	r, err := e.update(id, func(c *Reclaim) []Event { return []Event{e.event(c, string(st), why, "reclaimer")} }, func(c *Reclaim) bool {
+		if c.State.Terminal() {
+			return false
+		}
+		now := e.now()
+		c.State, c.Reason, c.Closed, c.NextTry, c.ActingSince = st, why, now, time.Time{}, time.Time{}
+		if st == Done || st == DryRun {
+			c.ActedAt = now
+		}
+		if res != nil {
+			c.Workload, c.Killed, c.Detail = res.Workload, res.Killed, res.Detail
+		}
+		c.Final.Sent = st == Cancelled && !c.Warning.Sent
+		return true
+	})
+	if err != nil {
+		e.o.Logger.Error("recording the end of a reclaim", "reclaim", id, "err", err)
+		return
+	}
+	e.o.Logger.Info("reclaim "+string(st), "reclaim", id, "reason", why, "unit", r.Target.Unit(), "owner", r.Target.Owner())
+}
+
+func (e *Engine) final(ctx context.Context, id string) {
+	r := e.snapshot(id)
+	if r == nil || r.Final.Sent {
+		return
+	}
+	var kind MessageKind
+	switch r.State {
+	case Done:
+		kind = MsgReclaimed
+	case Cancelled:
+		kind = MsgCancelled
+	case Failed:
+		kind = MsgFailed
+	case DryRun:
+		kind = MsgAdmin
+	default:
+		if _, err := e.update(id, nil, func(c *Reclaim) bool { c.Final.Sent = true; return true }); err != nil {
+			e.o.Logger.Error("recording that nothing is left to tell", "reclaim", id, "err", err)
+		}
+		return
+	}
+	d := r.Final
+	e.o.Failpoint("before-final")
+	delivered := e.send(ctx, Message{Kind: kind, Reclaim: r, Text: text(kind, r)}, &d)
+	d.Attempts++
+	_, err := e.update(id, nil, func(c *Reclaim) bool {
+		c.Final = d
+		if delivered || d.Attempts >= finalMessageAttempts {
+			c.Final.Sent, c.Final.At = true, e.now()
+		} else {
+			c.NextTry = e.now().Add(backoff(d.Attempts))
+		}
+		return true
+	})
+	if err != nil {
+		e.o.Logger.Error("recording a final message", "reclaim", id, "err", err)
+		return
+	}
+	if e.o.Events != nil {
+		switch r.State {
+		case Done:
+			e.o.Events.Event(ctx, r, "GPUReclaimed", fmt.Sprintf("%s reclaimed (%s): %s", r.Target.Unit(), r.ActionText(), r.Detail))
+		case Cancelled:
+			e.o.Events.Event(ctx, r, "GPUReclaimCancelled", "reclaim cancelled: "+r.Reason)
+		}
+	}
+}

@@ -1,0 +1,200 @@
+package reclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// snooze holds a reclaim while its alert is silenced or inhibited.
+func (e *Engine) snooze(id string, chk AlertCheck, by string) {
+	_, err := e.update(id, func(c *Reclaim) []Event { return []Event{e.event(c, "snoozed", chk.Reason, by)} }, func(c *Reclaim) bool {
+		if c.State != Pending && c.State != Acting && c.State != Snoozed {
+			return false
+		}
+		c.State, c.Reason = Snoozed, "the alert is silenced: "+chk.Reason
+		c.SnoozedUntil, c.NextTry = chk.Until, chk.Until
+		if chk.Until.IsZero() {
+			c.NextTry = e.now().Add(inhibitedWait)
+		}
+		if by != "" {
+			c.SnoozedBy = by
+		}
+		return true
+	})
+	if err != nil {
+		e.o.Logger.Error("recording a snooze", "reclaim", id, "err", err)
+		return
+	}
+	e.o.Metrics.decisions.WithLabelValues("snoozed").Inc()
+}
+
+// unsnooze looks at a snoozed reclaim once its silence has ended: if the
+// alert still fires, the cycle starts again with a new warning and grace.
+func (e *Engine) unsnooze(ctx context.Context, id string) {
+	r := e.snapshot(id)
+	if r == nil || r.State != Snoozed {
+		return
+	}
+	if e.o.Checker == nil {
+		return
+	}
+	chk, err := e.o.Checker.Check(ctx, r)
+	switch {
+	case err != nil:
+		e.o.Metrics.Error("alertmanager")
+		if _, err := e.update(id, nil, func(c *Reclaim) bool { c.NextTry = e.now().Add(dependencyWait); return true }); err != nil {
+			e.o.Logger.Error("recording when to look at a snooze again", "reclaim", id, "err", err)
+		}
+	case chk.Status == AlertSilenced:
+		e.snooze(id, chk, "")
+	case chk.Status == AlertGone:
+		e.finish(id, Cancelled, "the alert resolved while it was snoozed", nil)
+	default:
+		p := e.policy(r)
+		if p == nil {
+			e.finish(id, Cancelled, "its policy is gone from the config", nil)
+			return
+		}
+		_, err := e.update(id, func(c *Reclaim) []Event {
+			return []Event{e.event(c, "unsnoozed", "the snooze ended and the unit is still idle", "reclaimer")}
+		}, func(c *Reclaim) bool {
+			if c.State != Snoozed {
+				return false
+			}
+			now := e.now()
+			c.State, c.ActAt, c.NextTry = Pending, now.Add(p.GraceTime()), time.Time{}
+			c.Reason = "the snooze ended and the unit is still idle: warning the owner again"
+			c.Warning = Delivery{Refs: c.Warning.Refs}
+			for k := range c.Warning.Refs {
+				if isSentKey(k) {
+					delete(c.Warning.Refs, k) // a new warning is due; its message refs stay for updates
+				}
+			}
+			return true
+		})
+		if err != nil {
+			e.o.Logger.Error("reopening a snoozed reclaim", "reclaim", id, "err", err)
+		}
+	}
+}
+
+// Restorer undoes a scale-down.
+type Restorer interface {
+	Restore(ctx context.Context, r *Reclaim) error
+}
+
+// ErrNotRestorable says a reclaim has nothing to restore.
+var ErrNotRestorable = errors.New("nothing to restore: only a done scale-down or stop can be restored")
+
+// Restore undoes a scale-down or a stop, once.
+func (e *Engine) Restore(ctx context.Context, id, by string) (*Reclaim, error) {
+	return e.restore(ctx, id, by)
+}
+
+func (e *Engine) restore(ctx context.Context, id, by string) (*Reclaim, error) {
+	r := e.snapshot(id)
+	if r == nil {
+		return nil, fmt.Errorf("no reclaim %s", id)
+	}
+	if r.State != Done || r.Workload == nil {
+		return nil, ErrNotRestorable
+	}
+	if !r.Restored.IsZero() {
+		return r, nil // restored before: nothing twice
+	}
+	rs, ok := e.o.Actor.(Restorer)
+	if !ok {
+		return nil, ErrNotRestorable
+	}
+	if err := rs.Restore(ctx, r); err != nil {
+		e.o.Metrics.Error("kubernetes")
+		return nil, err
+	}
+	r, err := e.update(id, func(c *Reclaim) []Event {
+		return []Event{e.event(c, "restored", c.Workload.RestoredText(), by)}
+	}, func(c *Reclaim) bool { c.Restored = e.now(); return true })
+	if err != nil {
+		return nil, err
+	}
+	e.send(ctx, Message{Kind: MsgRestored, Reclaim: r, By: by, Text: fmt.Sprintf("%s by %s.", r.Workload.RestoredText(), by)}, nil)
+	if e.o.Events != nil {
+		e.o.Events.Event(ctx, r, "GPUReclaimRestored", fmt.Sprintf("%s by %s", r.Workload.RestoredText(), by))
+	}
+	return r, nil
+}
+
+// ErrNotPending says a reclaim has moved on and the request no longer applies.
+var ErrNotPending = errors.New("the reclaim is no longer pending")
+
+// Snooze holds a pending reclaim until a silence ends; when it ends and
+// the unit is still idle, the cycle starts again.
+func (e *Engine) Snooze(ctx context.Context, id, by string, until time.Time, silence string) (*Reclaim, error) {
+	r, err := e.update(id, func(c *Reclaim) []Event {
+		return []Event{e.event(c, "snoozed", "until "+until.UTC().Format(time.RFC3339)+", silence "+silence, by)}
+	}, func(c *Reclaim) bool {
+		if c.State != Pending && c.State != Snoozed {
+			return false
+		}
+		c.State, c.SnoozedBy, c.SnoozedUntil, c.Silence = Snoozed, by, until, silence
+		c.NextTry, c.Reason = until, "snoozed by "+by+" until "+until.UTC().Format(time.RFC3339)
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	if r.State != Snoozed || r.Silence != silence {
+		return r, ErrNotPending
+	}
+	e.o.Metrics.decisions.WithLabelValues("snoozed").Inc()
+	e.send(ctx, Message{Kind: MsgSnoozed, Reclaim: r, By: by, Text: fmt.Sprintf("%s snoozed the reclaim of %s until %s.", by, r.Target.Unit(), until.UTC().Format(time.RFC3339))}, nil)
+	return r, nil
+}
+
+// Keep exempts a reclaim for good: a silence covers the workload until it ends.
+func (e *Engine) Keep(ctx context.Context, id, by string, until time.Time, silence string) (*Reclaim, error) {
+	r, err := e.update(id, func(c *Reclaim) []Event {
+		return []Event{e.event(c, "kept", "silence "+silence+" until the workload ends (at most "+until.UTC().Format(time.RFC3339)+")", by)}
+	}, func(c *Reclaim) bool {
+		if c.State != Pending && c.State != Snoozed {
+			return false
+		}
+		c.State, c.Reason, c.Closed = Exempt, "kept by "+by, e.now()
+		c.SnoozedBy, c.SnoozedUntil, c.Silence = by, until, silence
+		c.Final.Sent = true // the kept message says it all
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	if r.State != Exempt || r.Silence != silence {
+		return r, ErrNotPending
+	}
+	e.o.Metrics.decisions.WithLabelValues("kept").Inc()
+	e.send(ctx, Message{Kind: MsgKept, Reclaim: r, By: by, Text: fmt.Sprintf("%s keeps %s until the workload ends.", by, r.Target.Unit())}, nil)
+	return r, nil
+}
+
+// ReleaseNow acts at once at the owner's request: the grace, the minimum
+// runtime and the schedule windows no longer apply.
+func (e *Engine) ReleaseNow(ctx context.Context, id, by string) (*Reclaim, error) {
+	r, err := e.update(id, func(c *Reclaim) []Event { return []Event{e.event(c, "released", "by the owner: acting now", by)} }, func(c *Reclaim) bool {
+		if c.State != Pending && c.State != Snoozed {
+			return false
+		}
+		c.State, c.ActAt, c.NextTry, c.Released = Pending, e.now(), time.Time{}, by
+		c.Warning.Sent = true // the owner pressed the button on it
+		c.Reason = "released by " + by + ": acting now"
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	if r.Released != by || r.State != Pending {
+		return r, ErrNotPending
+	}
+	e.send(ctx, Message{Kind: MsgReleased, Reclaim: r, By: by, Text: fmt.Sprintf("%s released %s: reclaiming now.", by, r.Target.Unit())}, nil)
+	e.Kick()
+	return r, nil
+}

@@ -1,0 +1,158 @@
+package reclaim
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/alertmanager/template"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+)
+
+// IngestResult says what a notification changed.
+type IngestResult struct {
+	New, Duplicate, Cancelled, Ignored int
+}
+
+// Ingest records the alerts of one Alertmanager notification. When it
+// returns nil every decision is durable; an error means nothing was
+// recorded and the notification should be retried.
+func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
+	var res IngestResult
+	now := e.now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+
+	changed := map[string]*Reclaim{}
+	var events []Event
+	get := func(id string) *Reclaim {
+		if r, ok := changed[id]; ok {
+			return r
+		}
+		return e.index[id]
+	}
+	put := func(r *Reclaim) { changed[r.ID] = r }
+	decide := func(d string) { e.o.Metrics.decisions.WithLabelValues(d).Inc() }
+	pendingByFP := map[string][]string{}
+	latest := map[string]time.Time{} // the newest episode seen of each alert
+	for id, r := range e.index {
+		if r.State == Pending {
+			pendingByFP[r.Fingerprint] = append(pendingByFP[r.Fingerprint], id)
+		}
+		if r.StartsAt.After(latest[r.Fingerprint]) {
+			latest[r.Fingerprint] = r.StartsAt
+		}
+	}
+
+	for _, a := range alerts {
+		e.o.Metrics.alertsReceived.WithLabelValues(a.Status).Inc()
+		t, ok := TargetFrom(a.Labels)
+		if !ok {
+			res.Ignored++
+			decide("not_a_unit")
+			continue
+		}
+		fp := a.Fingerprint
+		if fp == "" {
+			fp = Fingerprint(a.Labels)
+		}
+		id := ID(fp, a.StartsAt)
+		existing := get(id)
+		if a.Status == "resolved" {
+			switch {
+			case existing == nil:
+				r := &Reclaim{ID: id, Fingerprint: fp, StartsAt: a.StartsAt, Labels: a.Labels, Target: t, State: Resolved, Reason: "resolved before it was seen firing", Created: now, Closed: now}
+				put(r)
+				decide("resolved_first")
+			case existing.State == Pending || existing.State == Snoozed:
+				c := clone(existing)
+				e.cancel(c, "the alert resolved: the GPU is busy again or was released")
+				put(c)
+				events = append(events, e.event(c, "cancelled", c.Reason, "alertmanager"))
+				res.Cancelled++
+				decide("cancelled")
+			default:
+				res.Duplicate++
+			}
+			continue
+		}
+		if existing != nil {
+			res.Duplicate++
+			decide("duplicate")
+			continue
+		}
+		if a.StartsAt.Before(latest[fp]) {
+			// An older episode delivered after a newer one (an HA pair, a
+			// retry): the newer one already speaks for the alert.
+			res.Ignored++
+			decide("stale")
+			continue
+		}
+		latest[fp] = a.StartsAt
+		// A new episode of an alert supersedes the last one's pending reclaim.
+		for _, oldID := range pendingByFP[fp] {
+			old := get(oldID)
+			if old.State == Pending && old.StartsAt.Before(a.StartsAt) {
+				c := clone(old)
+				e.cancel(c, "superseded by a new episode of the alert")
+				c.Final.Sent = true // the new episode's warning says it all
+				put(c)
+			}
+		}
+		r := &Reclaim{ID: id, Fingerprint: fp, StartsAt: a.StartsAt, Labels: a.Labels, Annotations: a.Annotations, Target: t, Created: now}
+		p := matchPolicy(e.o.Config.Policies, a.Labels)
+		if p == nil {
+			r.State, r.Reason, r.Closed = Exempt, "no policy matches the alert", now
+			r.Warning.Sent, r.Final.Sent = true, true
+			put(r)
+			res.Ignored++
+			decide("no_policy")
+			continue
+		}
+		r.Policy, r.Action, r.DryRun = p.Name, actionFor(p, t), e.o.Config.DryRun || p.DryRun
+		switch exempt, why := exemptByConfig(e.o.Config, t); {
+		case exempt:
+			r.State, r.Reason, r.Closed = Exempt, why, now
+			r.Warning.Sent, r.Final.Sent = true, true
+			decide("exempt")
+		case r.Action == config.ActionNotify:
+			r.State, r.Reason, r.Closed = Notified, "the policy only notifies", now
+			r.Final.Sent = true
+			decide("notify")
+		default:
+			r.State, r.ActAt = Pending, now.Add(p.GraceTime())
+			r.Reason = "warning the owner; reclaim after the grace period"
+			decide("pending")
+		}
+		put(r)
+		events = append(events, e.event(r, "decided", fmt.Sprintf("%s: policy %s, action %s", r.State, r.Policy, r.Action), "alertmanager"))
+		res.New++
+	}
+	if len(changed) == 0 {
+		return res, nil
+	}
+	rs := make([]*Reclaim, 0, len(changed))
+	for _, r := range changed {
+		rs = append(rs, r)
+	}
+	if err := e.persist(events, rs...); err != nil {
+		return IngestResult{}, err
+	}
+	for _, r := range rs {
+		e.index[r.ID] = r
+	}
+	e.version++
+	e.o.Failpoint("ingested")
+	e.gauges()
+	e.Kick()
+	return res, nil
+}
+
+func (e *Engine) cancel(r *Reclaim, why string) {
+	r.State, r.Reason, r.Closed = Cancelled, why, e.now()
+	// Tell the owner only if they were warned of something.
+	r.Final.Sent = !r.Warning.Sent
+}
+
+// clone deep-copies a reclaim, so the index changes only once a write is durable.
+func clone(r *Reclaim) *Reclaim { return r.Clone() }

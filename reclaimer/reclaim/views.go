@@ -1,0 +1,105 @@
+package reclaim
+
+import (
+	"sort"
+	"time"
+)
+
+// List returns every reclaim, newest first. The reclaims are shared with
+// the engine and other readers: read them, never change them.
+func (e *Engine) List() []*Reclaim {
+	e.viewMu.Lock()
+	defer e.viewMu.Unlock()
+	e.mu.Lock()
+	if e.view != nil && e.viewVersion == e.version {
+		v := e.view
+		e.mu.Unlock()
+		return v
+	}
+	ver := e.version
+	out := make([]*Reclaim, 0, len(e.index))
+	for _, r := range e.index {
+		out = append(out, r)
+	}
+	e.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return newer(out[i], out[j]) })
+	e.view, e.viewVersion = out, ver
+	return out
+}
+
+// newer orders reclaims newest first, then by ID.
+func newer(a, b *Reclaim) bool {
+	if !a.Created.Equal(b.Created) {
+		return a.Created.After(b.Created)
+	}
+	return a.ID < b.ID
+}
+
+// Query selects a page of reclaims.
+type Query struct {
+	// States keeps these states only; none keeps all.
+	States map[State]bool
+	// Limit bounds the page; 0 means no bound.
+	Limit int
+	// After is the last ID of the previous page.
+	After string
+}
+
+// Page is one page of reclaims, newest first.
+type Page struct {
+	Reclaims []*Reclaim
+	// Next is the After of the next page; empty on the last.
+	Next string
+}
+
+// Page returns a page of reclaims, shared as List's are.
+func (e *Engine) Page(q Query) Page {
+	all := e.List()
+	start := 0
+	if q.After != "" {
+		e.mu.Lock()
+		last, ok := e.index[q.After]
+		e.mu.Unlock()
+		if ok {
+			start = sort.Search(len(all), func(i int) bool { return newer(last, all[i]) })
+		}
+	}
+	var p Page
+	for _, r := range all[start:] {
+		if len(q.States) > 0 && !q.States[r.State] {
+			continue
+		}
+		if q.Limit > 0 && len(p.Reclaims) == q.Limit {
+			p.Next = p.Reclaims[len(p.Reclaims)-1].ID
+			break
+		}
+		p.Reclaims = append(p.Reclaims, r)
+	}
+	return p
+}
+
+// Get returns a copy of one reclaim.
+func (e *Engine) Get(id string) (*Reclaim, bool) {
+	r := e.snapshot(id)
+	return r, r != nil
+}
+
+// Audit returns the newest audit events.
+func (e *Engine) Audit(limit int) ([]Event, error) { return e.o.Store.Audit(limit) }
+
+// Prune forgets reclaims that ended before the given time.
+func (e *Engine) Prune(before time.Time) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n, err := e.o.Store.Prune(before)
+	if err != nil {
+		return 0, err
+	}
+	for id, r := range e.index {
+		if r.State.Terminal() && r.Final.Sent && !r.Closed.IsZero() && r.Closed.Before(before) {
+			delete(e.index, id)
+		}
+	}
+	e.version++
+	return n, nil
+}

@@ -1,0 +1,225 @@
+package reclaim
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// A Delivery's refs hold, per notifier, the references its messages
+// returned (a Slack channel and timestamp, to update the message later) and
+// a mark for each kind of message it delivered, so that a retry skips the
+// notifiers that already have it. Keys are "<notifier>.<ref>" and
+// "<notifier>.sent.<kind>".
+func refKey(notifier, ref string) string { return notifier + "." + ref }
+
+func sentKey(notifier string, kind MessageKind) string {
+	return refKey(notifier, "sent."+string(kind))
+}
+
+func isSentKey(key string) bool { return strings.Contains(key, ".sent.") }
+
+// send delivers a message through every notifier. It returns the refs and
+// channels per notifier, and whether every blocking notifier delivered.
+func (e *Engine) send(ctx context.Context, m Message, d *Delivery) bool {
+	ok := true
+	for _, n := range e.o.Notifiers {
+		sent := sentKey(n.Name(), m.Kind)
+		if d != nil && d.Refs[sent] != "" {
+			continue // delivered on an earlier attempt
+		}
+		var prev map[string]string
+		if m.Reclaim != nil {
+			prev = refsOf(m.Reclaim, n.Name())
+		}
+		refs, channels, err := n.Send(ctx, m, prev)
+		if err != nil {
+			e.o.Metrics.messages.WithLabelValues(n.Name(), string(m.Kind), "error").Inc()
+			e.o.Metrics.Error("notifier")
+			e.o.Logger.Warn("sending a message failed", "notifier", n.Name(), "kind", m.Kind, "err", err)
+			if d != nil {
+				d.Error = fmt.Sprintf("%s: %v", n.Name(), err)
+			}
+			if n.Blocking() {
+				ok = false
+			}
+			continue
+		}
+		e.o.Metrics.messages.WithLabelValues(n.Name(), string(m.Kind), "sent").Inc()
+		if d != nil {
+			if d.Refs == nil {
+				d.Refs = map[string]string{}
+			}
+			d.Refs[sent] = "1"
+			for k, v := range refs {
+				d.Refs[refKey(n.Name(), k)] = v
+			}
+			d.Channels = append(d.Channels, channels...)
+		}
+	}
+	return ok
+}
+
+// refsOf collects one notifier's references across a reclaim's messages.
+func refsOf(r *Reclaim, notifier string) map[string]string {
+	out := map[string]string{}
+	prefix := refKey(notifier, "")
+	for _, d := range []Delivery{r.Warning, r.Final} {
+		for k, v := range d.Refs {
+			if ref, ok := strings.CutPrefix(k, prefix); ok && ref != "" {
+				out[ref] = v
+			}
+		}
+	}
+	return out
+}
+
+func (e *Engine) warn(ctx context.Context, id string) {
+	r := e.snapshot(id)
+	if r == nil || r.Warning.Sent {
+		return
+	}
+	if r.State == Pending && e.o.Inspector != nil {
+		kept, why, err := e.o.Inspector.Kept(ctx, r.Target)
+		if err != nil {
+			e.o.Metrics.Error("kubernetes")
+			e.o.Logger.Warn("looking up whether the target is kept", "reclaim", id, "err", err)
+		}
+		if kept {
+			_, err := e.update(id, func(c *Reclaim) []Event { return []Event{e.event(c, "exempt", why, "policy")} }, func(c *Reclaim) bool {
+				if c.State != Pending {
+					return false
+				}
+				c.State, c.Reason, c.Closed = Exempt, why, e.now()
+				c.Warning.Sent, c.Final.Sent = true, true
+				return true
+			})
+			if err == nil {
+				e.o.Metrics.decisions.WithLabelValues("exempt").Inc()
+			}
+			return
+		}
+	}
+	if r.State == Pending && e.o.Inspector != nil {
+		if r = e.ownerAction(ctx, r); r == nil || r.State.Terminal() && r.State != Notified {
+			return
+		}
+	}
+	kind := MsgWarning
+	if r.State == Notified {
+		kind = MsgNotice
+	}
+	// The grace belongs to the owner: it runs from this warning, however
+	// late it goes out (a backlog, an outage, a restart), never from the alert.
+	var actAt time.Time
+	if kind == MsgWarning {
+		if p := e.policy(r); p != nil {
+			actAt = e.now().Add(p.GraceTime())
+			if r.ActAt.After(actAt) {
+				actAt = r.ActAt // deferred further already (a window, a minimum runtime)
+			}
+			r.ActAt = actAt
+		}
+	}
+	d := r.Warning
+	if d.FirstTry.IsZero() {
+		d.FirstTry = e.now()
+	}
+	var delivered bool
+	if r.DryRun {
+		delivered = true
+		d.Channels = append(d.Channels, "dry run: not sent")
+		e.o.Logger.Info("dry run: would warn the owner", "reclaim", id, "owner", r.Target.Owner(), "unit", r.Target.Unit(), "act_at", r.ActAt)
+	} else {
+		e.o.Failpoint("before-warning")
+		delivered = e.send(ctx, Message{Kind: kind, Reclaim: r, Text: text(kind, r)}, &d)
+		e.o.Failpoint("after-warning")
+	}
+	d.Attempts++
+	_, err := e.update(id, func(c *Reclaim) []Event {
+		if delivered {
+			return []Event{e.event(c, "warned", fmt.Sprintf("%s via %v", kind, d.Channels), "reclaimer")}
+		}
+		return nil
+	}, func(c *Reclaim) bool {
+		c.Warning = d
+		if delivered {
+			c.Warning.Sent, c.Warning.At, c.Warning.Error = true, e.now(), ""
+			c.NextTry = time.Time{}
+			if c.State == Pending && actAt.After(c.ActAt) {
+				c.ActAt = actAt // the time the warning states
+			}
+			if c.State == Cancelled {
+				c.Final.Sent = false // cancelled while the warning was on its way: say so
+			}
+		} else {
+			c.NextTry = e.now().Add(backoff(d.Attempts))
+			c.Reason = "the owner's warning is not delivered yet: " + d.Error
+		}
+		return true
+	})
+	if err != nil {
+		e.o.Logger.Error("recording a warning", "reclaim", id, "err", err)
+		return
+	}
+	if delivered && kind == MsgNotice && r.Controller != nil && e.o.Events != nil {
+		e.o.Events.Event(ctx, r, "GPUIdleNotReclaimed", r.Reason)
+	}
+	if delivered && kind == MsgWarning && e.o.Events != nil {
+		e.o.Events.Event(ctx, r, "GPUIdleWarning", fmt.Sprintf("%s is idle; it will be reclaimed (%s) after %s unless it is used again", r.Target.Unit(), r.ActionText(), r.ActAt.UTC().Format(time.RFC3339)))
+	}
+	if !delivered && !d.Escalated && e.now().Sub(d.FirstTry) >= time.Duration(e.o.Config.WarningDeadline) {
+		e.o.Logger.Warn("the owner's warning is not delivered within the deadline: the reclaim waits", "reclaim", id, "owner", r.Target.Owner(), "err", d.Error)
+		e.send(ctx, Message{Kind: MsgAdmin, Reclaim: r, Text: fmt.Sprintf("The warning to %s about %s has not been delivered for %s (%s); the reclaim waits until it is.", r.Target.Owner(), r.Target.Unit(), e.o.Config.WarningDeadline, d.Error)}, nil)
+		if _, err := e.update(id, nil, func(c *Reclaim) bool { c.Warning.Escalated = true; return true }); err != nil {
+			e.o.Logger.Error("recording that the admins were told", "reclaim", id, "err", err)
+		}
+	}
+}
+
+// defer records why an action waits and until when.
+func (e *Engine) deferTo(id string, until time.Time, why string) {
+	_, err := e.update(id, nil, func(c *Reclaim) bool {
+		if c.Reason != why {
+			e.o.Logger.Info("reclaim waits", "reclaim", id, "until", until, "reason", why)
+		}
+		if c.State != Pending && c.State != Acting {
+			return false
+		}
+		if c.State == Pending {
+			c.ActAt = until
+		} else {
+			c.NextTry = until
+		}
+		c.Reason = why
+		return true
+	})
+	if err != nil {
+		e.o.Logger.Error("recording a deferral", "reclaim", id, "err", err)
+	}
+}
+
+// text is a message's plain-text form, for logs, webhooks and fallbacks.
+func text(kind MessageKind, r *Reclaim) string {
+	t := r.Target
+	switch kind {
+	case MsgWarning:
+		return fmt.Sprintf("%s held by %s has been idle since %s. It will be reclaimed (%s) at %s unless it is used again.",
+			t.Unit(), t.Owner(), r.IdleSince().UTC().Format(time.RFC3339), r.ActionText(), r.ActAt.UTC().Format(time.RFC3339))
+	case MsgNotice:
+		if r.Controller != nil && r.Reason != "" {
+			return fmt.Sprintf("%s held by %s: %s gpureclaim will do nothing: %s.", t.Unit(), t.Owner(), r.Annotations["description"], r.Reason)
+		}
+		return fmt.Sprintf("%s held by %s: %s", t.Unit(), t.Owner(), r.Annotations["description"])
+	case MsgReclaimed:
+		return fmt.Sprintf("%s held by %s was reclaimed (%s) at %s. %s", t.Unit(), t.Owner(), r.ActionText(), r.ActedAt.UTC().Format(time.RFC3339), r.Detail)
+	case MsgCancelled:
+		return fmt.Sprintf("Reclaim of %s held by %s cancelled: %s.", t.Unit(), t.Owner(), r.Reason)
+	case MsgFailed:
+		return fmt.Sprintf("Reclaim of %s held by %s failed: %s.", t.Unit(), t.Owner(), r.Reason)
+	case MsgAdmin:
+		return fmt.Sprintf("%s held by %s: %s.", t.Unit(), t.Owner(), r.Reason)
+	}
+	return ""
+}
