@@ -10,30 +10,82 @@ import (
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/web"
 )
 
-var docRow = regexp.MustCompile("^\\| `([a-z_]+)` \\| (gauge|counter|histogram) \\|")
+var docRow = regexp.MustCompile("^\\| `([a-z_]+)` \\| (gauge|counter|histogram) \\|[^|]*\\|([^|]*)\\|")
 
-func TestMetricsDocMatchesTheReclaimer(t *testing.T) {
+// docLabelValue is a label with the values the doc lists for it:
+// "`decision` (`pending`, `exempt`)".
+var docLabelValues = regexp.MustCompile("`([a-z_]+)` \\(([^)]*)\\)")
+
+func strs[T ~string](vs []T) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = string(v)
+	}
+	return out
+}
+
+// The label values METRICS.md lists are the typed values the code uses.
+func TestMetricsDocListsTheLabelValues(t *testing.T) {
+	want := map[string][]string{
+		"gpureclaim_reclaimer_alerts_received_total status": reclaim.AlertStatuses,
+		"gpureclaim_reclaimer_decisions_total decision":     strs(reclaim.Decisions),
+		"gpureclaim_reclaimer_messages_total kind":          strs(reclaim.MessageKinds),
+		"gpureclaim_reclaimer_messages_total result":        strs(reclaim.MessageResults),
+		"gpureclaim_reclaimer_actions_total action":         config.FreeingActions,
+		"gpureclaim_reclaimer_actions_total result":         strs(reclaim.ActionResults),
+		"gpureclaim_reclaimer_reclaims state":               strs(reclaim.States),
+		"gpureclaim_reclaimer_errors_total component":       strs(reclaim.Components),
+	}
+	got := map[string][]string{}
+	for _, row := range docRows(t) {
+		for _, m := range docLabelValues.FindAllStringSubmatch(row[3], -1) {
+			var values []string
+			for _, v := range strings.Split(m[2], ",") {
+				values = append(values, strings.Trim(strings.TrimSpace(v), "`"))
+			}
+			got[row[1]+" "+m[1]] = values
+		}
+	}
+	for k, vs := range want {
+		require.ElementsMatch(t, vs, got[k], "METRICS.md's values of %s", k)
+	}
+	for k := range got {
+		require.Contains(t, want, k, "METRICS.md lists values of %s; give the test their typed list", k)
+	}
+}
+
+// docRows are the rows of METRICS.md's reclaimer table.
+func docRows(t *testing.T) [][]string {
 	b, err := os.ReadFile("../METRICS.md")
 	require.NoError(t, err)
-	doc := map[string]string{}
+	var rows [][]string
 	section := ""
 	for _, line := range strings.Split(string(b), "\n") {
 		if strings.HasPrefix(line, "## ") {
 			section = line
 		}
 		if m := docRow.FindStringSubmatch(line); m != nil && section == "## Reclaimer metrics" {
-			doc[m[1]] = m[2]
+			rows = append(rows, m)
 		}
+	}
+	return rows
+}
+
+func TestMetricsDocMatchesTheReclaimer(t *testing.T) {
+	doc := map[string]string{}
+	for _, m := range docRows(t) {
+		doc[m[1]] = m[2]
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(versioncollector.NewCollector("gpureclaim_reclaimer"))
 	m := reclaim.NewMetrics(reg)
-	m.Error("store") // a vector shows only once it has a child
+	m.Error(reclaim.ComponentStore) // a vector shows only once it has a child
 	web.New(web.Options{Config: reclaimtest.Config(t, ""), Registry: reg})
 
 	descs := make(chan *prometheus.Desc, 100)

@@ -144,9 +144,21 @@ func (h *Handler) get(w http.ResponseWriter, uuid string) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// Results of a kill request: the result label of
+// gpureclaim_exporter_actions_total.
+const (
+	ResultKilled  = "killed"
+	ResultGone    = "gone"
+	ResultRefused = "refused"
+	ResultError   = "error"
+)
+
+// Results lists every result.
+var Results = []string{ResultKilled, ResultGone, ResultRefused, ResultError}
+
 // refuse answers 409: the node will not act, and says why.
 func (h *Handler) refuse(w http.ResponseWriter, uuid, why string) {
-	h.results.WithLabelValues("refused").Inc()
+	h.results.WithLabelValues(ResultRefused).Inc()
 	h.cfg.Logger.Warn("refused to kill", "uuid", uuid, "reason", why)
 	writeJSON(w, http.StatusConflict, KillResult{Error: why})
 }
@@ -240,7 +252,7 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request, uuid string) {
 		}
 	}
 	if len(targets) == 0 {
-		h.results.WithLabelValues("gone").Inc()
+		h.results.WithLabelValues(ResultGone).Inc()
 		res.Killed = []int{}
 		writeJSON(w, http.StatusOK, res)
 		return
@@ -258,7 +270,7 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request, uuid string) {
 	h.cfg.Logger.Info("ending the processes on an idle unit", "uuid", uuid, "processes", len(targets), "reason", req.Reason, "grace", h.cfg.Grace)
 	for _, p := range targets {
 		if err := h.sig.Signal(p.PID, syscall.SIGTERM); err != nil {
-			h.results.WithLabelValues("error").Inc()
+			h.results.WithLabelValues(ResultError).Inc()
 			writeJSON(w, http.StatusInternalServerError, KillResult{Error: fmt.Sprintf("SIGTERM to %d: %v", p.PID, err)})
 			return
 		}
@@ -280,13 +292,13 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request, uuid string) {
 		if h.sig.Alive(p.PID, p.StartTime) {
 			h.cfg.Logger.Warn("process outlived the grace: SIGKILL", "pid", p.PID)
 			if err := h.sig.Signal(p.PID, syscall.SIGKILL); err != nil {
-				h.results.WithLabelValues("error").Inc()
+				h.results.WithLabelValues(ResultError).Inc()
 				writeJSON(w, http.StatusInternalServerError, KillResult{Error: fmt.Sprintf("SIGKILL to %d: %v", p.PID, err)})
 				return
 			}
 		}
 		res.Killed = append(res.Killed, p.PID)
 	}
-	h.results.WithLabelValues("killed").Inc()
+	h.results.WithLabelValues(ResultKilled).Inc()
 	writeJSON(w, http.StatusOK, res)
 }

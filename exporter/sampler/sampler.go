@@ -32,7 +32,8 @@ const (
 	StepPodResources = "pod_resources"
 )
 
-var stepOrder = []string{StepDevice, StepMIG, StepGPM, StepProcesses, StepPodResources}
+// Steps lists the steps in the order a sample runs them.
+var Steps = []string{StepDevice, StepMIG, StepGPM, StepProcesses, StepPodResources}
 
 // MinGPMGap is the shortest gap between two GPM samples that NVML accepts.
 const MinGPMGap = 100 * time.Millisecond
@@ -158,7 +159,7 @@ func (s *Sampler) Sample(ctx context.Context) *Snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := &cycle{s: s, ctx: ctx, now: s.cfg.Clock(), steps: map[string]*Step{}, seen: map[gpmKey]bool{}}
-	for _, name := range stepOrder {
+	for _, name := range Steps {
 		c.steps[name] = &Step{Name: name, Success: true}
 	}
 	snap := &Snapshot{Time: c.now, Node: s.cfg.Node}
@@ -177,7 +178,7 @@ func (s *Sampler) Sample(ctx context.Context) *Snapshot {
 		snap.GPUs = append(snap.GPUs, c.gpu(i))
 	}
 	c.freeStaleGPM()
-	for _, name := range stepOrder {
+	for _, name := range Steps {
 		snap.Steps = append(snap.Steps, *c.steps[name])
 	}
 	snap.NVMLErrors = make(map[ErrorKey]uint64, len(s.errors))

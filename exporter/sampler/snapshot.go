@@ -1,6 +1,7 @@
 package sampler
 
 import (
+	"github.com/gpureclaim/gpureclaim/internal/names"
 	"time"
 
 	"github.com/gpureclaim/gpureclaim/internal/mig"
@@ -101,12 +102,12 @@ type Unit struct {
 	Unattributed int
 }
 
-// Kind is "gpu" or "mig".
+// Kind is names.KindGPU or names.KindMIG.
 func (u *Unit) Kind() string {
 	if u.MIG != nil {
-		return "mig"
+		return names.KindMIG
 	}
-	return "gpu"
+	return names.KindGPU
 }
 
 // MIGInstance describes a MIG unit.

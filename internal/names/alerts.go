@@ -29,7 +29,7 @@ const (
 	LabelUUID       = "uuid"     // the unit: a GPU's UUID or a MIG instance's
 	LabelGPUUUID    = "gpu_uuid" // the GPU the unit is on
 	LabelNode       = "node"
-	LabelKind       = "kind" // gpu or mig
+	LabelKind       = "kind" // KindGPU or KindMIG
 	LabelMIGProfile = "mig_profile"
 	LabelNamespace  = "namespace"
 	LabelPod        = "pod"
@@ -41,3 +41,12 @@ const (
 	// LabelKeep marks a unit whose owner asked to keep it.
 	LabelKeep = "keep"
 )
+
+// Values of LabelKind.
+const (
+	KindGPU = "gpu" // a whole GPU
+	KindMIG = "mig" // a MIG instance
+)
+
+// Kinds lists the values of LabelKind.
+var Kinds = []string{KindGPU, KindMIG}

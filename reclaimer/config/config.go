@@ -36,6 +36,10 @@ const (
 	ActionStop = "stop"
 )
 
+// FreeingActions are the actions that free a unit (the others decide or
+// only notify).
+var FreeingActions = []string{ActionKill, ActionEvict, ActionScaleDown, ActionStop}
+
 // killCheckMargin is what a node's kill takes beyond its grace: signalling,
 // then polling for the processes' end.
 const killCheckMargin = 10 * time.Second

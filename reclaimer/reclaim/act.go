@@ -51,7 +51,7 @@ func (e *Engine) checks(ctx context.Context, r *Reclaim) bool {
 	}
 	if next := nextInWindows(p.Windows, now); next.After(now) {
 		e.deferTo(r.ID, next, "outside the policy's windows; next at "+next.UTC().Format(time.RFC3339))
-		e.o.Metrics.decisions.WithLabelValues("outside_window").Inc()
+		e.o.Metrics.decide(DecisionOutsideWindow)
 		return false
 	}
 	if e.o.Inspector != nil && p.MinRuntimeTime() > 0 {
@@ -61,26 +61,26 @@ func (e *Engine) checks(ctx context.Context, r *Reclaim) bool {
 			e.finish(r.ID, Cancelled, "the workload is gone", nil)
 			return false
 		case err != nil:
-			e.o.Metrics.Error("inspector")
+			e.o.Metrics.Error(ComponentInspector)
 			e.deferTo(r.ID, now.Add(heldWait), "cannot tell when the workload started: "+err.Error())
 			return false
 		case now.Before(started.Add(p.MinRuntimeTime())):
 			until := started.Add(p.MinRuntimeTime())
 			e.deferTo(r.ID, until, fmt.Sprintf("the workload started %s ago; the policy spares it until it has run %s", now.Sub(started).Round(time.Second), p.MinRuntimeTime()))
-			e.o.Metrics.decisions.WithLabelValues("min_runtime").Inc()
+			e.o.Metrics.decide(DecisionMinRuntime)
 			return false
 		}
 	}
 	rl := e.o.Config.RateLimits
 	if hit, free := limited(rl.Global, e.actedTimes(""), now); hit {
 		e.deferTo(r.ID, free, "held by the global rate limit")
-		e.o.Metrics.decisions.WithLabelValues("rate_limited").Inc()
+		e.o.Metrics.decide(DecisionRateLimited)
 		return false
 	}
 	if r.Target.Namespace != "" {
 		if hit, free := limited(rl.PerNamespace, e.actedTimes(r.Target.Namespace), now); hit {
 			e.deferTo(r.ID, free, "held by the rate limit of namespace "+r.Target.Namespace)
-			e.o.Metrics.decisions.WithLabelValues("rate_limited").Inc()
+			e.o.Metrics.decide(DecisionRateLimited)
 			return false
 		}
 	}
@@ -101,7 +101,7 @@ func (e *Engine) recheckAlert(ctx context.Context, r *Reclaim, silencedToo bool)
 	}
 	chk, err := e.o.Checker.Check(ctx, r)
 	if err != nil {
-		e.o.Metrics.Error("alertmanager")
+		e.o.Metrics.Error(ComponentAlertmanager)
 		e.deferTo(r.ID, e.now().Add(dependencyWait), "cannot re-check the alert in Alertmanager: "+err.Error())
 		return false
 	}
@@ -161,7 +161,7 @@ func (e *Engine) act(ctx context.Context, id string) {
 	now := e.now()
 	if r.DryRun {
 		e.o.Logger.Info("dry run: would reclaim", "reclaim", id, "action", r.Action, "owner", r.Target.Owner(), "unit", r.Target.Unit())
-		e.o.Metrics.actions.WithLabelValues(r.Action, "dry_run").Inc()
+		e.o.Metrics.action(r.Action, ActionDryRun)
 		e.finish(id, DryRun, fmt.Sprintf("dry run: would have run %s", r.Action), nil)
 		return
 	}
@@ -173,38 +173,38 @@ func (e *Engine) act(ctx context.Context, id string) {
 	var retry *RetryError
 	switch {
 	case err == nil || errors.Is(err, ErrGone):
-		result, detail := "done", res.Detail
+		result, detail := ActionDone, res.Detail
 		switch {
 		case err != nil && resumed:
-			result, detail = "gone", "the target is gone: the action begun before the reclaimer restarted took effect (or it left on its own)"
+			result, detail = ActionGone, "the target is gone: the action begun before the reclaimer restarted took effect (or it left on its own)"
 			if len(r.Planned) > 0 {
 				res.Killed = r.Planned
 				detail = fmt.Sprintf("processes %v are gone: the kill begun before the reclaimer restarted took effect (or they ended on their own)", r.Planned)
 			}
 		case err != nil:
-			result, detail = "gone", "the target was already gone"
+			result, detail = ActionGone, "the target was already gone"
 		}
-		e.o.Metrics.actions.WithLabelValues(r.Action, result).Inc()
+		e.o.Metrics.action(r.Action, result)
 		idle := max(0, now.Sub(r.IdleSince()).Seconds())
 		e.o.Metrics.reclaimedGPUs.Add(r.Target.Size())
 		e.o.Metrics.reclaimedIdle.Add(r.Target.Size() * idle)
 		e.o.Metrics.idleToAction.Observe(idle)
 		e.finish(id, Done, detail, &res)
 	case errors.As(err, &refused):
-		e.o.Metrics.actions.WithLabelValues(r.Action, "refused").Inc()
+		e.o.Metrics.action(r.Action, ActionRefused)
 		e.finish(id, Cancelled, refused.Reason, nil)
 	case errors.As(err, &retry) && r.Attempts < actionAttemptsRetryable:
-		e.o.Metrics.actions.WithLabelValues(r.Action, "retry").Inc()
+		e.o.Metrics.action(r.Action, ActionRetry)
 		e.deferTo(id, now.Add(retry.After), "will try again: "+err.Error())
 		e.recordError(id, err)
 	case r.Attempts < actionAttemptsUnknown && retry == nil:
-		e.o.Metrics.actions.WithLabelValues(r.Action, "retry").Inc()
-		e.o.Metrics.Error("action")
+		e.o.Metrics.action(r.Action, ActionRetry)
+		e.o.Metrics.Error(ComponentAction)
 		e.deferTo(id, now.Add(backoff(r.Attempts)), "will try again: "+err.Error())
 		e.recordError(id, err)
 	default:
-		e.o.Metrics.actions.WithLabelValues(r.Action, "failed").Inc()
-		e.o.Metrics.Error("action")
+		e.o.Metrics.action(r.Action, ActionFailed)
+		e.o.Metrics.Error(ComponentAction)
 		e.finish(id, Failed, err.Error(), nil)
 	}
 }

@@ -27,7 +27,7 @@ func (e *Engine) snooze(id string, chk AlertCheck, by string) {
 		e.o.Logger.Error("recording a snooze", "reclaim", id, "err", err)
 		return
 	}
-	e.o.Metrics.decisions.WithLabelValues("snoozed").Inc()
+	e.o.Metrics.decide(DecisionSnoozed)
 }
 
 // unsnooze looks at a snoozed reclaim once its silence has ended: if the
@@ -43,7 +43,7 @@ func (e *Engine) unsnooze(ctx context.Context, id string) {
 	chk, err := e.o.Checker.Check(ctx, r)
 	switch {
 	case err != nil:
-		e.o.Metrics.Error("alertmanager")
+		e.o.Metrics.Error(ComponentAlertmanager)
 		if _, err := e.update(id, nil, func(c *Reclaim) bool { c.NextTry = e.now().Add(dependencyWait); return true }); err != nil {
 			e.o.Logger.Error("recording when to look at a snooze again", "reclaim", id, "err", err)
 		}
@@ -109,7 +109,7 @@ func (e *Engine) restore(ctx context.Context, id, by string) (*Reclaim, error) {
 		return nil, ErrNotRestorable
 	}
 	if err := rs.Restore(ctx, r); err != nil {
-		e.o.Metrics.Error("kubernetes")
+		e.o.Metrics.Error(ComponentKubernetes)
 		return nil, err
 	}
 	r, err := e.update(id, func(c *Reclaim) []Event {
@@ -147,7 +147,7 @@ func (e *Engine) Snooze(ctx context.Context, id, by string, until time.Time, sil
 	if r.State != Snoozed || r.Silence != silence {
 		return r, ErrNotPending
 	}
-	e.o.Metrics.decisions.WithLabelValues("snoozed").Inc()
+	e.o.Metrics.decide(DecisionSnoozed)
 	e.send(ctx, Message{Kind: MsgSnoozed, Reclaim: r, By: by, Text: fmt.Sprintf("%s snoozed the reclaim of %s until %s.", by, r.Target.Unit(), until.UTC().Format(time.RFC3339))}, nil)
 	return r, nil
 }
@@ -171,7 +171,7 @@ func (e *Engine) Keep(ctx context.Context, id, by string, until time.Time, silen
 	if r.State != Exempt || r.Silence != silence {
 		return r, ErrNotPending
 	}
-	e.o.Metrics.decisions.WithLabelValues("kept").Inc()
+	e.o.Metrics.decide(DecisionKept)
 	e.send(ctx, Message{Kind: MsgKept, Reclaim: r, By: by, Text: fmt.Sprintf("%s keeps %s until the workload ends.", by, r.Target.Unit())}, nil)
 	return r, nil
 }

@@ -90,7 +90,7 @@ func (e *Engine) persist(events []Event, rs ...*Reclaim) error {
 		r.Updated = now
 	}
 	if err := e.o.Store.Write(rs, events); err != nil {
-		e.o.Metrics.Error("store")
+		e.o.Metrics.Error(ComponentStore)
 		return err
 	}
 	return nil
@@ -198,7 +198,7 @@ func (e *Engine) gauges() {
 	for _, r := range e.index {
 		counts[r.State]++
 	}
-	for _, s := range states {
+	for _, s := range States {
 		e.o.Metrics.reclaims.WithLabelValues(string(s)).Set(float64(counts[s]))
 	}
 }

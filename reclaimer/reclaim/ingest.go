@@ -32,7 +32,7 @@ func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
 		return e.index[id]
 	}
 	put := func(r *Reclaim) { changed[r.ID] = r }
-	decide := func(d string) { e.o.Metrics.decisions.WithLabelValues(d).Inc() }
+	decide := e.o.Metrics.decide
 	pendingByFP := map[string][]string{}
 	latest := map[string]time.Time{} // the newest episode seen of each alert
 	for id, r := range e.index {
@@ -49,7 +49,7 @@ func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
 		t, ok := TargetFrom(a.Labels)
 		if !ok {
 			res.Ignored++
-			decide("not_a_unit")
+			decide(DecisionNotAUnit)
 			continue
 		}
 		fp := a.Fingerprint
@@ -63,14 +63,14 @@ func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
 			case existing == nil:
 				r := &Reclaim{ID: id, Fingerprint: fp, StartsAt: a.StartsAt, Labels: a.Labels, Target: t, State: Resolved, Reason: "resolved before it was seen firing", Created: now, Closed: now}
 				put(r)
-				decide("resolved_first")
+				decide(DecisionResolvedFirst)
 			case existing.State == Pending || existing.State == Snoozed:
 				c := clone(existing)
 				e.cancel(c, "the alert resolved: the GPU is busy again or was released")
 				put(c)
 				events = append(events, e.event(c, "cancelled", c.Reason, "alertmanager"))
 				res.Cancelled++
-				decide("cancelled")
+				decide(DecisionCancelled)
 			default:
 				res.Duplicate++
 			}
@@ -78,14 +78,14 @@ func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
 		}
 		if existing != nil {
 			res.Duplicate++
-			decide("duplicate")
+			decide(DecisionDuplicate)
 			continue
 		}
 		if a.StartsAt.Before(latest[fp]) {
 			// An older episode delivered after a newer one (an HA pair, a
 			// retry): the newer one already speaks for the alert.
 			res.Ignored++
-			decide("stale")
+			decide(DecisionStale)
 			continue
 		}
 		latest[fp] = a.StartsAt
@@ -106,7 +106,7 @@ func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
 			r.Warning.Sent, r.Final.Sent = true, true
 			put(r)
 			res.Ignored++
-			decide("no_policy")
+			decide(DecisionNoPolicy)
 			continue
 		}
 		r.Policy, r.Action, r.DryRun = p.Name, actionFor(p, t), e.o.Config.DryRun || p.DryRun
@@ -114,15 +114,15 @@ func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
 		case exempt:
 			r.State, r.Reason, r.Closed = Exempt, why, now
 			r.Warning.Sent, r.Final.Sent = true, true
-			decide("exempt")
+			decide(DecisionExempt)
 		case r.Action == config.ActionNotify:
 			r.State, r.Reason, r.Closed = Notified, "the policy only notifies", now
 			r.Final.Sent = true
-			decide("notify")
+			decide(DecisionNotify)
 		default:
 			r.State, r.ActAt = Pending, now.Add(p.GraceTime())
 			r.Reason = "warning the owner; reclaim after the grace period"
-			decide("pending")
+			decide(DecisionPending)
 		}
 		put(r)
 		events = append(events, e.event(r, "decided", fmt.Sprintf("%s: policy %s, action %s", r.State, r.Policy, r.Action), "alertmanager"))

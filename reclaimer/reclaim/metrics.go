@@ -45,20 +45,27 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reclaimedIdle: f.NewCounter(prometheus.CounterOpts{Name: "gpureclaim_reclaimer_reclaimed_gpu_seconds_total",
 			Help: "Idle holding ended by reclaims: each reclaimed unit's share of a GPU times how long it had been idle."}),
 		errors: f.NewCounterVec(prometheus.CounterOpts{Name: "gpureclaim_reclaimer_errors_total",
-			Help: "Errors, by component (store, alertmanager, kubernetes, node, notifier)."}, []string{"component"}),
+			Help: "Errors, by component (store, alertmanager, kubernetes, inspector, notifier, action)."}, []string{"component"}),
 		breakerOpen: f.NewGauge(prometheus.GaugeOpts{Name: "gpureclaim_reclaimer_circuit_breaker_open",
 			Help: "1 while the circuit breaker holds every action because too many targets are pending."}),
 		lastStepSeconds: f.NewGauge(prometheus.GaugeOpts{Name: "gpureclaim_reclaimer_last_step_timestamp_seconds",
 			Help: "When the lifecycle last ran, in Unix seconds."}),
 	}
-	for _, s := range states {
+	for _, s := range States {
 		m.reclaims.WithLabelValues(string(s))
 	}
 	return m
 }
 
-// states are the states the reclaims gauge reports.
-var states = []State{Pending, Acting, Snoozed, Done, DryRun, Notified, Cancelled, Exempt, Failed}
-
 // Error counts an error of a component.
-func (m *Metrics) Error(component string) { m.errors.WithLabelValues(component).Inc() }
+func (m *Metrics) Error(c Component) { m.errors.WithLabelValues(string(c)).Inc() }
+
+func (m *Metrics) decide(d Decision) { m.decisions.WithLabelValues(string(d)).Inc() }
+
+func (m *Metrics) action(action string, r ActionResult) {
+	m.actions.WithLabelValues(action, string(r)).Inc()
+}
+
+func (m *Metrics) message(notifier string, k MessageKind, r MessageResult) {
+	m.messages.WithLabelValues(notifier, string(k), string(r)).Inc()
+}

@@ -32,7 +32,7 @@ func (e *Engine) ownerAction(ctx context.Context, r *Reclaim) *Reclaim {
 		return r // the action finds it gone
 	}
 	if err != nil {
-		e.o.Metrics.Error("kubernetes")
+		e.o.Metrics.Error(ComponentKubernetes)
 		e.o.Logger.Warn("looking up the pod's top owner; the warning waits", "reclaim", r.ID, "err", err)
 		_, uerr := e.update(r.ID, nil, func(c *Reclaim) bool {
 			c.NextTry = e.now().Add(dependencyWait)
@@ -71,7 +71,7 @@ func (e *Engine) ownerAction(ctx context.Context, r *Reclaim) *Reclaim {
 		return nil
 	}
 	if c.State == Notified {
-		e.o.Metrics.decisions.WithLabelValues("notify").Inc()
+		e.o.Metrics.decide(DecisionNotify)
 		e.o.Logger.Info("telling the owner only", "reclaim", r.ID, "pod", r.Target.Owner(), "top_owner", ctl.String(), "reason", why)
 	}
 	return c

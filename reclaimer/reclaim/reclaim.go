@@ -97,7 +97,7 @@ func (t Target) Owner() string {
 
 // Unit names the unit, for people.
 func (t Target) Unit() string {
-	if t.Kind == "mig" {
+	if t.Kind == names.KindMIG {
 		return fmt.Sprintf("MIG %s %s on %s", t.MIGProfile, t.UUID, t.Node)
 	}
 	return fmt.Sprintf("GPU %s on %s", t.UUID, t.Node)
@@ -107,7 +107,7 @@ var gpuSlices = regexp.MustCompile(`(?:^|\.)(\d)g\.`)
 
 // Size is the unit's share of a GPU (a 1g slice is 1/7).
 func (t Target) Size() float64 {
-	if t.Kind == "mig" {
+	if t.Kind == names.KindMIG {
 		if m := gpuSlices.FindStringSubmatch(t.MIGProfile); m != nil {
 			return float64(m[1][0]-'0') / 7
 		}

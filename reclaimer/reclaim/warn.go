@@ -35,8 +35,8 @@ func (e *Engine) send(ctx context.Context, m Message, d *Delivery) bool {
 		}
 		refs, channels, err := n.Send(ctx, m, prev)
 		if err != nil {
-			e.o.Metrics.messages.WithLabelValues(n.Name(), string(m.Kind), "error").Inc()
-			e.o.Metrics.Error("notifier")
+			e.o.Metrics.message(n.Name(), m.Kind, MessageError)
+			e.o.Metrics.Error(ComponentNotifier)
 			e.o.Logger.Warn("sending a message failed", "notifier", n.Name(), "kind", m.Kind, "err", err)
 			if d != nil {
 				d.Error = fmt.Sprintf("%s: %v", n.Name(), err)
@@ -46,7 +46,7 @@ func (e *Engine) send(ctx context.Context, m Message, d *Delivery) bool {
 			}
 			continue
 		}
-		e.o.Metrics.messages.WithLabelValues(n.Name(), string(m.Kind), "sent").Inc()
+		e.o.Metrics.message(n.Name(), m.Kind, MessageSent)
 		if d != nil {
 			if d.Refs == nil {
 				d.Refs = map[string]string{}
@@ -83,7 +83,7 @@ func (e *Engine) warn(ctx context.Context, id string) {
 	if r.State == Pending && e.o.Inspector != nil {
 		kept, why, err := e.o.Inspector.Kept(ctx, r.Target)
 		if err != nil {
-			e.o.Metrics.Error("kubernetes")
+			e.o.Metrics.Error(ComponentKubernetes)
 			e.o.Logger.Warn("looking up whether the target is kept", "reclaim", id, "err", err)
 		}
 		if kept {
@@ -96,7 +96,7 @@ func (e *Engine) warn(ctx context.Context, id string) {
 				return true
 			})
 			if err == nil {
-				e.o.Metrics.decisions.WithLabelValues("exempt").Inc()
+				e.o.Metrics.decide(DecisionExempt)
 			}
 			return
 		}

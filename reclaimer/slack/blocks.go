@@ -109,7 +109,7 @@ func holder(t reclaim.Target) string {
 }
 
 func unit(t reclaim.Target) string {
-	if t.Kind == "mig" {
+	if t.Kind == names.KindMIG {
 		return fmt.Sprintf("MIG %s slice `%s`", esc(t.MIGProfile), esc(t.UUID))
 	}
 	return fmt.Sprintf("GPU `%s`", esc(t.UUID))
