@@ -1,0 +1,95 @@
+package notify
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+)
+
+func TestLogWritesTheMessageAndItsTarget(t *testing.T) {
+	var buf bytes.Buffer
+	l := Log{Logger: slog.New(slog.NewJSONHandler(&buf, nil))}
+	r := &reclaim.Reclaim{ID: "r1", Target: reclaim.Target{UUID: "GPU-1", Node: "n1", Namespace: "ml", Pod: "train"}}
+	refs, channels, err := l.Send(context.Background(), reclaim.Message{Kind: reclaim.MsgWarning, Reclaim: r, Text: "idle"}, nil)
+	require.NoError(t, err)
+	require.Nil(t, refs)
+	require.Equal(t, []string{"log"}, channels)
+	var line map[string]any
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &line))
+	require.Equal(t, "idle", line["msg"])
+	require.Equal(t, "warning", line["kind"])
+	require.Equal(t, "r1", line["reclaim"])
+	require.Equal(t, r.Target.Owner(), line["owner"])
+	require.False(t, l.Blocking(), "a log line is never worth holding a reclaim for")
+}
+
+func TestWebhook(t *testing.T) {
+	at := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
+	r := &reclaim.Reclaim{ID: "r1", ActAt: at}
+	for _, tc := range []struct {
+		name    string
+		status  int
+		msg     reclaim.Message
+		wantKey string
+		wantErr string
+	}{
+		{name: "warning", status: 200, msg: reclaim.Message{Kind: reclaim.MsgWarning, Reclaim: r, Text: "idle"}, wantKey: "r1/warning/" + "1772442000"},
+		{name: "outcome", status: 204, msg: reclaim.Message{Kind: reclaim.MsgReclaimed, Reclaim: r, Text: "done"}, wantKey: "r1/reclaimed"},
+		{name: "admin message has no key", status: 200, msg: reclaim.Message{Kind: reclaim.MsgAdmin, Text: "breaker open"}},
+		{name: "a 5xx is an error", status: 503, msg: reclaim.Message{Kind: reclaim.MsgReclaimed, Reclaim: r}, wantKey: "r1/reclaimed", wantErr: "503"},
+		{name: "a 4xx is an error", status: 401, msg: reclaim.Message{Kind: reclaim.MsgReclaimed, Reclaim: r}, wantKey: "r1/reclaimed", wantErr: "401"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got Payload
+			var auth, ctype string
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+				auth, ctype = req.Header.Get("Authorization"), req.Header.Get("Content-Type")
+				require.NoError(t, json.NewDecoder(req.Body).Decode(&got))
+				w.WriteHeader(tc.status)
+			}))
+			defer srv.Close()
+			w := &Webhook{URL: srv.URL, Token: "s3cret", HTTP: srv.Client()}
+			_, channels, err := w.Send(context.Background(), tc.msg, nil)
+			if tc.wantErr != "" {
+				require.ErrorContains(t, err, tc.wantErr)
+			} else {
+				require.NoError(t, err)
+				require.Equal(t, []string{"webhook"}, channels)
+			}
+			require.Equal(t, "Bearer s3cret", auth)
+			require.Equal(t, "application/json", ctype)
+			require.Equal(t, "1", got.Version)
+			require.Equal(t, string(tc.msg.Kind), got.Kind)
+			require.Equal(t, tc.wantKey, got.IdempotencyKey)
+		})
+	}
+}
+
+// A warning sent again after a snooze has a new act-at time, so a receiver
+// that dedupes on the key does not drop it.
+func TestWebhookKeyChangesWithANewWarning(t *testing.T) {
+	keys := map[string]bool{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		var p Payload
+		require.NoError(t, json.NewDecoder(req.Body).Decode(&p))
+		keys[p.IdempotencyKey] = true
+	}))
+	defer srv.Close()
+	w := &Webhook{URL: srv.URL, HTTP: srv.Client()}
+	at := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
+	for _, actAt := range []time.Time{at, at, at.Add(time.Hour)} {
+		_, _, err := w.Send(context.Background(), reclaim.Message{Kind: reclaim.MsgWarning, Reclaim: &reclaim.Reclaim{ID: "r1", ActAt: actAt}}, nil)
+		require.NoError(t, err)
+	}
+	require.Len(t, keys, 2, "a retry repeats the key; a new warning has its own")
+	require.True(t, (&Webhook{}).Blocking(), "a webhook must deliver before the grace runs")
+}

@@ -1,0 +1,115 @@
+package store
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+)
+
+var t0 = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
+
+func open(t *testing.T, path string) *Bolt {
+	t.Helper()
+	b, err := Open(path, time.Second)
+	require.NoError(t, err)
+	return b
+}
+
+func TestWriteLoadAcrossReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	b := open(t, path)
+	r := &reclaim.Reclaim{ID: "r1", State: reclaim.Pending, ActAt: t0.Add(time.Hour), Target: reclaim.Target{UUID: "GPU-1", Node: "n1", Pod: "p"}}
+	require.NoError(t, b.Write([]*reclaim.Reclaim{r}, []reclaim.Event{{Time: t0, Reclaim: "r1", Kind: "warned"}}))
+	r.State = reclaim.Done
+	require.NoError(t, b.Write([]*reclaim.Reclaim{r}, nil), "a write replaces the reclaim")
+	require.NoError(t, b.Close())
+
+	b = open(t, path)
+	defer b.Close()
+	rs, err := b.Load()
+	require.NoError(t, err)
+	require.Len(t, rs, 1)
+	require.Equal(t, reclaim.Done, rs[0].State)
+	require.True(t, rs[0].ActAt.Equal(t0.Add(time.Hour)))
+	require.Equal(t, "GPU-1", rs[0].Target.UUID)
+}
+
+func TestOneProcessHoldsTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	b := open(t, path)
+	defer b.Close()
+	_, err := Open(path, 50*time.Millisecond)
+	require.ErrorContains(t, err, path)
+}
+
+func TestAuditNewestFirstInWriteOrder(t *testing.T) {
+	b := open(t, filepath.Join(t.TempDir(), "state.db"))
+	defer b.Close()
+	// Two events in the same instant keep the order they were written in.
+	require.NoError(t, b.Write(nil, []reclaim.Event{{Time: t0, Kind: "a"}, {Time: t0, Kind: "b"}}))
+	require.NoError(t, b.Write(nil, []reclaim.Event{{Time: t0.Add(time.Second), Kind: "c"}}))
+	require.NoError(t, b.Write(nil, []reclaim.Event{{Time: t0.Add(-time.Second), Kind: "early"}}))
+	evs, err := b.Audit(10)
+	require.NoError(t, err)
+	var kinds []string
+	for _, e := range evs {
+		kinds = append(kinds, e.Kind)
+	}
+	require.Equal(t, []string{"c", "b", "a", "early"}, kinds)
+	evs, err = b.Audit(2)
+	require.NoError(t, err)
+	require.Len(t, evs, 2)
+}
+
+func TestPruneDropsOnlyWhatEndedAndWasTold(t *testing.T) {
+	b := open(t, filepath.Join(t.TempDir(), "state.db"))
+	defer b.Close()
+	cut := t0.Add(24 * time.Hour)
+	told := reclaim.Delivery{Sent: true}
+	rs := []*reclaim.Reclaim{
+		{ID: "old-done", State: reclaim.Done, Closed: t0, Final: told},
+		{ID: "old-done-untold", State: reclaim.Done, Closed: t0},                       // the owner is still to be told
+		{ID: "new-done", State: reclaim.Done, Closed: cut.Add(time.Minute), Final: told}, // ended after the cut
+		{ID: "old-pending", State: reclaim.Pending},                                      // not over
+	}
+	require.NoError(t, b.Write(rs, []reclaim.Event{{Time: t0, Kind: "old"}, {Time: cut.Add(time.Minute), Kind: "new"}}))
+	n, err := b.Prune(cut)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	left, err := b.Load()
+	require.NoError(t, err)
+	var ids []string
+	for _, r := range left {
+		ids = append(ids, r.ID)
+	}
+	require.ElementsMatch(t, []string{"old-done-untold", "new-done", "old-pending"}, ids)
+	evs, err := b.Audit(10)
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+	require.Equal(t, "new", evs[0].Kind)
+}
+
+func TestFirstSightRefusesAReplayUntilItExpires(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	b := open(t, path)
+	first, err := b.FirstSight("sig-1", t0, t0.Add(5*time.Minute))
+	require.NoError(t, err)
+	require.True(t, first)
+	first, err = b.FirstSight("sig-1", t0.Add(time.Minute), t0.Add(6*time.Minute))
+	require.NoError(t, err)
+	require.False(t, first, "a replay within its window")
+	require.NoError(t, b.Close())
+
+	b = open(t, path)
+	defer b.Close()
+	first, err = b.FirstSight("sig-1", t0.Add(2*time.Minute), t0.Add(7*time.Minute))
+	require.NoError(t, err)
+	require.False(t, first, "remembered across a restart")
+	first, err = b.FirstSight("sig-1", t0.Add(5*time.Minute), t0.Add(10*time.Minute))
+	require.NoError(t, err)
+	require.True(t, first, "an expired key is forgotten")
+}
