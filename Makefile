@@ -74,10 +74,11 @@ e2e: tools build
 
 CHART := deploy/helm/gpureclaim
 
-## rules: regenerate the committed rules from the default config (and the chart's copy).
+## rules: regenerate the committed rules, for gpureclaim's exporter and for dcgm-exporter (and the chart's copies).
 rules:
 	$(GO) run ./rules/gen -o rules/gpureclaim.rules.yml
-	cp rules/gpureclaim.rules.yml $(CHART)/files/gpureclaim.rules.yml
+	$(GO) run ./rules/gen -config rules/dcgm.yaml -o rules/gpureclaim-dcgm.rules.yml
+	cp rules/gpureclaim.rules.yml rules/gpureclaim-dcgm.rules.yml $(CHART)/files/
 
 ## dashboards: regenerate the committed Grafana dashboards (and the chart's copies).
 dashboards:

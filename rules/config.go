@@ -22,6 +22,11 @@ import (
 // Config holds every threshold and duration of the rules. Defaults are the
 // design's seed values; see DefaultConfig.
 type Config struct {
+	// Source is what the rules read: gpureclaim (gpureclaim's exporter) or
+	// dcgm (NVIDIA's dcgm-exporter). Default gpureclaim.
+	Source string `yaml:"source"`
+	// DCGM says how Prometheus scrapes dcgm-exporter, for source: dcgm.
+	DCGM       DCGM       `yaml:"dcgm"`
 	Idle       Idle       `yaml:"idle"`
 	Wasted     Wasted     `yaml:"wasted"`
 	Overcommit Overcommit `yaml:"overcommit"`
@@ -113,6 +118,18 @@ type Exporter struct {
 	FailingFor model.Duration `yaml:"failing_for"`
 }
 
+// DCGM is how Prometheus scrapes dcgm-exporter.
+type DCGM struct {
+	// Job is the Prometheus job of dcgm-exporter's targets. Default
+	// nvidia-dcgm-exporter (the GPU Operator's ServiceMonitor).
+	Job string `yaml:"job"`
+	// HonorLabels is the scrape's honor_labels (a ServiceMonitor's
+	// honorLabels). False, the default of the GPU Operator and of
+	// dcgm-exporter's chart, moves the pod mapping's labels to
+	// exported_pod, exported_namespace and exported_container.
+	HonorLabels bool `yaml:"honor_labels"`
+}
+
 // Cost turns idle GPU-hours into money.
 type Cost struct {
 	// PricePerGPUHour is what one whole GPU costs an hour. Default 2.5.
@@ -136,6 +153,8 @@ type Links struct {
 // DefaultConfig returns the seed defaults.
 func DefaultConfig() Config {
 	return Config{
+		Source:     SourceGPUreclaim,
+		DCGM:       DCGM{Job: "nvidia-dcgm-exporter"},
 		Idle:       Idle{Threshold: names.IdleThreshold, For: dur(10 * time.Minute), Lookback: dur(2 * time.Minute), Aggregation: "max", ReclaimAfter: dur(45 * time.Minute)},
 		Wasted:     Wasted{ActivityBelow: 0.2, MemoryAbove: 0.5, Window: dur(30 * time.Minute), For: dur(15 * time.Minute)},
 		Overcommit: Overcommit{MinTenants: 2, MemoryAbove: 0.95, ActivityAbove: 0.95, Window: dur(5 * time.Minute), For: dur(5 * time.Minute)},
@@ -196,6 +215,12 @@ func (c *Config) Validate() error {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s: must be a positive duration (e.g. 10m)", field))
 		}
+	}
+	if c.Source != SourceGPUreclaim && c.Source != SourceDCGM {
+		errs = append(errs, fmt.Errorf("source: %q is not %s or %s", c.Source, SourceGPUreclaim, SourceDCGM))
+	}
+	if !jobName.MatchString(c.DCGM.Job) {
+		errs = append(errs, fmt.Errorf("dcgm.job: %q is not a job name", c.DCGM.Job))
 	}
 	ratio("idle.threshold", c.Idle.Threshold)
 	positive("idle.for", c.Idle.For)

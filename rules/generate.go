@@ -65,7 +65,7 @@ func Generate(c Config) File {
 	// Rules that read records share their group: a group evaluates in
 	// order, so a rule sees this evaluation's records, not the last one's
 	// (groups run on their own timers, in no set order).
-	units := append(unitRules(c), fleetRules(c)...)
+	units := append(append(dcgmRules(c), unitRules(c)...), fleetRules(c)...)
 	return File{Groups: []Group{
 		{Name: "gpureclaim.units", Rules: append(units, alerts(c)...)},
 		{Name: "gpureclaim.exporter", Rules: exporterRules(c)},
@@ -86,23 +86,24 @@ func Render(c Config) ([]byte, error) {
 
 func unitRules(c Config) []Rule {
 	h := num(1 + c.MIG.Headroom)
+	in := c.inputs()
 	rs := []Rule{
-		{Record: names.RecActivity, Expr: Expr(`  label_replace(max by (uuid, gpu_uuid) (gpureclaim_unit_sm_active_ratio), "signal", "sm_active", "", "")
+		{Record: names.RecActivity, Expr: Expr(fmt.Sprintf(`  label_replace(max by (uuid, gpu_uuid) (%s), "signal", "sm_active", "", "")
 or on (uuid)
-  label_replace(max by (uuid, gpu_uuid) (gpureclaim_unit_utilization_ratio), "signal", "utilization", "", "")
-`)},
+  label_replace(max by (uuid, gpu_uuid) (%s), "signal", "utilization", "", "")
+`, in.smActive, in.utilization))},
 		{Record: RecActivityLookback(c), Expr: Expr(fmt.Sprintf("%s_over_time(%s[%s])", c.Idle.Aggregation, names.RecActivity, c.Idle.Lookback))},
 		{Record: names.RecActivityWaste, Expr: Expr(fmt.Sprintf("avg_over_time(%s[%s])", names.RecActivity, c.Wasted.Window))},
-		{Record: names.RecMemoryRatio, Expr: Expr("max by (uuid, gpu_uuid) (gpureclaim_unit_memory_used_bytes)\n/\nmax by (uuid, gpu_uuid) (gpureclaim_unit_memory_total_bytes > 0)\n")},
-		{Record: names.RecSize, Expr: Expr(`  max by (uuid, gpu_uuid) (gpureclaim_unit_info{kind="gpu"})
+		{Record: names.RecMemoryRatio, Expr: Expr(fmt.Sprintf("max by (uuid, gpu_uuid) (%s)\n/\nmax by (uuid, gpu_uuid) (%s > 0)\n", in.memUsed, in.memTotal))},
+		{Record: names.RecSize, Expr: Expr(fmt.Sprintf(`  max by (uuid, gpu_uuid) (%s{kind="gpu"})
 or on (uuid)
-  max by (uuid, gpu_uuid) (gpureclaim_mig_instance_slices) / 7
-`)},
-		{Record: names.RecOwners, Expr: "count by (uuid, gpu_uuid) (gpureclaim_unit_owner_info)"},
-		{Record: names.RecHeld, Expr: Expr(fmt.Sprintf(`  max by (uuid, gpu_uuid, %s, keep) (gpureclaim_unit_owner_info)
+  max by (uuid, gpu_uuid) (%s) / 7
+`, in.unitInfo, in.migSlices))},
+		{Record: names.RecOwners, Expr: Expr(fmt.Sprintf("count by (uuid, gpu_uuid) (%s)", in.ownerInfo))},
+		{Record: names.RecHeld, Expr: Expr(fmt.Sprintf(`  max by (uuid, gpu_uuid, %s, keep) (%s)
 * on (uuid) group_left (%s)
-  max by (uuid, %s) (gpureclaim_unit_info)
-`, ownerLabels, unitContext, unitContext))},
+  max by (uuid, %s) (%s)
+`, ownerLabels, in.ownerInfo, unitContext, unitContext, in.unitInfo))},
 		{Record: names.RecIdleHeld, Expr: Expr(fmt.Sprintf(`  %s
 * on (uuid) group_left (signal)
   (%s < %s)
@@ -111,12 +112,24 @@ or on (uuid)
 * on (uuid) group_left ()
   (%s / %s)
 `, names.RecIdleHeld, names.RecSize, names.RecOwners))},
-		{Record: names.RecWastedMemory, Expr: Expr(fmt.Sprintf(`  max by (uuid, gpu_uuid) (gpureclaim_unit_memory_used_bytes)
+		{Record: names.RecWastedMemory, Expr: Expr(fmt.Sprintf(`  max by (uuid, gpu_uuid) (%s)
 and on (uuid) (%s < %s)
 and on (uuid) %s
-`, names.RecActivityWaste, num(c.Wasted.ActivityBelow), names.RecOwners))},
+`, in.memUsed, names.RecActivityWaste, num(c.Wasted.ActivityBelow), names.RecOwners))},
 		{Record: names.RecMemoryPressure, Expr: Expr(fmt.Sprintf("%s\nand on (uuid) (%s >= %d)\n", names.RecMemoryRatio, names.RecOwners, c.Overcommit.MinTenants))},
 		{Record: names.RecSMSaturation, Expr: Expr(fmt.Sprintf("avg_over_time(%s[%s])\nand on (uuid) (%s >= %d)\n", names.RecActivity, c.Overcommit.Window, names.RecOwners, c.Overcommit.MinTenants))},
+	}
+	if in.rightsizing {
+		rs = append(rs, rightsizeRules(c, h)...)
+	}
+	return append(rs, pauseRules(c)...)
+}
+
+// rightsizeRules find, for each MIG instance, the smallest profile its
+// GPU can make that fits its peak use: they need the exporter's table of
+// profiles.
+func rightsizeRules(c Config, h string) []Rule {
+	return []Rule{
 		{Record: names.RecMemoryPeak, Expr: Expr(fmt.Sprintf("max by (uuid, gpu_uuid) (max_over_time(gpureclaim_unit_memory_used_bytes[%s]))\nand on (uuid) gpureclaim_mig_instance_slices\n", c.MIG.PeakWindow))},
 		{Record: names.RecActivityPeak, Expr: Expr(fmt.Sprintf("max_over_time(%s[%s])\nand on (uuid) gpureclaim_mig_instance_slices\n", names.RecActivity, c.MIG.PeakWindow))},
 		// The smallest profile whose memory fits the peak and whose slices fit
@@ -139,19 +152,17 @@ and on (uuid) %s
 		{Record: names.RecRightsizeMemory, Expr: Expr(fmt.Sprintf("max by (uuid, gpu_uuid, profile) (gpureclaim_mig_profile_memory_bytes)\nand on (uuid, profile) %s\n", names.RecRightsizeScore))},
 		{Record: names.RecRightsizeFreed, Expr: Expr(fmt.Sprintf("  max by (uuid, gpu_uuid) (gpureclaim_unit_memory_total_bytes)\n- on (uuid) group_right ()\n  %s\n", names.RecRightsizeMemory))},
 	}
-	return append(rs, pauseRules(c)...)
 }
 
 func fleetRules(c Config) []Rule {
 	price := num(c.Cost.PricePerGPUHour)
 	perStep := num(time.Duration(c.Cost.Step).Hours())
-	return []Rule{
+	rs := []Rule{
 		{Record: names.RecFleetTotal, Expr: Expr("sum(" + names.RecSize + ")")},
 		{Record: names.RecFleetHeld, Expr: Expr(fmt.Sprintf("sum(%s and on (uuid) %s)", names.RecSize, names.RecOwners))},
 		{Record: names.RecFleetUsed, Expr: Expr(fmt.Sprintf("sum(%s * on (uuid) group_left () %s and on (uuid) %s)", names.RecSize, names.RecActivity, names.RecOwners))},
 		{Record: names.RecFleetIdleHeld, Expr: Expr(fmt.Sprintf("sum(%s) or vector(0)", names.RecIdleHeldGPUs))},
 		{Record: names.RecFleetEffective, Expr: Expr(fmt.Sprintf("%s / (%s > 0)", names.RecFleetUsed, names.RecFleetHeld))},
-		{Record: names.RecFleetMIGFreed, Expr: Expr(fmt.Sprintf("sum(%s) or vector(0)", names.RecRightsizeFreed))},
 		{Record: names.RecOwnerIdle, Expr: Expr(fmt.Sprintf("sum by (%s) (%s)", ownerLabels, names.RecIdleHeldGPUs))},
 		{Record: names.RecNamespaceIdle, Expr: Expr(fmt.Sprintf("sum by (namespace) (%s)", names.RecIdleHeldGPUs))},
 		// A subquery at a fixed step counts idle GPU-hours whatever the
@@ -161,6 +172,10 @@ func fleetRules(c Config) []Rule {
 		{Record: names.RecOwnerIdleCost, Expr: Expr(fmt.Sprintf(`label_replace(%s * %s, "currency", %q, "", "")`, names.RecOwnerIdleHours, price, c.Cost.Currency))},
 		{Record: names.RecNSIdleCost, Expr: Expr(fmt.Sprintf(`label_replace(%s * %s, "currency", %q, "", "")`, names.RecNSIdleHours, price, c.Cost.Currency))},
 	}
+	if c.inputs().rightsizing {
+		rs = append(rs, Rule{Record: names.RecFleetMIGFreed, Expr: Expr(fmt.Sprintf("sum(%s) or vector(0)", names.RecRightsizeFreed))})
+	}
+	return rs
 }
 
 func (c Config) annotations(anchor, summary, description, dashboard string) map[string]string {
@@ -191,8 +206,17 @@ func with(a map[string]string, k, v string) map[string]string {
 
 // suggest adds the action label: evict a pod, kill a bare-metal process,
 // only notify for processes the exporter could not attribute (nobody
-// knows whose they are, and the node cannot check them).
-func suggest(expr string) string {
+// knows whose they are, and the node cannot check them). Without
+// gpureclaim's exporter no node agent can kill: anything but a pod is
+// only notified.
+func (c Config) suggest(expr string) string {
+	if !c.inputs().kill {
+		return fmt.Sprintf(`label_replace(
+  label_replace(
+    %s,
+    "action", "evict", "pod", ".+"),
+  "action", "notify", "action", "")`, strings.ReplaceAll(strings.TrimSpace(expr), "\n", "\n    "))
+	}
 	return fmt.Sprintf(`label_replace(
   label_replace(
     label_replace(
@@ -266,7 +290,7 @@ func reclaimIdle(c Config, r Rule) Rule {
 		`The `+whatUnit+` is held by `+whoHolds+` but its {{ $labels.signal }} has stayed below `+num(c.Idle.Threshold*100)+`% for `+r.For+` (now {{ $value | humanizePercentage }}).`,
 		unitDashboard), "idle_for", c.Idle.Lookback.String())
 	if p := c.Idle.Pauses; p != nil {
-		r.Expr = Expr(suggest(fmt.Sprintf(`  %s{keep!="true"}
+		r.Expr = Expr(c.suggest(fmt.Sprintf(`  %s{keep!="true"}
 unless on (%s)
   (time() - %s < clamp_max(%s * %s, %d))
 `, names.RecIdleHeld, ownerKey, names.RecIdleSince, names.RecPauseLongest, num(p.Factor), int64(time.Duration(p.Max).Seconds()))) + "\n")
@@ -276,10 +300,11 @@ unless on (%s)
 
 func alertRules(c Config) []Rule {
 	idleFor := c.Idle.For.String()
-	return []Rule{
+	in := c.inputs()
+	rs := []Rule{
 		{
 			Alert:  names.AlertIdle,
-			Expr:   Expr(suggest(names.RecIdleHeld+`{keep!="true"}`) + "\n"),
+			Expr:   Expr(c.suggest(names.RecIdleHeld+`{keep!="true"}`) + "\n"),
 			For:    idleFor,
 			Labels: map[string]string{"severity": "warning"},
 			Annotations: with(c.annotations("gpuidle",
@@ -310,8 +335,8 @@ unless on (uuid) %s
     label_replace(%s > %s, "reason", "sm", "", "")
 )
 * on (uuid) group_left (%s)
-  max by (uuid, %s) (gpureclaim_unit_info)
-`, names.RecMemoryPressure, num(c.Overcommit.MemoryAbove), names.RecSMSaturation, num(c.Overcommit.ActivityAbove), unitContext, unitContext)),
+  max by (uuid, %s) (%s)
+`, names.RecMemoryPressure, num(c.Overcommit.MemoryAbove), names.RecSMSaturation, num(c.Overcommit.ActivityAbove), unitContext, unitContext, in.unitInfo)),
 			For:    c.Overcommit.For.String(),
 			Labels: map[string]string{"severity": "warning", "action": "notify"},
 			Annotations: c.annotations("gpuovercommitted",
@@ -319,7 +344,9 @@ unless on (uuid) %s
 				`{{ with printf "`+names.RecOwners+`{uuid='%s'}" $labels.uuid | query }}{{ . | first | value }}{{ end }} tenants share the `+whatUnit+` and its {{ if eq $labels.reason "memory" }}memory is {{ $value | humanizePercentage }} used: the next allocation may fail{{ else }}SMs are {{ $value | humanizePercentage }} busy: every tenant is slowed{{ end }}.`,
 				unitDashboard),
 		},
-		{
+	}
+	if in.rightsizing {
+		rs = append(rs, Rule{
 			Alert: names.AlertMIGOversized,
 			Expr: Expr(fmt.Sprintf(`  label_replace(%s > 0, "suggested_profile", "$1", "profile", "(.*)")
 * on (uuid) group_right (suggested_profile)
@@ -331,11 +358,25 @@ unless on (uuid) %s
 				`Oversized `+whatUnit,
 				`The `+whatUnit+` held by `+whoHolds+` would fit a {{ $labels.suggested_profile }} instance; its peak use over `+c.MIG.PeakWindow.String()+` plus `+num(c.MIG.Headroom*100)+`% headroom leaves {{ $value | humanize1024 }}B unused.`,
 				unitDashboard),
-		},
+		})
 	}
+	return rs
 }
 
 func exporterRules(c Config) []Rule {
+	if c.Source == SourceDCGM {
+		// dcgm-exporter reports no health of its own that the rules read:
+		// only whether Prometheus reaches it.
+		return []Rule{{
+			Alert:  names.AlertExporterDown,
+			Expr:   Expr(fmt.Sprintf(`up{job=%q} == 0`, c.DCGM.Job)),
+			For:    c.Exporter.DownFor.String(),
+			Labels: map[string]string{"severity": "warning"},
+			Annotations: c.annotations("gpuexporterdown",
+				`GPU exporter {{ $labels.instance }} is down`,
+				`Prometheus has not scraped {{ $labels.instance }} for `+c.Exporter.DownFor.String()+`: its GPUs are not watched, and none of them can be found idle.`, ""),
+		}}
+	}
 	return []Rule{
 		{
 			Alert:  names.AlertExporterDown,

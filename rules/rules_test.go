@@ -1,13 +1,14 @@
 package rules
 
 import (
-	"github.com/gpureclaim/gpureclaim/internal/names"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/gpureclaim/gpureclaim/internal/names"
 
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
@@ -17,27 +18,39 @@ import (
 )
 
 func TestCommittedRulesMatchTheGenerator(t *testing.T) {
-	want, err := Render(DefaultConfig())
-	require.NoError(t, err)
-	got, err := os.ReadFile("gpureclaim.rules.yml")
-	require.NoError(t, err)
-	require.Equal(t, string(want), string(got), "run `make rules` and commit the result")
+	for file, config := range map[string]string{"gpureclaim.rules.yml": "", "gpureclaim-dcgm.rules.yml": "dcgm.yaml"} {
+		c := DefaultConfig()
+		if config != "" {
+			var err error
+			c, err = Load(config)
+			require.NoError(t, err)
+		}
+		want, err := Render(c)
+		require.NoError(t, err)
+		got, err := os.ReadFile(file)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(got), "%s: run `make rules` and commit the result", file)
+	}
 }
 
 func TestPromtoolCheckAndTest(t *testing.T) {
 	promtool := tooltest.Bin(t, "promtool")
-	out, err := exec.Command(promtool, "check", "rules", "gpureclaim.rules.yml").CombinedOutput()
+	out, err := exec.Command(promtool, "check", "rules", "gpureclaim.rules.yml", "gpureclaim-dcgm.rules.yml").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	tests, err := filepath.Glob("tests/*.test.yml")
 	require.NoError(t, err)
 	require.NotEmpty(t, tests)
+	dcgm, err := filepath.Glob("tests/dcgm/*.test.yml")
+	require.NoError(t, err)
+	require.NotEmpty(t, dcgm)
+	tests = append(tests, dcgm...)
 	out, err = exec.Command(promtool, append([]string{"test", "rules"}, tests...)...).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 }
 
 func TestEveryConfigRendersValidRules(t *testing.T) {
 	promtool := tooltest.Bin(t, "promtool")
-	for _, path := range []string{"testdata/conf.good.yml", "demo.yaml"} {
+	for _, path := range []string{"testdata/conf.good.yml", "demo.yaml", "dcgm.yaml"} {
 		c, err := Load(path)
 		require.NoError(t, err, path)
 		b, err := Render(c)
@@ -46,6 +59,39 @@ func TestEveryConfigRendersValidRules(t *testing.T) {
 		require.NoError(t, os.WriteFile(f, b, 0o644))
 		out, err := exec.Command(promtool, "check", "rules", f).CombinedOutput()
 		require.NoError(t, err, "%s: %s", path, out)
+	}
+}
+
+// With honor_labels, dcgm-exporter's pod mapping keeps its own label names.
+func TestDCGMWithHonorLabels(t *testing.T) {
+	promtool := tooltest.Bin(t, "promtool")
+	c, err := Load("testdata/conf.good.yml")
+	require.NoError(t, err)
+	require.True(t, c.DCGM.HonorLabels)
+	b, err := Render(c)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "rules.yml"), b, 0o644))
+	test, err := os.ReadFile("testdata/dcgm-honor-labels.test.yml")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "honor.test.yml"), test, 0o644))
+	out, err := exec.Command(promtool, "test", "rules", filepath.Join(dir, "honor.test.yml")).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+}
+
+// Without gpureclaim's exporter nothing can kill a process or knows the
+// MIG profiles a GPU can make: the dcgm rules never suggest kill and have
+// no right-sizing.
+func TestDCGMRulesDegrade(t *testing.T) {
+	c, err := Load("dcgm.yaml")
+	require.NoError(t, err)
+	for _, g := range Generate(c).Groups {
+		for _, r := range g.Rules {
+			require.NotContains(t, string(r.Expr), `"kill"`, r.Alert+r.Record)
+			require.NotContains(t, string(r.Expr), "gpureclaim_exporter_", r.Alert+r.Record)
+			require.NotEqual(t, names.AlertMIGOversized, r.Alert)
+			require.NotContains(t, r.Record, "rightsize")
+		}
 	}
 }
 

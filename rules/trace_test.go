@@ -1,9 +1,10 @@
 package rules
 
 import (
-	"github.com/gpureclaim/gpureclaim/internal/names"
 	"math"
 	"testing"
+
+	"github.com/gpureclaim/gpureclaim/internal/names"
 
 	"github.com/stretchr/testify/require"
 

@@ -1,0 +1,131 @@
+package rules
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Sources the rules can read.
+const (
+	// SourceGPUreclaim is gpureclaim's own exporter.
+	SourceGPUreclaim = "gpureclaim"
+	// SourceDCGM is NVIDIA's dcgm-exporter, as the GPU Operator installs
+	// it, with its Kubernetes pod mapping. Written against dcgm-exporter
+	// 4.5.x (DCGM 4.x); the hostname label was Hostname before 4.5.3-4.8.2.
+	SourceDCGM = "dcgm"
+)
+
+// inputs are the series the unit rules read: the exporter's own metrics,
+// or the records that translate dcgm-exporter's into them.
+type inputs struct {
+	smActive, utilization, memUsed, memTotal, unitInfo, ownerInfo, migSlices string
+	// rightsizing: the exporter's table of the MIG profiles each GPU can
+	// make, which dcgm-exporter does not export.
+	rightsizing bool
+	// kill: a node agent that can end a process exists.
+	kill bool
+}
+
+func (c Config) inputs() inputs {
+	if c.Source == SourceDCGM {
+		return inputs{
+			smActive: dcgmSMActive, utilization: dcgmUtilization, memUsed: dcgmMemUsed, memTotal: dcgmMemTotal,
+			unitInfo: dcgmUnitInfo, ownerInfo: dcgmOwnerInfo, migSlices: dcgmMIGSlices,
+		}
+	}
+	return inputs{
+		smActive: "gpureclaim_unit_sm_active_ratio", utilization: "gpureclaim_unit_utilization_ratio",
+		memUsed: "gpureclaim_unit_memory_used_bytes", memTotal: "gpureclaim_unit_memory_total_bytes",
+		unitInfo: "gpureclaim_unit_info", ownerInfo: "gpureclaim_unit_owner_info", migSlices: "gpureclaim_mig_instance_slices",
+		rightsizing: true, kill: true,
+	}
+}
+
+// Records that stand for the exporter's unit metrics when the source is
+// dcgm-exporter. Their labels are the exporter's: a MIG instance's uuid is
+// its GPU's UUID and its GPU instance id ("GPU-…/gi3"), since dcgm-exporter
+// does not name MIG devices by their own UUID.
+const (
+	dcgmSMActive    = "uuid:gpureclaim_unit_sm_active_ratio:dcgm"
+	dcgmUtilization = "uuid:gpureclaim_unit_utilization_ratio:dcgm"
+	dcgmMemUsed     = "uuid:gpureclaim_unit_memory_used_bytes:dcgm"
+	dcgmMemTotal    = "uuid:gpureclaim_unit_memory_total_bytes:dcgm"
+	dcgmUnitInfo    = "uuid:gpureclaim_unit_info:dcgm"
+	dcgmOwnerInfo   = "uuid:gpureclaim_unit_owner_info:dcgm"
+	dcgmMIGSlices   = "uuid:gpureclaim_mig_instance_slices:dcgm"
+)
+
+// dcgm-exporter's fields, as its counter files name them.
+const (
+	dcgmFieldSMActive   = "DCGM_FI_PROF_SM_ACTIVE"
+	dcgmFieldGPUUtil    = "DCGM_FI_DEV_GPU_UTIL" // percent
+	dcgmFieldFBUsed     = "DCGM_FI_DEV_FB_USED"  // MiB
+	dcgmFieldFBFree     = "DCGM_FI_DEV_FB_FREE"  // MiB
+	dcgmFieldFBReserved = "DCGM_FI_DEV_FB_RESERVED"
+)
+
+const mib = 1 << 20
+
+// migProfileSlices are the compute slices of each GPU instance profile
+// size (1g … 7g), read off dcgm-exporter's GPU_I_PROFILE label.
+var migProfileSlices = []int{1, 2, 3, 4, 7}
+
+// dcgmFields is every field the rules read, relabelled once: the field's
+// name in field, and the exporter's unit labels (uuid, gpu_uuid, node,
+// kind, mig_profile, model, gpu_index) and owner labels (namespace, pod,
+// container).
+const dcgmFields = "uuid:dcgm_fields:unit_labels"
+
+// dcgmRelabel selects the fields on the configured job and relabels them.
+// A MIG instance's uuid is its GPU's UUID and its GPU instance id.
+func (c Config) dcgmRelabel() string {
+	names := strings.Join([]string{dcgmFieldSMActive, dcgmFieldGPUUtil, dcgmFieldFBUsed, dcgmFieldFBFree, dcgmFieldFBReserved}, "|")
+	sel := func(m string) string { return fmt.Sprintf(`{__name__=~%q,job=%q,%s}`, names, c.DCGM.Job, m) }
+	whole := fmt.Sprintf(`label_replace(label_replace(%s, "uuid", "$1", "UUID", "(.+)"), "kind", "gpu", "", "")`, sel(`GPU_I_ID=""`))
+	mig := fmt.Sprintf(`label_replace(label_replace(label_join(%s, "uuid", "/gi", "UUID", "GPU_I_ID"), "kind", "mig", "", ""), "mig_profile", "$1", "GPU_I_PROFILE", "(.+)")`, sel(`GPU_I_ID!=""`))
+	e := "(\n    " + whole + "\n  or\n    " + mig + "\n)"
+	for _, r := range [][2]string{{"field", "__name__"}, {"gpu_uuid", "UUID"}, {"model", "modelName"}, {"gpu_index", "gpu"}} {
+		e = fmt.Sprintf(`label_replace(%s, %q, "$1", %q, "(.+)")`, e, r[0], r[1])
+	}
+	// Before dcgm-exporter 4.5.3-4.8.2 the node's name was in Hostname.
+	e = fmt.Sprintf(`label_join(%s, "node", "", "hostname", "Hostname")`, e)
+	if !c.DCGM.HonorLabels {
+		// Without honor_labels the target's pod, namespace and container
+		// (dcgm-exporter's own) win, and the pod mapping's move to exported_*:
+		// a unit no pod holds has no exported_pod.
+		for _, l := range []string{"pod", "namespace", "container"} {
+			e = fmt.Sprintf(`label_replace(%s, %q, "$1", %q, "(.*)")`, e, l, "exported_"+l)
+		}
+	}
+	return e
+}
+
+func by(labels, expr string) string { return fmt.Sprintf("max by (%s) (%s)", labels, expr) }
+
+func field(name string, more ...string) string {
+	return fmt.Sprintf("%s{field=%q%s}", dcgmFields, name, strings.Join(more, ""))
+}
+
+// dcgmRules translate dcgm-exporter's series into the exporter's unit
+// metrics; the unit rules after them read the translation.
+func dcgmRules(c Config) []Rule {
+	if c.Source != SourceDCGM {
+		return nil
+	}
+	var slices []string
+	for _, n := range migProfileSlices {
+		slices = append(slices, fmt.Sprintf("%s * 0 + %d", by("uuid, gpu_uuid", field(dcgmFieldFBUsed, `,kind="mig",mig_profile=~"`+fmt.Sprint(n)+`g\\..*"`)), n))
+	}
+	used := by("uuid, gpu_uuid", field(dcgmFieldFBUsed))
+	return []Rule{
+		{Record: dcgmFields, Expr: Expr(by("uuid, gpu_uuid, field, node, kind, mig_profile, model, gpu_index, namespace, pod, container", c.dcgmRelabel()) + "\n")},
+		{Record: dcgmSMActive, Expr: Expr(by("uuid, gpu_uuid", field(dcgmFieldSMActive)))},
+		{Record: dcgmUtilization, Expr: Expr(by("uuid, gpu_uuid", field(dcgmFieldGPUUtil)) + " / 100")},
+		{Record: dcgmMemUsed, Expr: Expr(fmt.Sprintf("%s * %d", used, mib))},
+		{Record: dcgmMemTotal, Expr: Expr(fmt.Sprintf("(\n    %s\n  + on (uuid, gpu_uuid)\n    %s\n  + on (uuid, gpu_uuid)\n    (%s or %s * 0)\n) * %d\n",
+			used, by("uuid, gpu_uuid", field(dcgmFieldFBFree)), by("uuid, gpu_uuid", field(dcgmFieldFBReserved)), used, mib))},
+		{Record: dcgmUnitInfo, Expr: Expr(by("uuid, gpu_uuid, node, kind, mig_profile, model, gpu_index", field(dcgmFieldFBUsed)) + " * 0 + 1")},
+		{Record: dcgmMIGSlices, Expr: Expr(strings.Join(slices, "\nor\n") + "\n")},
+		{Record: dcgmOwnerInfo, Expr: Expr(by("uuid, gpu_uuid, namespace, pod, container", field(dcgmFieldFBUsed, `,pod!=""`)) + " * 0 + 1")},
+	}
+}
