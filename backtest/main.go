@@ -40,6 +40,7 @@ type backtestOptions struct {
 	top                           int
 	plotWorkload, plotFile        string
 	printVersion                  bool
+	dcgmHonorLabels               bool
 }
 
 func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, error) {
@@ -52,7 +53,8 @@ func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, erro
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&o.trace, "history.trace", "", "A trace CSV (timestamp, pod, gpu_duty_cycle_percent, gpu_memory_used_bytes; gzipped or not), one row per pod and minute.")
-	fs.StringVar(&o.prometheus, "history.prometheus", "", "A Prometheus range-query export (the JSON of /api/v1/query_range) of the exporter's unit metrics.")
+	fs.StringVar(&o.prometheus, "history.prometheus", "", "A Prometheus range-query export (the JSON of /api/v1/query_range) of the exporter's unit metrics, or of dcgm-exporter's fields (replay those with rules for source: dcgm).")
+	fs.BoolVar(&o.dcgmHonorLabels, "history.dcgm-honor-labels", false, "The dcgm-exporter export was scraped with honor_labels: its pod labels are pod, namespace, container rather than exported_*.")
 	fs.StringVar(&o.controller, "history.controller", "", "What runs the history's pods, which a trace or an export does not say: a workload kind the config knows (Deployment, StatefulSet or another that scales, replayed with one replica; Job, Notebook, RayJob or another that stops), or empty (bare pods).")
 	fs.Var(&o.rules, "rules", "A Prometheus rule file, as Prometheus loads it (repeatable).")
 	fs.StringVar(&o.configFile, "config.file", "", "The reclaimer's configuration, read without its secret files; empty for the defaults. Dry run is ignored.")
@@ -136,7 +138,7 @@ func runBacktest(ctx context.Context, o *backtestOptions, stdout io.Writer) erro
 		if err != nil {
 			return fmt.Errorf("--history.prometheus: %w", err)
 		}
-		h, err = backtest.FromPrometheus(f, ctl)
+		h, err = backtest.FromPrometheus(f, ctl, o.dcgmHonorLabels)
 		f.Close()
 		if err != nil {
 			return fmt.Errorf("--history.prometheus: %s: %w", o.prometheus, err)

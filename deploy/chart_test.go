@@ -30,6 +30,7 @@ var valueSets = map[string][]string{
 	"defaults": nil,
 	"all-on":   {"ci/all-on-values.yaml"},
 	"minimal":  {"ci/minimal-values.yaml"},
+	"dcgm":     {"ci/dcgm-values.yaml"},
 }
 
 func chart(t *testing.T) string {
@@ -158,6 +159,40 @@ func TestChartCarriesTheGeneratedRulesAndDashboards(t *testing.T) {
 		}
 	}
 	require.Len(t, dashboards, len(want))
+}
+
+// With source: dcgm the chart installs rules, dashboards and the reclaimer
+// on the cluster's dcgm-exporter: no exporter, no node dashboard, no kill.
+func TestDCGMSource(t *testing.T) {
+	root := tooltest.Root(t)
+	copyOf, err := os.ReadFile(filepath.Join(chart(t), "files", "gpureclaim-dcgm.rules.yml"))
+	require.NoError(t, err)
+	dcgmRules, err := os.ReadFile(filepath.Join(root, "rules", "gpureclaim-dcgm.rules.yml"))
+	require.NoError(t, err)
+	require.Equal(t, string(dcgmRules), string(copyOf), "the chart's dcgm rules are stale: run make rules")
+
+	out := render(t, tooltest.Bin(t, "helm"), "dcgm")
+	typed, custom := objects(t, out)
+	require.Empty(t, find[*appsv1.DaemonSet](typed), "no exporter")
+	for _, m := range custom {
+		require.NotEqual(t, "ServiceMonitor", m["kind"], "no exporter to scrape")
+		if m["kind"] != "PrometheusRule" {
+			continue
+		}
+		b, err := yaml.Marshal(m["spec"])
+		require.NoError(t, err)
+		require.Contains(t, string(b), `DCGM_FI_DEV_FB_USED`)
+		require.Contains(t, string(b), `job=\"gpu-operator-dcgm\"`, "the configured job")
+		require.NotContains(t, string(b), `nvidia-dcgm-exporter`)
+	}
+	for _, cm := range find[*corev1.ConfigMap](typed) {
+		require.NotContains(t, cm.Data, "gpureclaim-node.json", "the node dashboard reads the exporter's own metrics")
+		if cfg, ok := cm.Data["reclaimer.yml"]; ok {
+			c, err := rconfig.ParseWithoutSecrets([]byte(cfg))
+			require.NoError(t, err)
+			require.Empty(t, c.Nodes.URLTemplate, "no node agent to ask for a kill")
+		}
+	}
 }
 
 // The exporter gets the privileges its values ask for and no others.

@@ -154,7 +154,7 @@ type Links struct {
 func DefaultConfig() Config {
 	return Config{
 		Source:     SourceGPUreclaim,
-		DCGM:       DCGM{Job: "nvidia-dcgm-exporter"},
+		DCGM:       DCGM{Job: names.DCGMDefaultJob},
 		Idle:       Idle{Threshold: names.IdleThreshold, For: dur(10 * time.Minute), Lookback: dur(2 * time.Minute), Aggregation: "max", ReclaimAfter: dur(45 * time.Minute)},
 		Wasted:     Wasted{ActivityBelow: 0.2, MemoryAbove: 0.5, Window: dur(30 * time.Minute), For: dur(15 * time.Minute)},
 		Overcommit: Overcommit{MinTenants: 2, MemoryAbove: 0.95, ActivityAbove: 0.95, Window: dur(5 * time.Minute), For: dur(5 * time.Minute)},

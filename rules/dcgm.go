@@ -3,6 +3,8 @@ package rules
 import (
 	"fmt"
 	"strings"
+
+	"github.com/gpureclaim/gpureclaim/internal/names"
 )
 
 // Sources the rules can read.
@@ -57,11 +59,11 @@ const (
 
 // dcgm-exporter's fields, as its counter files name them.
 const (
-	dcgmFieldSMActive   = "DCGM_FI_PROF_SM_ACTIVE"
-	dcgmFieldGPUUtil    = "DCGM_FI_DEV_GPU_UTIL" // percent
-	dcgmFieldFBUsed     = "DCGM_FI_DEV_FB_USED"  // MiB
-	dcgmFieldFBFree     = "DCGM_FI_DEV_FB_FREE"  // MiB
-	dcgmFieldFBReserved = "DCGM_FI_DEV_FB_RESERVED"
+	dcgmFieldSMActive   = names.DCGMSMActive
+	dcgmFieldGPUUtil    = names.DCGMGPUUtil // percent
+	dcgmFieldFBUsed     = names.DCGMFBUsed  // MiB
+	dcgmFieldFBFree     = names.DCGMFBFree  // MiB
+	dcgmFieldFBReserved = names.DCGMFBReserved
 )
 
 const mib = 1 << 20
@@ -79,22 +81,24 @@ const dcgmFields = "uuid:dcgm_fields:unit_labels"
 // dcgmRelabel selects the fields on the configured job and relabels them.
 // A MIG instance's uuid is its GPU's UUID and its GPU instance id.
 func (c Config) dcgmRelabel() string {
-	names := strings.Join([]string{dcgmFieldSMActive, dcgmFieldGPUUtil, dcgmFieldFBUsed, dcgmFieldFBFree, dcgmFieldFBReserved}, "|")
-	sel := func(m string) string { return fmt.Sprintf(`{__name__=~%q,job=%q,%s}`, names, c.DCGM.Job, m) }
-	whole := fmt.Sprintf(`label_replace(label_replace(%s, "uuid", "$1", "UUID", "(.+)"), "kind", "gpu", "", "")`, sel(`GPU_I_ID=""`))
-	mig := fmt.Sprintf(`label_replace(label_replace(label_join(%s, "uuid", "/gi", "UUID", "GPU_I_ID"), "kind", "mig", "", ""), "mig_profile", "$1", "GPU_I_PROFILE", "(.+)")`, sel(`GPU_I_ID!=""`))
+	fields := strings.Join(names.DCGMFields, "|")
+	sel := func(m string) string { return fmt.Sprintf(`{__name__=~%q,job=%q,%s}`, fields, c.DCGM.Job, m) }
+	whole := fmt.Sprintf(`label_replace(label_replace(%s, "uuid", "$1", %q, "(.+)"), "kind", %q, "", "")`,
+		sel(names.DCGMLabelMIGID+`=""`), names.DCGMLabelUUID, names.KindGPU)
+	mig := fmt.Sprintf(`label_replace(label_replace(label_join(%s, "uuid", %q, %q, %q), "kind", %q, "", ""), "mig_profile", "$1", %q, "(.+)")`,
+		sel(names.DCGMLabelMIGID+`!=""`), names.DCGMMIGSeparator, names.DCGMLabelUUID, names.DCGMLabelMIGID, names.KindMIG, names.DCGMLabelMIGProfile)
 	e := "(\n    " + whole + "\n  or\n    " + mig + "\n)"
-	for _, r := range [][2]string{{"field", "__name__"}, {"gpu_uuid", "UUID"}, {"model", "modelName"}, {"gpu_index", "gpu"}} {
+	for _, r := range [][2]string{{"field", "__name__"}, {"gpu_uuid", names.DCGMLabelUUID}, {"model", names.DCGMLabelModel}, {"gpu_index", names.DCGMLabelGPU}} {
 		e = fmt.Sprintf(`label_replace(%s, %q, "$1", %q, "(.+)")`, e, r[0], r[1])
 	}
 	// Before dcgm-exporter 4.5.3-4.8.2 the node's name was in Hostname.
-	e = fmt.Sprintf(`label_join(%s, "node", "", "hostname", "Hostname")`, e)
+	e = fmt.Sprintf(`label_join(%s, "node", "", %q, %q)`, e, names.DCGMLabelHostname, names.DCGMLabelOldHost)
 	if !c.DCGM.HonorLabels {
 		// Without honor_labels the target's pod, namespace and container
 		// (dcgm-exporter's own) win, and the pod mapping's move to exported_*:
 		// a unit no pod holds has no exported_pod.
-		for _, l := range []string{"pod", "namespace", "container"} {
-			e = fmt.Sprintf(`label_replace(%s, %q, "$1", %q, "(.*)")`, e, l, "exported_"+l)
+		for _, l := range []string{names.LabelPod, names.LabelNamespace, names.LabelContainer} {
+			e = fmt.Sprintf(`label_replace(%s, %q, "$1", %q, "(.*)")`, e, l, names.DCGMExported+l)
 		}
 	}
 	return e

@@ -6,10 +6,11 @@
 package backtest
 
 import (
-	"github.com/gpureclaim/gpureclaim/internal/names"
 	"math"
 	"sort"
 	"time"
+
+	"github.com/gpureclaim/gpureclaim/internal/names"
 
 	"github.com/prometheus/prometheus/model/labels"
 

@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/gpureclaim/gpureclaim/internal/names"
 	"io"
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/gpureclaim/gpureclaim/internal/names"
 
 	"github.com/prometheus/prometheus/model/labels"
 
@@ -19,6 +21,10 @@ import (
 // ExportQuery is what to export from Prometheus for a backtest: the
 // exporter's unit series, with the owners.
 const ExportQuery = `{__name__=~"gpureclaim_unit_(info|owner_info|sm_active_ratio|utilization_ratio|memory_used_bytes|memory_total_bytes)"}`
+
+// ExportQueryDCGM is the same for a cluster that runs dcgm-exporter: the
+// fields the rules for source: dcgm read.
+var ExportQueryDCGM = `{__name__=~"` + strings.Join(names.DCGMFields, "|") + `"}`
 
 type queryRange struct {
 	Status string `json:"status"`
@@ -37,7 +43,11 @@ type queryRange struct {
 // owner of a unit (gpureclaim_unit_owner_info), which holds the unit while
 // that series has samples, with its unit's series. ctl is what runs the
 // pods (the export does not say).
-func FromPrometheus(r io.Reader, ctl reclaim.Controller) (History, error) {
+//
+// An export of dcgm-exporter's fields (ExportQueryDCGM) is read as the rules
+// for source: dcgm read it; dcgmHonorLabels says the scrape kept the pod
+// mapping's labels as they are (rules config dcgm.honor_labels).
+func FromPrometheus(r io.Reader, ctl reclaim.Controller, dcgmHonorLabels bool) (History, error) {
 	var q queryRange
 	if err := json.NewDecoder(r).Decode(&q); err != nil {
 		return History{}, fmt.Errorf("not a query_range answer: %w", err)
@@ -55,6 +65,9 @@ func FromPrometheus(r io.Reader, ctl reclaim.Controller) (History, error) {
 	}
 	var all []raw
 	var stamps []int64
+	if len(q.Data.Result) == 0 {
+		return History{}, errors.New("no series: export " + ExportQuery + " (or, from dcgm-exporter, " + ExportQueryDCGM + ")")
+	}
 	for _, s := range q.Data.Result {
 		rw := raw{labels: labels.FromMap(s.Metric)}
 		for _, p := range s.Values {
@@ -99,6 +112,13 @@ func FromPrometheus(r io.Reader, ctl reclaim.Controller) (History, error) {
 		return out
 	}
 	h := History{Start: time.UnixMilli(start).UTC(), Step: time.Duration(step) * time.Millisecond, Signal: "sm_active"}
+	if isDCGM(all[0].labels) {
+		series := make([]Series, len(all))
+		for i, rw := range all {
+			series[i] = Series{rw.labels, grid(rw)}
+		}
+		return fromDCGM(h, series, n, ctl, dcgmHonorLabels)
+	}
 	units := map[string][]Series{}
 	var owners []raw
 	for _, rw := range all {

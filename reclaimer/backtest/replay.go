@@ -3,10 +3,11 @@ package backtest
 import (
 	"bytes"
 	"fmt"
-	"github.com/gpureclaim/gpureclaim/internal/names"
 	"math"
 	"os"
 	"path/filepath"
+
+	"github.com/gpureclaim/gpureclaim/internal/names"
 
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/rulefmt"

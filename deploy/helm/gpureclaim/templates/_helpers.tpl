@@ -71,7 +71,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- if $r.adminSecret.name -}}
 {{- $_ := set $c "admin_bearer_token_file" (printf "%s/admin/token" $dir) -}}
 {{- end -}}
-{{- if .Values.exporter.action.enabled -}}
+{{- if include "gpureclaim.nodeActionOn" . -}}
 {{- $nodes := default dict $c.nodes -}}
 {{- $_ := set $nodes "bearer_token_file" (printf "%s/node/token" $dir) -}}
 {{- $_ := set $nodes "kill_grace" .Values.exporter.action.killGrace -}}
@@ -124,4 +124,23 @@ paddlejob: {group: kubeflow.org, resource: paddlejobs}
 jaxjob: {group: kubeflow.org, resource: jaxjobs}
 notebook: {group: kubeflow.org, resource: notebooks}
 inferenceservice: {group: serving.kserve.io, resource: inferenceservices}
+{{- end -}}
+
+{{/*
+Whether the chart runs gpureclaim's exporter: on unless the source is
+dcgm-exporter (source: dcgm), whose series the rules read instead.
+*/}}
+{{- define "gpureclaim.exporterOn" -}}
+{{- if not (has .Values.source (list "gpureclaim" "dcgm")) -}}
+{{- fail (printf "source: %q is not gpureclaim or dcgm" .Values.source) -}}
+{{- end -}}
+{{- if and .Values.exporter.enabled (eq .Values.source "gpureclaim") -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+Whether the reclaimer may ask the nodes to end processes: only where
+gpureclaim's exporter runs.
+*/}}
+{{- define "gpureclaim.nodeActionOn" -}}
+{{- if and (include "gpureclaim.exporterOn" .) .Values.exporter.action.enabled -}}true{{- end -}}
 {{- end -}}
