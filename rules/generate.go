@@ -197,6 +197,15 @@ const (
 	whatUnit       = `{{ if eq $labels.kind "mig" }}MIG {{ $labels.mig_profile }} instance{{ else }}GPU{{ end }} {{ $labels.uuid }} on {{ $labels.node }}`
 )
 
+// unitDashboard links a unit alert to the node dashboard, which reads the
+// exporter's own metrics: with dcgm-exporter there is none to link to.
+func (c Config) unitDashboard() string {
+	if c.Source == SourceDCGM {
+		return ""
+	}
+	return unitDashboard
+}
+
 // with adds an annotation: idle_for tells the reclaimer how long the unit
 // had been idle when the alert started (the lookback).
 func with(a map[string]string, k, v string) map[string]string {
@@ -288,7 +297,7 @@ func reclaimIdle(c Config, r Rule) Rule {
 	r.Annotations = with(c.annotations("gpuidle",
 		`Idle `+whatUnit,
 		`The `+whatUnit+` is held by `+whoHolds+` but its {{ $labels.signal }} has stayed below `+num(c.Idle.Threshold*100)+`% for `+r.For+` (now {{ $value | humanizePercentage }}).`,
-		unitDashboard), "idle_for", c.Idle.Lookback.String())
+		c.unitDashboard()), "idle_for", c.Idle.Lookback.String())
 	if p := c.Idle.Pauses; p != nil {
 		r.Expr = Expr(c.suggest(fmt.Sprintf(`  %s{keep!="true"}
 unless on (%s)
@@ -310,7 +319,7 @@ func alertRules(c Config) []Rule {
 			Annotations: with(c.annotations("gpuidle",
 				`Idle `+whatUnit,
 				`The `+whatUnit+` is held by `+whoHolds+` but its {{ $labels.signal }} has stayed below `+num(c.Idle.Threshold*100)+`% for `+idleFor+` (now {{ $value | humanizePercentage }}).`,
-				unitDashboard), "idle_for", c.Idle.Lookback.String()),
+				c.unitDashboard()), "idle_for", c.Idle.Lookback.String()),
 		},
 		{
 			Alert: names.AlertWasted,
@@ -325,7 +334,7 @@ unless on (uuid) %s
 			Annotations: c.annotations("gpuwasted",
 				`Underused `+whatUnit,
 				`The `+whatUnit+` held by `+whoHolds+` averaged {{ $value | humanizePercentage }} {{ $labels.signal }} over `+c.Wasted.Window.String()+` while holding {{ with printf "`+names.RecMemoryRatio+`{uuid='%s'}" $labels.uuid | query }}{{ . | first | value | humanizePercentage }}{{ end }} of its memory.`,
-				unitDashboard),
+				c.unitDashboard()),
 		},
 		{
 			Alert: names.AlertOvercommitted,
@@ -342,7 +351,7 @@ unless on (uuid) %s
 			Annotations: c.annotations("gpuovercommitted",
 				`Overcommitted `+whatUnit,
 				`{{ with printf "`+names.RecOwners+`{uuid='%s'}" $labels.uuid | query }}{{ . | first | value }}{{ end }} tenants share the `+whatUnit+` and its {{ if eq $labels.reason "memory" }}memory is {{ $value | humanizePercentage }} used: the next allocation may fail{{ else }}SMs are {{ $value | humanizePercentage }} busy: every tenant is slowed{{ end }}.`,
-				unitDashboard),
+				c.unitDashboard()),
 		},
 	}
 	if in.rightsizing {
@@ -357,7 +366,7 @@ unless on (uuid) %s
 			Annotations: c.annotations("miginstanceoversized",
 				`Oversized `+whatUnit,
 				`The `+whatUnit+` held by `+whoHolds+` would fit a {{ $labels.suggested_profile }} instance; its peak use over `+c.MIG.PeakWindow.String()+` plus `+num(c.MIG.Headroom*100)+`% headroom leaves {{ $value | humanize1024 }}B unused.`,
-				unitDashboard),
+				c.unitDashboard()),
 		})
 	}
 	return rs
