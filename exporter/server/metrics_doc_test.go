@@ -88,7 +88,7 @@ func TestMetricsDocMatchesTheExporter(t *testing.T) {
 	doc := documented(t)
 	n := samplertest.Start(t, samplertest.Builtin(t, "demo"), nil)
 	n.SampleAt(t, 20*time.Minute, 10*time.Second)
-	reg, _, err := gatherer(n.Sampler, n.Clock.Now)
+	reg, _, err := gatherer(n.Sampler, n.Clock.Now, nil)
 	require.NoError(t, err)
 
 	// Everything a collector can emit is documented...

@@ -104,7 +104,10 @@ type Node struct {
 	Signaler action.Signaler
 	// Start runs beside the sampler until ctx ends (a simulator's pod watch).
 	Start func(ctx context.Context, interval time.Duration)
-	Close func()
+	// Collectors, when set, replace the exporter's metrics of the snapshot
+	// (a simulator serving another exporter's exposition).
+	Collectors func(collector.Source) []prometheus.Collector
+	Close      func()
 }
 
 const noDriverHelp = `NVML could not start (%s): this machine has no NVIDIA driver, or the exporter cannot load libnvidia-ml.so.1.
@@ -193,8 +196,11 @@ func Main(ctx context.Context, name string, args []string, stdout, stderr io.Wri
 // gatherer serves the snapshot's metrics from a cache refreshed once per
 // sample, and the health, version and runtime metrics live; the live
 // registry takes any other metric (the action endpoint's).
-func gatherer(src collector.Source, clock func() time.Time) (prometheus.Gatherer, *prometheus.Registry, error) {
-	cached, err := collector.NewSnapshotGatherer(src, collector.FromSnapshot(src)...)
+func gatherer(src collector.Source, clock func() time.Time, fromSnapshot func(collector.Source) []prometheus.Collector) (prometheus.Gatherer, *prometheus.Registry, error) {
+	if fromSnapshot == nil {
+		fromSnapshot = collector.FromSnapshot
+	}
+	cached, err := collector.NewSnapshotGatherer(src, fromSnapshot(src)...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -242,7 +248,7 @@ func Run(ctx context.Context, o *Options, n *Node, logger *slog.Logger) error {
 		go n.Start(ctx, o.Interval)
 	}
 
-	g, live, err := gatherer(smp, time.Now)
+	g, live, err := gatherer(smp, time.Now, n.Collectors)
 	if err != nil {
 		return fmt.Errorf("registering collectors: %w", err)
 	}

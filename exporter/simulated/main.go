@@ -17,6 +17,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpureclaim/gpureclaim/exporter/collector"
 	"github.com/gpureclaim/gpureclaim/exporter/server"
 	"github.com/gpureclaim/gpureclaim/internal/podmeta"
 	"github.com/gpureclaim/gpureclaim/internal/podresources"
@@ -29,8 +32,8 @@ func main() {
 }
 
 type simOptions struct {
-	scenario, dir, kubeconfig string
-	speed                     float64
+	scenario, dir, kubeconfig, exposition string
+	speed                                 float64
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -40,9 +43,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.Float64Var(&so.speed, "simulate.speed", 0, "Run the scenario this many times faster than the wall clock (default: the scenario's speed).")
 		fs.StringVar(&so.kubeconfig, "simulate.kubeconfig", "", "Follow the simulated node's pods in this cluster: a pod deleted there (evicted, scaled down) leaves its simulated GPU.")
 		fs.StringVar(&so.dir, "simulate.dir", "", "Where the simulated node writes its /proc tree and kubelet socket (default: a temporary folder).")
+		fs.StringVar(&so.exposition, "simulate.exposition", expositionGPUreclaim, "Serve the scenario as gpureclaim's exporter does, or as NVIDIA's dcgm-exporter does (dcgm: its field names, units and labels, for the rules' source: dcgm).")
 		return func() error {
 			if so.speed < 0 {
 				return errors.New("--simulate.speed: must not be negative")
+			}
+			if so.exposition != expositionGPUreclaim && so.exposition != expositionDCGM {
+				return fmt.Errorf("--simulate.exposition: %q is not %s or %s", so.exposition, expositionGPUreclaim, expositionDCGM)
 			}
 			return nil
 		}
@@ -81,6 +88,11 @@ func simulatedNode(so *simOptions, o *server.Options, logger *slog.Logger) (*ser
 		Pods:     podmeta.NewStatic(sn.PodMeta()),
 		Signaler: signaler{sn.Sim},
 		Close:    func() { client.Close(); sn.Close() },
+	}
+	if so.exposition == expositionDCGM {
+		n.Collectors = func(src collector.Source) []prometheus.Collector {
+			return []prometheus.Collector{newDCGMCollector(src)}
+		}
 	}
 	if so.kubeconfig != "" {
 		w, err := newPodWatch(so.kubeconfig, sn.Sim, name, logger)

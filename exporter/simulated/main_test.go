@@ -69,3 +69,10 @@ func TestServesTheDemoAndStops(t *testing.T) {
 		t.Fatal("did not stop")
 	}
 }
+
+func TestBadExposition(t *testing.T) {
+	var stderr bytes.Buffer
+	code := run(context.Background(), []string{"--simulate.exposition=nvml"}, io.Discard, &stderr)
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr.String(), `--simulate.exposition: "nvml" is not gpureclaim or dcgm`)
+}
