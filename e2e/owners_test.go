@@ -137,6 +137,16 @@ func (su *suite) livePods(ns, selector string) []corev1.Pod {
 	return out
 }
 
+// allRunning says whether every pod in ns runs.
+func (su *suite) allRunning(ns string) bool {
+	for _, p := range su.livePods(ns, "") {
+		if p.Status.Phase != corev1.PodRunning {
+			return false
+		}
+	}
+	return true
+}
+
 func (su *suite) restore(t *testing.T, id string) {
 	req, _ := http.NewRequest(http.MethodPost, su.s.ReclaimerURL+"/api/v1/reclaims/"+id+"/restore", nil)
 	req.Header.Set("Authorization", "Bearer "+stack.AdminToken)

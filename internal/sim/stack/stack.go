@@ -67,6 +67,9 @@ type Options struct {
 	// ReclaimerRole is the reclaimer's ClusterRole as the chart renders it
 	// (deploy.ReclaimerClusterRole): the reclaimer is bound to it.
 	ReclaimerRole []byte
+	// DCGM makes the exporters serve dcgm-exporter's exposition, with no
+	// node action endpoint: the rules must be rendered for source: dcgm.
+	DCGM bool
 	// Log gets one line per component started.
 	Log io.Writer
 }
@@ -288,8 +291,12 @@ func (s *Stack) StartExporters(ctx context.Context) error {
 		}
 		n.Addr = fmt.Sprintf("127.0.0.1:%d", port)
 		args := []string{"gpureclaim-exporter-sim", "--simulate=" + n.Scenario, "--node-name=" + n.Name, fmt.Sprintf("--simulate.speed=%g", s.o.Speed),
-			"--simulate.dir=" + filepath.Join(s.o.Dir, "node-"+n.Name), "--sample.interval=1s", "--web.listen-address=" + n.Addr,
-			"--action.token-file=" + filepath.Join(s.o.Dir, "node.token"), "--action.idle-window=" + window.String(), "--action.kill-grace=1s"}
+			"--simulate.dir=" + filepath.Join(s.o.Dir, "node-"+n.Name), "--sample.interval=1s", "--web.listen-address=" + n.Addr}
+		if s.o.DCGM {
+			args = append(args, "--simulate.exposition=dcgm")
+		} else {
+			args = append(args, "--action.token-file="+filepath.Join(s.o.Dir, "node.token"), "--action.idle-window="+window.String(), "--action.kill-grace=1s")
+		}
 		if kubeconfig != "" {
 			args = append(args, "--simulate.kubeconfig="+kubeconfig)
 		}
@@ -357,9 +364,11 @@ receivers:
 func (s *Stack) StartReclaimer(ctx context.Context, extra string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "webhook: {bearer_token_file: webhook.token}\nweb: {auth: {none: true}}\nalertmanager: {url: %q}\nstatus_page_url: %q\nadmin_bearer_token_file: admin.token\n", s.AlertmanagerURL, s.ReclaimerURL)
-	b.WriteString("nodes:\n  bearer_token_file: node.token\n  timeout: 30s\n  kill_grace: 1s\n  addresses:\n")
-	for _, n := range s.o.Nodes {
-		fmt.Fprintf(&b, "    %s: \"http://%s\"\n", n.Name, n.Addr)
+	if !s.o.DCGM { // dcgm-exporter has no action endpoint
+		b.WriteString("nodes:\n  bearer_token_file: node.token\n  timeout: 30s\n  kill_grace: 1s\n  addresses:\n")
+		for _, n := range s.o.Nodes {
+			fmt.Fprintf(&b, "    %s: \"http://%s\"\n", n.Name, n.Addr)
+		}
 	}
 	if s.Cluster != nil {
 		kc, err := s.Cluster.KubeconfigFor(cluster.ReclaimerToken)

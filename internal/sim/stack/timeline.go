@@ -85,7 +85,8 @@ type Reclaim struct {
 	Detail string    `json:"detail"`
 	ActAt  time.Time `json:"act_at"`
 	Target struct {
-		Alertname, UUID, Node, Namespace, Pod, User string
+		Alertname, UUID, Node, Namespace, Pod, User, Kind string
+		MIGProfile                                        string `json:"mig_profile"`
 	} `json:"target"`
 	Warning struct {
 		Sent bool              `json:"sent"`
