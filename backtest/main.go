@@ -17,12 +17,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/common/version"
+
 	"github.com/gpureclaim/gpureclaim/internal/names"
 	"github.com/gpureclaim/gpureclaim/internal/trace"
 	"github.com/gpureclaim/gpureclaim/reclaimer/backtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
-	"github.com/prometheus/common/version"
 )
 
 type stringList []string

@@ -15,8 +15,8 @@ func fleet() *layout {
 	add(l, statPanel("GPUs held", "GPUs (and MIG slices, by size) held by a pod or process.", "short", names.RecFleetHeld), 4, 5)
 	add(l, statPanel("GPUs in the fleet", "Every GPU the exporters see, MIG slices by size.", "short", names.RecFleetTotal), 4, 5)
 	add(l, statPanel("Held but idle", "GPUs held whose activity is below the idle threshold now.", "short", names.RecFleetIdleHeld), 4, 5)
-	add(l, statPanel("Wasted units", "Units held with low average activity and most of their memory (GPUWasted firing).", "short", `count(ALERTS{alertname="` + names.AlertWasted + `",alertstate="firing",` + names.LabelAudience + `="` + names.AudiencePeople + `"}) or vector(0)`), 4, 5)
-	add(l, statPanel("Overcommitted units", "Shared units near out-of-memory or SM saturation (GPUOvercommitted firing).", "short", `count(count by (uuid) (ALERTS{alertname="` + names.AlertOvercommitted + `",alertstate="firing",` + names.LabelAudience + `="` + names.AudiencePeople + `"})) or vector(0)`), 4, 5)
+	add(l, statPanel("Wasted units", "Units held with low average activity and most of their memory (GPUWasted firing).", "short", `count(ALERTS{alertname="`+names.AlertWasted+`",alertstate="firing",`+names.LabelAudience+`="`+names.AudiencePeople+`"}) or vector(0)`), 4, 5)
+	add(l, statPanel("Overcommitted units", "Shared units near out-of-memory or SM saturation (GPUOvercommitted firing).", "short", `count(count by (uuid) (ALERTS{alertname="`+names.AlertOvercommitted+`",alertstate="firing",`+names.LabelAudience+`="`+names.AudiencePeople+`"})) or vector(0)`), 4, 5)
 
 	l.row("Over time")
 	add(l, series("Effective utilization", "Work done over capacity held. Fleets typically sit at 30-40%; packing and idle reclaim lift them to 60-80%.", "percentunit",

@@ -1,8 +1,9 @@
 package collector
 
 import (
-	"github.com/gpureclaim/gpureclaim/internal/names"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpureclaim/gpureclaim/internal/names"
 )
 
 // Owner exports who holds each unit. An owner is a pod's container

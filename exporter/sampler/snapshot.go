@@ -1,8 +1,9 @@
 package sampler
 
 import (
-	"github.com/gpureclaim/gpureclaim/internal/names"
 	"time"
+
+	"github.com/gpureclaim/gpureclaim/internal/names"
 
 	"github.com/gpureclaim/gpureclaim/internal/mig"
 )

@@ -6,12 +6,13 @@ package alertmanager
 import (
 	"context"
 	"fmt"
-	"github.com/gpureclaim/gpureclaim/internal/names"
 	"net/http"
 	"net/url"
 	"path"
 	"strings"
 	"time"
+
+	"github.com/gpureclaim/gpureclaim/internal/names"
 
 	"github.com/go-openapi/runtime"
 	httptransport "github.com/go-openapi/runtime/client"

@@ -2,10 +2,11 @@ package slack
 
 import (
 	"fmt"
-	"github.com/gpureclaim/gpureclaim/internal/names"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/gpureclaim/gpureclaim/internal/names"
 
 	"github.com/slack-go/slack"
 

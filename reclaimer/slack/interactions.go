@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/gpureclaim/gpureclaim/internal/names"
 	"io"
 	"log/slog"
 	"net/http"
@@ -15,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gpureclaim/gpureclaim/internal/names"
 
 	"github.com/slack-go/slack"
 

@@ -72,7 +72,7 @@ func TestPruneDropsOnlyWhatEndedAndWasTold(t *testing.T) {
 	told := reclaim.Delivery{Sent: true}
 	rs := []*reclaim.Reclaim{
 		{ID: "old-done", State: reclaim.Done, Closed: t0, Final: told},
-		{ID: "old-done-untold", State: reclaim.Done, Closed: t0},                       // the owner is still to be told
+		{ID: "old-done-untold", State: reclaim.Done, Closed: t0},                         // the owner is still to be told
 		{ID: "new-done", State: reclaim.Done, Closed: cut.Add(time.Minute), Final: told}, // ended after the cut
 		{ID: "old-pending", State: reclaim.Pending},                                      // not over
 	}

@@ -1,11 +1,12 @@
 package nvmlsim
 
 import (
-	"github.com/gpureclaim/gpureclaim/internal/trace"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/gpureclaim/gpureclaim/internal/trace"
 
 	"github.com/stretchr/testify/require"
 )
