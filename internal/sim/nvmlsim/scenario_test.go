@@ -94,7 +94,7 @@ gpus:
 }
 
 func TestSharedTraceLoads(t *testing.T) {
-	tr, err := trace.Load("../../traces/genai-pods.csv.gz")
+	tr, err := trace.Load("../../../traces/genai-pods.csv.gz")
 	require.NoError(t, err)
 	require.Len(t, tr.Workloads(), 99)
 	require.Equal(t, time.Minute, tr.Step)
