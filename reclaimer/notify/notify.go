@@ -54,9 +54,10 @@ func (w *Webhook) Blocking() bool { return true }
 func (w *Webhook) Send(ctx context.Context, m reclaim.Message, _ map[string]string) (map[string]string, []string, error) {
 	p := Payload{Version: "1", Kind: string(m.Kind), Text: m.Text, Reclaim: m.Reclaim}
 	if m.Reclaim != nil {
-		// A warning is the same message across retries and restarts, and a
-		// new one after a snooze (a new act-at time).
-		p.IdempotencyKey = fmt.Sprintf("%s/%s/%d", m.Reclaim.ID, m.Kind, m.Reclaim.ActAt.Unix())
+		// A warning is the same message across retries and restarts, even
+		// one resent after a crash with a later act-at time, and a new one
+		// after a snooze ends (a new round).
+		p.IdempotencyKey = fmt.Sprintf("%s/%s/%d", m.Reclaim.ID, m.Kind, m.Reclaim.WarningRound)
 		if m.Kind != reclaim.MsgWarning {
 			p.IdempotencyKey = m.Reclaim.ID + "/" + string(m.Kind)
 		}

@@ -42,7 +42,7 @@ func TestWebhook(t *testing.T) {
 		wantKey string
 		wantErr string
 	}{
-		{name: "warning", status: 200, msg: reclaim.Message{Kind: reclaim.MsgWarning, Reclaim: r, Text: "idle"}, wantKey: "r1/warning/" + "1772442000"},
+		{name: "warning", status: 200, msg: reclaim.Message{Kind: reclaim.MsgWarning, Reclaim: r, Text: "idle"}, wantKey: "r1/warning/0"},
 		{name: "outcome", status: 204, msg: reclaim.Message{Kind: reclaim.MsgReclaimed, Reclaim: r, Text: "done"}, wantKey: "r1/reclaimed"},
 		{name: "admin message has no key", status: 200, msg: reclaim.Message{Kind: reclaim.MsgAdmin, Text: "breaker open"}},
 		{name: "a 5xx is an error", status: 503, msg: reclaim.Message{Kind: reclaim.MsgReclaimed, Reclaim: r}, wantKey: "r1/reclaimed", wantErr: "503"},
@@ -74,8 +74,9 @@ func TestWebhook(t *testing.T) {
 	}
 }
 
-// A warning sent again after a snooze has a new act-at time, so a receiver
-// that dedupes on the key does not drop it.
+// A warning resent after a crash (a later act-at time) keeps its key; one
+// due after a snooze ends has its own, so a receiver that dedupes on the
+// key drops the first and not the second.
 func TestWebhookKeyChangesWithANewWarning(t *testing.T) {
 	keys := map[string]bool{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -86,10 +87,10 @@ func TestWebhookKeyChangesWithANewWarning(t *testing.T) {
 	defer srv.Close()
 	w := &Webhook{URL: srv.URL, HTTP: srv.Client()}
 	at := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
-	for _, actAt := range []time.Time{at, at, at.Add(time.Hour)} {
-		_, _, err := w.Send(context.Background(), reclaim.Message{Kind: reclaim.MsgWarning, Reclaim: &reclaim.Reclaim{ID: "r1", ActAt: actAt}}, nil)
+	for _, r := range []*reclaim.Reclaim{{ID: "r1", ActAt: at}, {ID: "r1", ActAt: at.Add(time.Minute)}, {ID: "r1", ActAt: at.Add(time.Hour), WarningRound: 1}} {
+		_, _, err := w.Send(context.Background(), reclaim.Message{Kind: reclaim.MsgWarning, Reclaim: r}, nil)
 		require.NoError(t, err)
 	}
-	require.Len(t, keys, 2, "a retry repeats the key; a new warning has its own")
+	require.Len(t, keys, 2, "a resend repeats the key; the next round's warning has its own")
 	require.True(t, (&Webhook{}).Blocking(), "a webhook must deliver before the grace runs")
 }

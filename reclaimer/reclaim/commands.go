@@ -67,6 +67,7 @@ func (e *Engine) unsnooze(ctx context.Context, id string) {
 			c.State, c.ActAt, c.NextTry = Pending, now.Add(p.GraceTime()), time.Time{}
 			c.Reason = "the snooze ended and the unit is still idle: warning the owner again"
 			c.Warning = Delivery{Refs: c.Warning.Refs}
+			c.WarningRound++
 			for k := range c.Warning.Refs {
 				if isSentKey(k) {
 					delete(c.Warning.Refs, k) // a new warning is due; its message refs stay for updates

@@ -212,6 +212,10 @@ type Reclaim struct {
 	SnoozedUntil time.Time `json:"snoozed_until,omitzero"`
 	// Released is who released the unit from the message: act at once.
 	Released string `json:"released,omitempty"`
+	// WarningRound counts the warnings due: one more each time a snooze
+	// ends and the owner is warned again. A warning sent twice in one round
+	// (a retry, a resend after a crash) is the same message to a receiver.
+	WarningRound int `json:"warning_round,omitempty"`
 }
 
 // Clone deep-copies the reclaim.
