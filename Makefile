@@ -111,11 +111,18 @@ lint: $(BIN)/golangci-lint
 tools: $(TOOLS) chromium
 
 # From the machine's packages: headless Chromium for the browser tests,
-# systemd-analyze for checking the systemd units.
+# systemd-analyze for checking the systemd units, and a single-node Slurm
+# (munge, slurmctld, slurmd, slurmrestd; Debian's 22.05) for the Slurm tests.
 chromium:
 	@missing=""; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
+	PATH=$$PATH:/usr/sbin; \
+	command -v munged >/dev/null || missing="$$missing munge"; \
+	command -v slurmctld >/dev/null || missing="$$missing slurmctld"; \
+	command -v slurmd >/dev/null || missing="$$missing slurmd"; \
+	command -v slurmrestd >/dev/null || missing="$$missing slurmrestd"; \
+	command -v scontrol >/dev/null || missing="$$missing slurm-client"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian's$$missing for the tests"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \

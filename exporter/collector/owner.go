@@ -1,6 +1,8 @@
 package collector
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpureclaim/gpureclaim/internal/names"
@@ -11,8 +13,8 @@ import (
 // job; the labels that do not apply are empty. PIDs are never labels: they
 // churn, and the reclaimer asks the node for them when it acts.
 type Owner struct {
-	src                                  Source
-	info, memory, smUtil, procs, started *prometheus.Desc
+	src                                            Source
+	info, memory, smUtil, procs, started, slurmJob *prometheus.Desc
 }
 
 var ownerLabels = []string{names.LabelUUID, names.LabelGPUUUID, names.LabelNamespace, names.LabelPod, names.LabelContainer, names.LabelUser, names.LabelSlurmJob}
@@ -21,17 +23,19 @@ var ownerLabels = []string{names.LabelUUID, names.LabelGPUUUID, names.LabelNames
 func NewOwner(src Source) *Owner {
 	return &Owner{
 		src:    src,
-		info:   desc("unit_owner", "info", "Who holds the unit: a pod the device plugin allocated it to, or the owner of a process on it; always 1. keep is \"true\" when the pod is marked gpureclaim.io/keep.", append(ownerLabels, "keep")...),
+		info:   desc("unit_owner", "info", "Who holds the unit: a pod the device plugin allocated it to, a Slurm job slurmctld allocated it to, or the owner of a process on it; always 1. keep is \"true\" when the pod is marked gpureclaim.io/keep or the job's comment says gpureclaim:keep.", append(ownerLabels, "keep")...),
 		memory: desc("unit_owner", "memory_used_bytes", "Device memory held by the owner's processes on the unit.", ownerLabels...),
 		smUtil: desc("unit_owner", "sm_utilization_ratio", "The owner's processes' share of the unit's SM time (NVML per-process utilization; not on MIG).", ownerLabels...),
 		procs:  desc("unit_owner", "processes", "The owner's processes on the unit.", ownerLabels...),
 		started: desc("unit_owner", "start_time_seconds",
-			"Start of the owner's oldest process on the unit, in Unix seconds; absent while none runs.", ownerLabels...),
+			"Start of the owner's oldest process on the unit, or of a Slurm job's allocation, in Unix seconds; absent while neither is known.", ownerLabels...),
+		slurmJob: desc("slurm_job", "info", "A Slurm job holding GPUs on the node by allocation; always 1. batch is \"true\" for sbatch jobs, requeue when Slurm may requeue it.",
+			names.LabelSlurmJob, names.LabelUser, "partition", "batch", "requeue"),
 	}
 }
 
 func (c *Owner) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.info, c.memory, c.smUtil, c.procs, c.started} {
+	for _, d := range []*prometheus.Desc{c.info, c.memory, c.smUtil, c.procs, c.started, c.slurmJob} {
 		ch <- d
 	}
 }
@@ -40,6 +44,9 @@ func (c *Owner) Collect(ch chan<- prometheus.Metric) {
 	s := c.src.Latest()
 	if s == nil {
 		return
+	}
+	for _, j := range s.SlurmJobs {
+		gauge(ch, c.slurmJob, 1, j.ID, j.User, j.Partition, strconv.FormatBool(j.Batch), strconv.FormatBool(j.Requeue))
 	}
 	for i := range s.GPUs {
 		for j := range s.GPUs[i].Units {

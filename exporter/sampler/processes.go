@@ -2,6 +2,7 @@ package sampler
 
 import (
 	"errors"
+	"slices"
 	"sort"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -165,9 +166,10 @@ type ownerKey struct {
 }
 
 // owners says who holds a unit: the containers the kubelet allocated it to,
-// and the owners of its processes. A process in a pod counts for its pod's
-// container; a process outside any pod for its Unix user and Slurm job.
-func (c *cycle) owners(u *Unit) []Owner {
+// the Slurm jobs slurmctld allocated its GPU to, and the owners of its
+// processes. A process in a pod counts for its pod's container; a process
+// outside any pod for its Unix user and Slurm job.
+func (c *cycle) owners(u *Unit, gpuIndex int) []Owner {
 	allocated := c.s.allocs[u.UUID]
 	byKey := map[ownerKey]*Owner{}
 	var order []ownerKey
@@ -187,6 +189,16 @@ func (c *cycle) owners(u *Unit) []Owner {
 	}
 	for _, a := range allocated {
 		get(ownerKey{namespace: a.Namespace, pod: a.Pod, container: a.Container})
+	}
+	if u.MIG == nil { // Slurm's GRES indices name whole GPUs
+		for _, j := range c.s.slurmJobs {
+			if !slices.Contains(j.GPUs, gpuIndex) {
+				continue
+			}
+			o := get(ownerKey{user: j.User, slurmJob: j.ID})
+			o.Keep = o.Keep || j.Keep
+			o.StartTime = j.Start // the allocation's start: a job holds its GPUs from then
+		}
 	}
 	for _, p := range u.Processes {
 		if p.Name == mpsServerName {

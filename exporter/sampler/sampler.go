@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpureclaim/gpureclaim/exporter/slurm"
+
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpureclaim/gpureclaim/internal/mig"
@@ -30,10 +32,11 @@ const (
 	StepGPM          = "gpm"
 	StepProcesses    = "processes"
 	StepPodResources = "pod_resources"
+	StepSlurm        = "slurm"
 )
 
 // Steps lists the steps in the order a sample runs them.
-var Steps = []string{StepDevice, StepMIG, StepGPM, StepProcesses, StepPodResources}
+var Steps = []string{StepDevice, StepMIG, StepGPM, StepProcesses, StepPodResources, StepSlurm}
 
 // MinGPMGap is the shortest gap between two GPM samples that NVML accepts.
 const MinGPMGap = 100 * time.Millisecond
@@ -43,6 +46,12 @@ type AllocationLister interface {
 	List(ctx context.Context) (podresources.Allocations, error)
 }
 
+// SlurmLister says which Slurm jobs hold which of the node's GPUs by
+// allocation (exporter/slurm).
+type SlurmLister interface {
+	Jobs(ctx context.Context) ([]slurm.Job, error)
+}
+
 // Config holds the sampler's dependencies. NVML is required; the rest may be nil.
 type Config struct {
 	NVML nvml.Interface
@@ -50,9 +59,12 @@ type Config struct {
 	// Proc attributes processes to users, pods and Slurm jobs.
 	Proc        *procfs.FS
 	Allocations AllocationLister
-	Pods        podmeta.Resolver
-	Clock       func() time.Time
-	Logger      *slog.Logger
+	// Slurm, when set, makes a GPU a Slurm job holds by allocation held,
+	// whether or not a process runs on it.
+	Slurm  SlurmLister
+	Pods   podmeta.Resolver
+	Clock  func() time.Time
+	Logger *slog.Logger
 	// OnSample, when set, sees every published snapshot (the action
 	// endpoint keeps a short history of activity from it).
 	OnSample func(*Snapshot)
@@ -72,6 +84,7 @@ type Sampler struct {
 	gpmMetrics   *nvml.GpmMetricsGetType
 	procUtilSeen map[string]uint64
 	allocs       podresources.Allocations
+	slurmJobs    []slurm.Job
 	errors       map[ErrorKey]uint64
 	quiet        map[string]bool // not-supported calls already logged
 	migState     map[string]string
@@ -165,6 +178,8 @@ func (s *Sampler) Sample(ctx context.Context) *Snapshot {
 	snap := &Snapshot{Time: c.now, Node: s.cfg.Node}
 
 	c.podResources()
+	c.slurm()
+	snap.SlurmJobs = s.slurmJobs
 	start := time.Now()
 	if s.driver == nil {
 		s.driver = c.driverInfo()
@@ -223,6 +238,21 @@ func (c *cycle) podResources() {
 	c.track(StepPodResources, start, err)
 }
 
+func (c *cycle) slurm() {
+	if c.s.cfg.Slurm == nil {
+		return
+	}
+	start := time.Now()
+	jobs, err := c.s.cfg.Slurm.Jobs(c.ctx)
+	if err != nil {
+		// Keep the last answer: a slurmctld restart must not free every GPU.
+		c.s.cfg.Logger.Warn("reading Slurm's allocations", "err", err)
+	} else {
+		c.s.slurmJobs = jobs
+	}
+	c.track(StepSlurm, start, err)
+}
+
 // gpu samples one GPU. A GPU that fails, or panics, yields a GPU that is
 // not up; the others are not affected.
 func (c *cycle) gpu(i int) (g GPU) {
@@ -263,7 +293,7 @@ func (c *cycle) gpu(i int) (g GPU) {
 	start = time.Now()
 	c.track(StepProcesses, start, c.processes(dev, &g))
 	for j := range g.Units {
-		g.Units[j].Owners = c.owners(&g.Units[j])
+		g.Units[j].Owners = c.owners(&g.Units[j], g.Index)
 	}
 	return g
 }

@@ -1,6 +1,8 @@
 package sampler_test
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 
 	"github.com/gpureclaim/gpureclaim/exporter/sampler"
 	"github.com/gpureclaim/gpureclaim/exporter/sampler/samplertest"
+	"github.com/gpureclaim/gpureclaim/exporter/slurm"
 	"github.com/gpureclaim/gpureclaim/internal/podmeta"
 	"github.com/gpureclaim/gpureclaim/internal/sim/nvmlsim"
 )
@@ -256,4 +259,50 @@ func TestPodResourcesOutageKeepsTheLastAnswer(t *testing.T) {
 	s = n.SampleAt(t, 21*time.Minute, 5*time.Second)
 	require.False(t, step(t, s, sampler.StepPodResources).Success)
 	require.Equal(t, "notebook-carol", s.GPUs[2].Units[0].Owners[0].Pod)
+}
+
+type slurmJobs struct {
+	jobs []slurm.Job
+	err  error
+}
+
+func (s *slurmJobs) Jobs(context.Context) ([]slurm.Job, error) { return s.jobs, s.err }
+
+// A GPU a Slurm job holds by allocation is held with no process on it; a
+// job with a process on its GPU is one owner, started when the job did; a
+// failed read keeps the last answer and says so.
+func TestSlurmAllocationsHoldGPUs(t *testing.T) {
+	started := samplertest.T0.Add(-2 * time.Hour)
+	lister := &slurmJobs{jobs: []slurm.Job{
+		{ID: "41", User: "alice", Partition: "gpu", Start: started, GPUs: []int{0, 1}},
+		{ID: "42", User: "bob", Partition: "gpu", Start: started, Keep: true, GPUs: []int{2}},
+	}}
+	n := samplertest.Start(t, samplertest.Scenario(t, `
+node: n1
+system: dgxh100
+users: {bob: 1002}
+gpus:
+  - {index: 0, sm_active: 0}
+  - {index: 1, sm_active: 0}
+  - {index: 2, sm_active: 0.9, processes: [{pid: 77, user: bob, slurm_job: "42", memory_used: 10GiB, started: -1h}]}
+  - {index: 3, sm_active: 0}
+`), func(sim *nvmlsim.Sim) sampler.Config { return sampler.Config{NVML: sim, Slurm: lister} })
+	s := n.SampleAt(t, time.Minute, 5*time.Second)
+	for _, i := range []int{0, 1} {
+		require.Equal(t, []sampler.Owner{{User: "alice", SlurmJob: "41", StartTime: started}}, s.GPUs[i].Units[0].Owners, "GPU %d: held by the allocation, no process", i)
+	}
+	bob := s.GPUs[2].Units[0].Owners
+	require.Len(t, bob, 1, "the job's process and its allocation are one owner")
+	require.Equal(t, "42", bob[0].SlurmJob)
+	require.Equal(t, 1, bob[0].Processes)
+	require.True(t, bob[0].Keep, "kept by the job's comment")
+	require.Equal(t, started, bob[0].StartTime, "the allocation started before its process")
+	require.Empty(t, s.GPUs[3].Units[0].Owners, "no job holds GPU 3")
+	require.True(t, step(t, s, sampler.StepSlurm).Success)
+	require.Len(t, s.SlurmJobs, 2)
+
+	lister.jobs, lister.err = nil, errors.New("slurm_load_jobs error: Unable to contact slurm controller")
+	s = n.SampleAt(t, 2*time.Minute, 5*time.Second)
+	require.False(t, step(t, s, sampler.StepSlurm).Success)
+	require.Len(t, s.GPUs[0].Units[0].Owners, 1, "a controller outage does not free the GPUs")
 }

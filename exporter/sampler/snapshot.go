@@ -3,6 +3,8 @@ package sampler
 import (
 	"time"
 
+	"github.com/gpureclaim/gpureclaim/exporter/slurm"
+
 	"github.com/gpureclaim/gpureclaim/internal/names"
 
 	"github.com/gpureclaim/gpureclaim/internal/mig"
@@ -17,6 +19,8 @@ type Snapshot struct {
 	GPUs   []GPU
 	// Steps reports each part of the cycle, for per-collector health.
 	Steps []Step
+	// SlurmJobs are the Slurm jobs holding the node's GPUs (nil without Slurm).
+	SlurmJobs []slurm.Job
 	// NVMLErrors counts failed NVML calls since start.
 	NVMLErrors map[ErrorKey]uint64
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/exporter/action"
 	"github.com/gpureclaim/gpureclaim/exporter/collector"
 	"github.com/gpureclaim/gpureclaim/exporter/sampler"
+	"github.com/gpureclaim/gpureclaim/exporter/slurm"
 	"github.com/gpureclaim/gpureclaim/internal/httpserver"
 	"github.com/gpureclaim/gpureclaim/internal/logging"
 	"github.com/gpureclaim/gpureclaim/internal/names"
@@ -51,6 +52,9 @@ type Options struct {
 	ActionGrace, ActionWindow     time.Duration
 	ActionThreshold               float64
 	ActionExemptUsers             string
+
+	SlurmEnabled        bool
+	SlurmNode, SlurmBin string
 }
 
 // RegisterFlags defines the exporter's flags on fs.
@@ -73,6 +77,9 @@ func RegisterFlags(fs *flag.FlagSet) *Options {
 	fs.DurationVar(&o.ActionWindow, "action.idle-window", 5*time.Minute, "The node signals a unit's processes only if every sample of this window was idle.")
 	fs.Float64Var(&o.ActionThreshold, "action.idle-threshold", names.IdleThreshold, "Activity under which a sample is idle (SM activity, else utilization).")
 	fs.StringVar(&o.ActionExemptUsers, "action.exempt-users", "", "Comma-separated Unix users whose processes are never signalled.")
+	fs.BoolVar(&o.SlurmEnabled, "slurm.enabled", false, "Read which Slurm jobs hold the node's GPUs by allocation (squeue, scontrol --details), so a GPU an idle salloc holds is held with no process on it.")
+	fs.StringVar(&o.SlurmNode, "slurm.node-name", "", "The node's Slurm NodeName (default: --node-name).")
+	fs.StringVar(&o.SlurmBin, "slurm.bin-dir", "", "Where squeue and scontrol are (default: the PATH).")
 	return o
 }
 
@@ -89,6 +96,8 @@ func (o *Options) Validate() error {
 		return errors.New("--action.kill-grace must not be negative and --action.idle-window must be positive")
 	case o.ActionThreshold <= 0 || o.ActionThreshold >= 1:
 		return fmt.Errorf("--action.idle-threshold: %g must be between 0 and 1", o.ActionThreshold)
+	case !o.SlurmEnabled && (o.SlurmNode != "" || o.SlurmBin != ""):
+		return errors.New("--slurm.node-name and --slurm.bin-dir need --slurm.enabled")
 	}
 	return nil
 }
@@ -104,6 +113,8 @@ type Node struct {
 	Signaler action.Signaler
 	// Start runs beside the sampler until ctx ends (a simulator's pod watch).
 	Start func(ctx context.Context, interval time.Duration)
+	// Slurm lists the Slurm jobs holding the node's GPUs; nil without Slurm.
+	Slurm sampler.SlurmLister
 	// Collectors, when set, replace the exporter's metrics of the snapshot
 	// (a simulator serving another exporter's exposition).
 	Collectors func(collector.Source) []prometheus.Collector
@@ -238,7 +249,14 @@ func Run(ctx context.Context, o *Options, n *Node, logger *slog.Logger) error {
 	if o.ActionTokenFile != "" {
 		hist = action.NewHistory(o.ActionWindow)
 	}
-	scfg := sampler.Config{NVML: n.NVML, Node: n.Name, Proc: n.Proc, Allocations: n.Allocs, Pods: n.Pods, Logger: logger}
+	if o.SlurmEnabled && n.Slurm == nil {
+		node := o.SlurmNode
+		if node == "" {
+			node = n.Name
+		}
+		n.Slurm = &slurm.Reader{Node: node, Bin: o.SlurmBin}
+	}
+	scfg := sampler.Config{NVML: n.NVML, Node: n.Name, Proc: n.Proc, Allocations: n.Allocs, Slurm: n.Slurm, Pods: n.Pods, Logger: logger}
 	if hist != nil {
 		scfg.OnSample = hist.Record
 	}
