@@ -213,7 +213,8 @@ func with(a map[string]string, k, v string) map[string]string {
 	return a
 }
 
-// suggest adds the action label: evict a pod, kill a bare-metal process,
+// suggest adds the action label: evict a pod, cancel a Slurm job, kill a
+// bare-metal process,
 // only notify for processes the exporter could not attribute (nobody
 // knows whose they are, and the node cannot check them). Without
 // gpureclaim's exporter no node agent can kill: anything but a pod is
@@ -226,13 +227,17 @@ func (c Config) suggest(expr string) string {
     "action", "evict", "pod", ".+"),
   "action", "notify", "action", "")`, strings.ReplaceAll(strings.TrimSpace(expr), "\n", "\n    "))
 	}
+	// A Slurm job is cancelled through Slurm: killing its processes would
+	// leave the allocation held, and a batch script may go on.
 	return fmt.Sprintf(`label_replace(
   label_replace(
     label_replace(
-      %s,
-      "action", "evict", "pod", ".+"),
+      label_replace(
+        %s,
+        "action", "evict", "pod", ".+"),
+      "action", "cancel", "slurm_job", ".+"),
     "action", "kill", "action", ""),
-  "action", "notify", "user", %q)`, strings.ReplaceAll(strings.TrimSpace(expr), "\n", "\n      "), regexp.QuoteMeta(names.UnattributedUser))
+  "action", "notify", "user", %q)`, strings.ReplaceAll(strings.TrimSpace(expr), "\n", "\n        "), regexp.QuoteMeta(names.UnattributedUser))
 }
 
 // alerts are the unit alerts, once for each audience.

@@ -35,11 +35,14 @@ const (
 	// (suspend a Job, deactivate a Kueue Workload, stop a notebook or a
 	// JupyterHub server, scale a Deployment): see Workload.
 	ActionStop = "stop"
+	// ActionCancel cancels a Slurm job through slurmrestd, so its
+	// allocation, not only its processes, gives the GPUs back.
+	ActionCancel = "cancel"
 )
 
 // FreeingActions are the actions that free a unit (the others decide or
 // only notify).
-var FreeingActions = []string{ActionKill, ActionEvict, ActionScaleDown, ActionStop}
+var FreeingActions = []string{ActionKill, ActionEvict, ActionScaleDown, ActionStop, ActionCancel}
 
 // killCheckMargin is what a node's kill takes beyond its grace: signalling,
 // then polling for the processes' end.
@@ -58,6 +61,7 @@ type Config struct {
 	Alertmanager   Alertmanager   `yaml:"alertmanager"`
 	Kubernetes     Kubernetes     `yaml:"kubernetes"`
 	Nodes          Nodes          `yaml:"nodes"`
+	Slurm          Slurm          `yaml:"slurm"`
 	Notifiers      []Notifier     `yaml:"notifiers"`
 	Exemptions     Exemptions     `yaml:"exemptions"`
 	RateLimits     RateLimits     `yaml:"rate_limits"`
@@ -181,6 +185,69 @@ func (n Nodes) URL(node string) (string, error) {
 		return "", err
 	}
 	return b.String(), nil
+}
+
+// Slurm is how the reclaimer reaches slurmrestd to cancel the Slurm jobs
+// that hold idle GPUs.
+type Slurm struct {
+	// URL of slurmrestd: unix:///path/to/socket (rest_auth/local: the
+	// reclaimer runs as slurmrestd's user) or http(s)://host:6820
+	// (rest_auth/jwt, with token_file and user_name). Empty: off.
+	URL string `yaml:"url"`
+	// TokenFile holds a JWT (scontrol token) for rest_auth/jwt.
+	TokenFile string `yaml:"token_file"`
+	// UserName is the Slurm user the token is for.
+	UserName string `yaml:"user_name"`
+	// APIVersion is the OpenAPI plugin's version, e.g. v0.0.38 (Slurm
+	// 22.05) or v0.0.42. Default v0.0.38.
+	APIVersion string `yaml:"api_version"`
+	// Timeout of one call. Default 30s.
+	Timeout Duration `yaml:"timeout"`
+
+	Token string `yaml:"-"`
+}
+
+// On says whether the reclaimer can reach Slurm.
+func (s Slurm) On() bool { return s.URL != "" }
+
+var slurmAPIVersion = regexp.MustCompile(`^v0\.0\.[0-9]+$`)
+
+func (s *Slurm) validate(c *checker) {
+	if s.APIVersion == "" {
+		s.APIVersion = "v0.0.38"
+	}
+	c.duration("slurm.timeout", &s.Timeout, 30*time.Second)
+	if !s.On() {
+		if s.TokenFile != "" || s.UserName != "" {
+			c.errorf("slurm.url", "is required with slurm.token_file and slurm.user_name")
+		}
+		return
+	}
+	if !slurmAPIVersion.MatchString(s.APIVersion) {
+		c.errorf("slurm.api_version", "%q is not an OpenAPI plugin version such as v0.0.38", s.APIVersion)
+	}
+	u, err := url.Parse(s.URL)
+	switch {
+	case err != nil:
+		c.errorf("slurm.url", "%v", err)
+	case u.Scheme == "unix":
+		if u.Host != "" || u.Path == "" || !filepath.IsAbs(u.Path) {
+			c.errorf("slurm.url", "%q: give the socket's absolute path, unix:///run/slurmrestd.socket", s.URL)
+		}
+		if s.TokenFile != "" {
+			c.errorf("slurm.token_file", "a UNIX socket authenticates the reclaimer's own user (rest_auth/local): no token")
+		}
+	case u.Scheme == "http" || u.Scheme == "https":
+		if u.Host == "" {
+			c.errorf("slurm.url", "%q has no host", s.URL)
+		}
+		if s.TokenFile == "" || s.UserName == "" {
+			c.errorf("slurm.token_file", "slurmrestd over the network needs a JWT (rest_auth/jwt): set slurm.token_file and slurm.user_name")
+		}
+	default:
+		c.errorf("slurm.url", "%q is not unix:///path, http:// or https://", s.URL)
+	}
+	s.Token = c.secret("slurm.token_file", s.TokenFile)
 }
 
 // Notifier sends messages to owners and admins.
@@ -510,6 +577,7 @@ func (cfg *Config) validate() error {
 		}
 	}
 
+	cfg.Slurm.validate(c)
 	n := &cfg.Nodes
 	if n.URLTemplate == "" {
 		n.URLTemplate = "http://{{ .Node }}:9848"
@@ -605,6 +673,9 @@ func (cfg *Config) validate() error {
 	names := map[string]bool{}
 	for i := range cfg.Policies {
 		cfg.Policies[i].validate(c, fmt.Sprintf("policies[%d]", i), names)
+		if cfg.Policies[i].Action == ActionCancel && !cfg.Slurm.On() {
+			c.errorf(fmt.Sprintf("policies[%d].action", i), "cancel goes through slurmrestd: set slurm.url")
+		}
 	}
 	return errors.Join(c.errs...)
 }
@@ -629,11 +700,11 @@ func (p *Policy) validate(c *checker, field string, names map[string]bool) {
 		p.matchers = append(p.matchers, lm)
 	}
 	switch p.Action {
-	case ActionAuto, ActionNotify, ActionKill, ActionEvict, ActionScaleDown, ActionStop:
+	case ActionAuto, ActionNotify, ActionKill, ActionEvict, ActionScaleDown, ActionStop, ActionCancel:
 	case "":
-		c.errorf(field+".action", "is required: auto, notify, kill, evict, scale_down or stop")
+		c.errorf(field+".action", "is required: auto, notify, kill, evict, scale_down, stop or cancel")
 	default:
-		c.errorf(field+".action", "%q is not one of auto, notify, kill, evict, scale_down, stop", p.Action)
+		c.errorf(field+".action", "%q is not one of auto, notify, kill, evict, scale_down, stop, cancel", p.Action)
 	}
 	p.Grace = c.optDuration(field+".grace", p.Grace, 15*time.Minute)
 	p.MinRuntime = c.optDuration(field+".min_runtime", p.MinRuntime, 30*time.Minute)

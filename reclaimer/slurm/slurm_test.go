@@ -1,0 +1,90 @@
+package slurm_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpureclaim/gpureclaim/internal/testkit/slurmtest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+	"github.com/gpureclaim/gpureclaim/reclaimer/slurm"
+)
+
+var ctx = context.Background()
+
+// Against a real slurmrestd (Slurm 22.05, rest_auth/local on its socket).
+func TestClientOnARealSlurm(t *testing.T) {
+	c := slurmtest.Start(t, "gpu-node-1", 8)
+	cl, err := slurm.New(config.Slurm{URL: "unix://" + c.RestSocket, APIVersion: slurmtest.APIVersion, Timeout: config.Duration(10 * time.Second)})
+	require.NoError(t, err)
+
+	alloc := c.Alloc(t, 2)
+	kept := c.Batch(t, 1, "--requeue", "--comment=gpureclaim:keep")
+
+	j, err := cl.Job(ctx, alloc)
+	require.NoError(t, err)
+	require.Equal(t, "RUNNING", j.State)
+	require.True(t, j.Running())
+	require.False(t, j.Batch)
+	require.Equal(t, "root", j.User)
+	require.Equal(t, "gpu", j.Partition)
+	require.WithinDuration(t, time.Now(), j.Start, time.Minute)
+	require.False(t, j.Kept())
+
+	k, err := cl.Job(ctx, kept)
+	require.NoError(t, err)
+	require.True(t, k.Batch)
+	require.True(t, k.Requeue)
+	require.True(t, k.Kept())
+
+	require.NoError(t, cl.Cancel(ctx, alloc))
+	require.Eventually(t, func() bool { return c.State(t, alloc) == "CANCELLED" }, 10*time.Second, 100*time.Millisecond, c.Logs())
+	require.ErrorIs(t, cl.Cancel(ctx, alloc), reclaim.ErrGone, "a job cancelled before is gone")
+	require.Equal(t, "RUNNING", c.State(t, kept), "the other job runs on")
+
+	_, err = cl.Job(ctx, "999999")
+	require.ErrorIs(t, err, reclaim.ErrGone)
+	_, err = cl.Job(ctx, "1;rm")
+	require.ErrorContains(t, err, "is not a Slurm job id")
+}
+
+// Over the network slurmrestd takes a JWT; its answers from v0.0.40 on
+// carry numbers as {set, number} and the state as a list.
+func TestClientWithATokenAndTheNewerSchema(t *testing.T) {
+	var user, token string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		user, token = r.Header.Get("X-SLURM-USER-NAME"), r.Header.Get("X-SLURM-USER-TOKEN")
+		switch {
+		case r.URL.Path == "/slurm/v0.0.42/job/7" && r.Method == http.MethodGet:
+			_, _ = w.Write([]byte(`{"jobs":[{"job_id":7,"user_name":"alice","partition":"gpu","comment":{"job":"gpureclaim:keep"},"job_state":["RUNNING"],"start_time":{"set":true,"infinite":false,"number":1796126657},"batch_flag":true,"requeue":false}],"errors":[]}`))
+		case r.URL.Path == "/slurm/v0.0.42/job/8":
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = w.Write([]byte(`{"jobs":[],"errors":[{"error_number":1,"error":"Unspecified error","description":"slurmctld is down"}]}`))
+		default:
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(`{"errors":[{"error":"authentication failed"}]}`))
+		}
+	}))
+	defer srv.Close()
+	cl, err := slurm.New(config.Slurm{URL: srv.URL, APIVersion: "v0.0.42", UserName: "gpureclaim", Token: "jwt", Timeout: config.Duration(5 * time.Second)})
+	require.NoError(t, err)
+	j, err := cl.Job(ctx, "7")
+	require.NoError(t, err)
+	require.Equal(t, "gpureclaim", user)
+	require.Equal(t, "jwt", token)
+	require.Equal(t, time.Unix(1796126657, 0), j.Start)
+	require.True(t, j.Kept())
+	require.True(t, j.Running())
+	require.True(t, j.Batch)
+
+	_, err = cl.Job(ctx, "8")
+	var retry *reclaim.RetryError
+	require.ErrorAs(t, err, &retry, "a 5xx is tried again")
+	_, err = cl.Job(ctx, "9")
+	require.ErrorContains(t, err, "refused the reclaimer")
+}
