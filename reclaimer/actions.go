@@ -9,13 +9,16 @@ import (
 	"github.com/gpureclaim/gpureclaim/reclaimer/kube"
 	"github.com/gpureclaim/gpureclaim/reclaimer/node"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+	"github.com/gpureclaim/gpureclaim/reclaimer/slurm"
 )
 
 // actor sends each action where it belongs: pods and their owners to
-// Kubernetes (or the JupyterHub that runs them), processes to their node.
+// Kubernetes (or the JupyterHub that runs them), Slurm jobs to slurmrestd,
+// processes to their node.
 type actor struct {
 	cfg   *config.Config
-	kube  *kube.Client // nil without Kubernetes
+	kube  *kube.Client  // nil without Kubernetes
+	slurm *slurm.Client // nil without Slurm
 	nodes *node.Client
 }
 
@@ -23,6 +26,14 @@ func (a *actor) Act(ctx context.Context, action string, r *reclaim.Reclaim) (rec
 	switch action {
 	case config.ActionKill:
 		return a.nodes.Kill(ctx, r)
+	case config.ActionCancel:
+		if a.slurm == nil || r.Target.SlurmJob == "" {
+			return reclaim.Result{}, &reclaim.RefusedError{Reason: "cancel needs a Slurm job and slurm.url; the target is " + r.Target.Owner()}
+		}
+		if err := a.slurm.Cancel(ctx, r.Target.SlurmJob); err != nil {
+			return reclaim.Result{}, err
+		}
+		return reclaim.Result{Detail: "Slurm job " + r.Target.SlurmJob + " cancelled"}, nil
 	case config.ActionEvict, config.ActionScaleDown, config.ActionStop:
 		if a.kube == nil {
 			return reclaim.Result{}, fmt.Errorf("%s needs Kubernetes, which is off in the config", action)
@@ -60,13 +71,25 @@ func (a *actor) Restore(ctx context.Context, r *reclaim.Reclaim) error {
 	return a.kube.Restore(ctx, r)
 }
 
-// inspector asks Kubernetes about pods and nodes about processes.
+// inspector asks Kubernetes about pods, Slurm about jobs and nodes about
+// processes.
 type inspector struct {
 	kube  *kube.Client
+	slurm *slurm.Client
 	nodes *node.Client
 }
 
 func (i *inspector) Kept(ctx context.Context, t reclaim.Target) (bool, string, error) {
+	if t.Pod == "" && t.SlurmJob != "" && i.slurm != nil {
+		j, err := i.slurm.Job(ctx, t.SlurmJob)
+		if err != nil {
+			return false, "", err
+		}
+		if j.Kept() {
+			return true, "Slurm job " + t.SlurmJob + "'s comment says " + slurm.KeepMarker, nil
+		}
+		return false, "", nil
+	}
 	if t.Pod == "" || i.kube == nil {
 		return false, "", nil
 	}
@@ -74,6 +97,14 @@ func (i *inspector) Kept(ctx context.Context, t reclaim.Target) (bool, string, e
 }
 
 func (i *inspector) Started(ctx context.Context, t reclaim.Target) (time.Time, error) {
+	if t.Pod == "" && t.SlurmJob != "" && i.slurm != nil {
+		// The minimum runtime counts from the job's start, not its newest process.
+		j, err := i.slurm.Job(ctx, t.SlurmJob)
+		if err != nil {
+			return time.Time{}, err
+		}
+		return j.Start, nil
+	}
 	if t.Pod != "" {
 		if i.kube == nil {
 			return time.Time{}, fmt.Errorf("cannot tell when pod %s started without Kubernetes", t.Owner())

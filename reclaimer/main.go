@@ -37,6 +37,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/reclaimer/notify"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	rslack "github.com/gpureclaim/gpureclaim/reclaimer/slack"
+	"github.com/gpureclaim/gpureclaim/reclaimer/slurm"
 	"github.com/gpureclaim/gpureclaim/reclaimer/store"
 	rweb "github.com/gpureclaim/gpureclaim/reclaimer/web"
 )
@@ -167,6 +168,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	nodes := node.New(cfg.Nodes)
 	act := &actor{cfg: cfg, nodes: nodes}
 	insp := &inspector{nodes: nodes}
+	if cfg.Slurm.On() {
+		sc, err := slurm.New(cfg.Slurm)
+		if err != nil {
+			fmt.Fprintln(stderr, "gpureclaim-reclaimer: slurm.url:", err)
+			return 1
+		}
+		act.slurm, insp.slurm = sc, sc
+	}
 	var events reclaim.Events
 	if cfg.Kubernetes.On() {
 		kc, err := kubeClient(cfg, logger)

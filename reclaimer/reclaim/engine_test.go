@@ -792,3 +792,22 @@ func TestRestartAfterAKillKeepsItsPIDs(t *testing.T) {
 	require.Equal(t, []int{4242, 4243}, r.Killed)
 	require.Contains(t, r.Reason, "processes [4242 4243] are gone")
 }
+
+// A Slurm job's suggested cancel is taken where the reclaimer reaches
+// slurmrestd; without, its processes are killed as before.
+func TestSlurmJobIsCancelled(t *testing.T) {
+	job := func(f *fixture) {
+		f.ingest(IdleProcess("firing", T0, "alice", "slurm_job", "4242", "action", "cancel"))
+		f.at(0)
+		f.at(5 * time.Minute)
+	}
+	f := newFixture(t, "slurm: {url: \"unix:///run/slurmrestd.socket\"}\n")
+	job(f)
+	require.Equal(t, reclaim.Done, f.only().State)
+	require.Equal(t, config.ActionCancel, f.only().Action)
+	require.Equal(t, "4242", f.only().Target.SlurmJob)
+
+	f = newFixture(t, "")
+	job(f)
+	require.Equal(t, config.ActionKill, f.only().Action, "no slurmrestd: its processes are killed")
+}

@@ -109,7 +109,7 @@ func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
 			decide(DecisionNoPolicy)
 			continue
 		}
-		r.Policy, r.Action, r.DryRun = p.Name, actionFor(p, t), e.o.Config.DryRun || p.DryRun
+		r.Policy, r.Action, r.DryRun = p.Name, actionFor(e.o.Config, p, t), e.o.Config.DryRun || p.DryRun
 		switch exempt, why := exemptByConfig(e.o.Config, t); {
 		case exempt:
 			r.State, r.Reason, r.Closed = Exempt, why, now

@@ -24,14 +24,21 @@ func matchPolicy(ps []config.Policy, labels map[string]string) *config.Policy {
 }
 
 // actionFor resolves a policy's action for a target: auto takes the
-// alert's suggestion, which must be one the reclaimer knows.
-func actionFor(p *config.Policy, t Target) string {
+// alert's suggestion, which must be one the reclaimer knows. A Slurm job's
+// suggested cancel falls back to killing its processes when the reclaimer
+// has no slurmrestd to ask.
+func actionFor(c *config.Config, p *config.Policy, t Target) string {
 	if p.Action != config.ActionAuto {
 		return p.Action
 	}
 	switch t.Suggested {
 	case config.ActionKill, config.ActionEvict, config.ActionScaleDown, config.ActionNotify:
 		return t.Suggested
+	case config.ActionCancel:
+		if c.Slurm.On() {
+			return config.ActionCancel
+		}
+		return config.ActionKill
 	}
 	return config.ActionNotify
 }
