@@ -67,6 +67,9 @@ type Options struct {
 	// ReclaimerRole is the reclaimer's ClusterRole as the chart renders it
 	// (deploy.ReclaimerClusterRole): the reclaimer is bound to it.
 	ReclaimerRole []byte
+	// ExporterArgs and ExporterEnv are added to every exporter's flags and
+	// environment (a Slurm cluster's --slurm.enabled and SLURM_CONF).
+	ExporterArgs, ExporterEnv []string
 	// DCGM makes the exporters serve dcgm-exporter's exposition, with no
 	// node action endpoint: the rules must be rendered for source: dcgm.
 	DCGM bool
@@ -127,7 +130,9 @@ func (s *Stack) Stop() {
 	}
 }
 
-func (s *Stack) start(name string, args ...string) error {
+func (s *Stack) start(name string, args ...string) error { return s.startEnv(name, nil, args...) }
+
+func (s *Stack) startEnv(name string, env []string, args ...string) error {
 	log, err := os.Create(filepath.Join(s.o.Dir, name+".log"))
 	if err != nil {
 		return err
@@ -137,6 +142,7 @@ func (s *Stack) start(name string, args ...string) error {
 		bin = filepath.Join(s.o.Bin, bin)
 	}
 	cmd := exec.Command(bin, args[1:]...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = log, log
 	// Own process group: a Ctrl-C at the terminal reaches the demo, which stops everything in order.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
@@ -300,10 +306,11 @@ func (s *Stack) StartExporters(ctx context.Context) error {
 		if kubeconfig != "" {
 			args = append(args, "--simulate.kubeconfig="+kubeconfig)
 		}
+		args = append(args, s.o.ExporterArgs...)
 		if err := os.MkdirAll(filepath.Join(s.o.Dir, "node-"+n.Name), 0o755); err != nil {
 			return err
 		}
-		if err := s.start("exporter-"+n.Name, args...); err != nil {
+		if err := s.startEnv("exporter-"+n.Name, s.o.ExporterEnv, args...); err != nil {
 			return err
 		}
 		if err := waitHTTP(ctx, "the exporter of "+n.Name, "http://"+n.Addr+"/metrics"); err != nil {

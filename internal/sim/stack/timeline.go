@@ -87,6 +87,7 @@ type Reclaim struct {
 	Target struct {
 		Alertname, UUID, Node, Namespace, Pod, User, Kind string
 		MIGProfile                                        string `json:"mig_profile"`
+		SlurmJob                                          string `json:"slurm_job"`
 	} `json:"target"`
 	Warning struct {
 		Sent bool              `json:"sent"`
