@@ -21,7 +21,8 @@ import (
 // simulated node's GPUs, the exporter reading Slurm's allocations, then
 // Prometheus, Alertmanager and the reclaimer cancelling through slurmrestd.
 // An idle interactive allocation (no process at all) is warned and
-// cancelled; a busy job and a kept one are untouched.
+// cancelled, an idle requeue-able batch job is requeued where the policy
+// says so, a busy job and a kept one are untouched.
 func TestEndToEndSlurm(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole system")
@@ -30,6 +31,7 @@ func TestEndToEndSlurm(t *testing.T) {
 	idle := c.Alloc(t, 1)
 	busy := c.Batch(t, 1)
 	kept := c.Batch(t, 1, "--comment=gpureclaim:keep")
+	batch := c.Batch(t, 1, "--requeue")
 
 	// Which GPU each job got is Slurm's choice: the scenario follows it.
 	jobs, err := (&slurm.Reader{Node: c.Node, Bin: c.Bin, Env: c.Env()}).Jobs(ctx)
@@ -44,9 +46,13 @@ func TestEndToEndSlurm(t *testing.T) {
 	fmt.Fprintf(&sc, "  - {index: %d, sm_active: 0}\n", gpu[idle])
 	fmt.Fprintf(&sc, "  - {index: %d, sm_active: 0.8}\n", gpu[busy])
 	fmt.Fprintf(&sc, "  - {index: %d, sm_active: 0}\n", gpu[kept])
+	fmt.Fprintf(&sc, "  - {index: %d, sm_active: 0}\n", gpu[batch])
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "node.yaml"), []byte(sc.String()), 0o644))
 
+	// The reclaimer's scontrol (a requeue) finds the cluster as any Slurm
+	// client does.
+	t.Setenv("SLURM_CONF", c.Conf)
 	rulesFile, err := rules.RenderFile(filepath.Join(tooltest.Root(t), "rules", "demo.yaml"))
 	require.NoError(t, err)
 	s, err := stack.New(stack.Options{Bin: binDir(t), Dir: dir, Speed: 60, Rules: rulesFile,
@@ -61,17 +67,22 @@ func TestEndToEndSlurm(t *testing.T) {
 				_ = os.WriteFile(filepath.Join(su.out, "slurm-"+name+".log"), []byte(s.Log(name)), 0o644)
 			}
 			_ = os.WriteFile(filepath.Join(su.out, "slurm-daemons.log"), []byte(c.Logs()), 0o644)
+			t.Logf("reclaimer:\n%s", s.Log("reclaimer"))
 		}
 		s.Stop()
 	})
 	require.NoError(t, s.StartExporters(ctx))
 	su.started = time.Now()
 	require.NoError(t, s.StartAlertmanager(ctx))
-	require.NoError(t, s.StartReclaimer(ctx, fmt.Sprintf(`slurm: {url: "unix://%s", api_version: %s}
+	require.NoError(t, s.StartReclaimer(ctx, fmt.Sprintf(`slurm:
+  url: "unix://%s"
+  api_version: %s
+  scontrol: %q
 notifiers: [{type: log}]
 policies:
+  - {name: batch, matchers: ['alertname="GPUIdle"', 'slurm_job="%s"'], action: requeue, grace: 5s, min_runtime: 0s}
   - {name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 5s, min_runtime: 0s}
-`, c.RestSocket, slurmtest.APIVersion)))
+`, c.RestSocket, slurmtest.APIVersion, filepath.Join(c.Bin, "scontrol"), batch)))
 	require.NoError(t, s.StartPrometheus(ctx))
 
 	job := func(id string) func(stack.Reclaim) bool {
@@ -82,6 +93,15 @@ policies:
 	require.Equal(t, "Slurm job "+idle+" cancelled", r.Detail)
 	require.Eventually(t, func() bool { return c.State(t, idle) == "CANCELLED" }, 10*time.Second, 100*time.Millisecond, "Slurm ended the allocation")
 	su.timing("idle salloc → cancelled", su.started, r.Warning.At, time.Now())
+
+	// The policy for the requeue-able batch job requeues it: Slurm queues
+	// it again, its GPU goes back to the queue.
+	q := su.waitState("the idle batch job", job(batch), "done", 60*time.Second)
+	require.Equal(t, "requeue", q.Action)
+	require.Equal(t, "Slurm job "+batch+" requeued", q.Detail)
+	out, err := c.Command(ctx, "scontrol", "-o", "show", "job", batch).Output()
+	require.NoError(t, err)
+	require.Contains(t, string(out), " Restarts=1 ", "Slurm requeued it once")
 
 	// The exporter sees the GPU free once Slurm has taken it back.
 	require.Eventually(t, func() bool {

@@ -26,9 +26,13 @@ func (a *actor) Act(ctx context.Context, action string, r *reclaim.Reclaim) (rec
 	switch action {
 	case config.ActionKill:
 		return a.nodes.Kill(ctx, r)
-	case config.ActionCancel:
+	case config.ActionCancel, config.ActionRequeue:
 		if a.slurm == nil || r.Target.SlurmJob == "" {
-			return reclaim.Result{}, &reclaim.RefusedError{Reason: "cancel needs a Slurm job and slurm.url; the target is " + r.Target.Owner()}
+			return reclaim.Result{}, &reclaim.RefusedError{Reason: action + " needs a Slurm job and slurm.url; the target is " + r.Target.Owner()}
+		}
+		if action == config.ActionRequeue {
+			detail, err := a.slurm.Requeue(ctx, r.Target.SlurmJob)
+			return reclaim.Result{Detail: detail}, err
 		}
 		if err := a.slurm.Cancel(ctx, r.Target.SlurmJob); err != nil {
 			return reclaim.Result{}, err

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -38,11 +39,14 @@ const (
 	// ActionCancel cancels a Slurm job through slurmrestd, so its
 	// allocation, not only its processes, gives the GPUs back.
 	ActionCancel = "cancel"
+	// ActionRequeue requeues a requeue-able batch job (it runs again when
+	// GPUs are free) and cancels any other job.
+	ActionRequeue = "requeue"
 )
 
 // FreeingActions are the actions that free a unit (the others decide or
 // only notify).
-var FreeingActions = []string{ActionKill, ActionEvict, ActionScaleDown, ActionStop, ActionCancel}
+var FreeingActions = []string{ActionKill, ActionEvict, ActionScaleDown, ActionStop, ActionCancel, ActionRequeue}
 
 // killCheckMargin is what a node's kill takes beyond its grace: signalling,
 // then polling for the processes' end.
@@ -203,6 +207,10 @@ type Slurm struct {
 	APIVersion string `yaml:"api_version"`
 	// Timeout of one call. Default 30s.
 	Timeout Duration `yaml:"timeout"`
+	// Scontrol is the scontrol a requeue runs (`scontrol requeue`): the
+	// slurmrestd of Slurm before 26.05 has no requeue. It needs Slurm's
+	// client and munge on the reclaimer's host. Default: scontrol on the PATH.
+	Scontrol string `yaml:"scontrol"`
 
 	Token string `yaml:"-"`
 }
@@ -217,6 +225,9 @@ func (s *Slurm) validate(c *checker) {
 		s.APIVersion = "v0.0.38"
 	}
 	c.duration("slurm.timeout", &s.Timeout, 30*time.Second)
+	if s.Scontrol == "" {
+		s.Scontrol = "scontrol"
+	}
 	if !s.On() {
 		if s.TokenFile != "" || s.UserName != "" {
 			c.errorf("slurm.url", "is required with slurm.token_file and slurm.user_name")
@@ -673,8 +684,13 @@ func (cfg *Config) validate() error {
 	names := map[string]bool{}
 	for i := range cfg.Policies {
 		cfg.Policies[i].validate(c, fmt.Sprintf("policies[%d]", i), names)
-		if cfg.Policies[i].Action == ActionCancel && !cfg.Slurm.On() {
-			c.errorf(fmt.Sprintf("policies[%d].action", i), "cancel goes through slurmrestd: set slurm.url")
+		switch a := cfg.Policies[i].Action; {
+		case (a == ActionCancel || a == ActionRequeue) && !cfg.Slurm.On():
+			c.errorf(fmt.Sprintf("policies[%d].action", i), "%s goes through slurmrestd: set slurm.url", a)
+		case a == ActionRequeue && !c.skipSecrets:
+			if _, err := exec.LookPath(cfg.Slurm.Scontrol); err != nil {
+				c.errorf("slurm.scontrol", "a requeue runs scontrol on this host: %v", err)
+			}
 		}
 	}
 	return errors.Join(c.errs...)
@@ -700,11 +716,11 @@ func (p *Policy) validate(c *checker, field string, names map[string]bool) {
 		p.matchers = append(p.matchers, lm)
 	}
 	switch p.Action {
-	case ActionAuto, ActionNotify, ActionKill, ActionEvict, ActionScaleDown, ActionStop, ActionCancel:
+	case ActionAuto, ActionNotify, ActionKill, ActionEvict, ActionScaleDown, ActionStop, ActionCancel, ActionRequeue:
 	case "":
-		c.errorf(field+".action", "is required: auto, notify, kill, evict, scale_down, stop or cancel")
+		c.errorf(field+".action", "is required: auto, notify, kill, evict, scale_down, stop, cancel or requeue")
 	default:
-		c.errorf(field+".action", "%q is not one of auto, notify, kill, evict, scale_down, stop, cancel", p.Action)
+		c.errorf(field+".action", "%q is not one of auto, notify, kill, evict, scale_down, stop, cancel, requeue", p.Action)
 	}
 	p.Grace = c.optDuration(field+".grace", p.Grace, 15*time.Minute)
 	p.MinRuntime = c.optDuration(field+".min_runtime", p.MinRuntime, 30*time.Minute)

@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os/exec"
 	"strings"
 	"time"
 
@@ -26,10 +27,14 @@ import (
 // KeepMarker in a job's comment keeps it (the exporter reads the same).
 const KeepMarker = "gpureclaim:keep"
 
-// Client talks to one slurmrestd.
+// Client talks to one slurmrestd, and runs scontrol for a requeue.
 type Client struct {
 	base, version, user, token string
 	http                       *http.Client
+	scontrol                   string
+	timeout                    time.Duration
+	// Env is scontrol's environment (SLURM_CONF in tests); nil: the reclaimer's.
+	Env []string
 }
 
 // New builds a client from the config's slurm section.
@@ -38,7 +43,7 @@ func New(c config.Slurm) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl := &Client{version: c.APIVersion, user: c.UserName, token: c.Token}
+	cl := &Client{version: c.APIVersion, user: c.UserName, token: c.Token, scontrol: c.Scontrol, timeout: time.Duration(c.Timeout)}
 	tr := &http.Transport{}
 	if u.Scheme == "unix" {
 		socket := u.Path
@@ -222,4 +227,43 @@ func (c *Client) Cancel(ctx context.Context, id string) error {
 	}
 	_, err = c.do(ctx, http.MethodDelete, id)
 	return err
+}
+
+// Requeue requeues a requeue-able batch job: Slurm ends it and queues it
+// again, so its GPUs go back to the queue and its work starts over when
+// they are free. Any other job is cancelled. It says what it did.
+//
+// slurmrestd gained a requeue only in Slurm 26.05; through 25.11 Slurm
+// requeues by its RPC, which scontrol sends: the reclaimer's host needs
+// Slurm's client and munge, as an administrator's login node has.
+func (c *Client) Requeue(ctx context.Context, id string) (string, error) {
+	j, err := c.Job(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if !j.Running() {
+		return "", reclaim.ErrGone
+	}
+	if !j.Batch || !j.Requeue {
+		why := "an interactive allocation"
+		if j.Batch {
+			why = "not requeue-able (--no-requeue)"
+		}
+		if _, err := c.do(ctx, http.MethodDelete, id); err != nil {
+			return "", err
+		}
+		return "Slurm job " + id + " cancelled: " + why, nil
+	}
+	scontrol := c.scontrol
+	if scontrol == "" {
+		scontrol = "scontrol"
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, scontrol, "requeue", id)
+	cmd.Env = c.Env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("scontrol requeue %s: %w: %s", id, err, strings.TrimSpace(string(out)))
+	}
+	return "Slurm job " + id + " requeued", nil
 }

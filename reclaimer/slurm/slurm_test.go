@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,7 +22,7 @@ var ctx = context.Background()
 // Against a real slurmrestd (Slurm 22.05, rest_auth/local on its socket).
 func TestClientOnARealSlurm(t *testing.T) {
 	c := slurmtest.Start(t, "gpu-node-1", 8)
-	cl, err := slurm.New(config.Slurm{URL: "unix://" + c.RestSocket, APIVersion: slurmtest.APIVersion, Timeout: config.Duration(10 * time.Second)})
+	cl, err := slurm.New(config.Slurm{URL: "unix://" + c.RestSocket, APIVersion: slurmtest.APIVersion, Timeout: config.Duration(10 * time.Second), Scontrol: filepath.Join(c.Bin, "scontrol")})
 	require.NoError(t, err)
 
 	alloc := c.Alloc(t, 2)
@@ -46,6 +48,23 @@ func TestClientOnARealSlurm(t *testing.T) {
 	require.Eventually(t, func() bool { return c.State(t, alloc) == "CANCELLED" }, 10*time.Second, 100*time.Millisecond, c.Logs())
 	require.ErrorIs(t, cl.Cancel(ctx, alloc), reclaim.ErrGone, "a job cancelled before is gone")
 	require.Equal(t, "RUNNING", c.State(t, kept), "the other job runs on")
+
+	// Requeue: a requeue-able batch job is requeued, anything else cancelled.
+	cl.Env = c.Env()
+	again := c.Batch(t, 1, "--requeue")
+	once := c.Batch(t, 1, "--no-requeue")
+	inter := c.Alloc(t, 1)
+	detail, err := cl.Requeue(ctx, again)
+	require.NoError(t, err, c.Logs())
+	require.Equal(t, "Slurm job "+again+" requeued", detail)
+	require.Eventually(t, func() bool { return restarts(t, c, again) == "1" }, 10*time.Second, 100*time.Millisecond, "Slurm requeued it")
+	detail, err = cl.Requeue(ctx, once)
+	require.NoError(t, err)
+	require.Equal(t, "Slurm job "+once+" cancelled: not requeue-able (--no-requeue)", detail)
+	detail, err = cl.Requeue(ctx, inter)
+	require.NoError(t, err)
+	require.Equal(t, "Slurm job "+inter+" cancelled: an interactive allocation", detail)
+	require.Eventually(t, func() bool { return c.State(t, once) == "CANCELLED" && c.State(t, inter) == "CANCELLED" }, 10*time.Second, 100*time.Millisecond)
 
 	_, err = cl.Job(ctx, "999999")
 	require.ErrorIs(t, err, reclaim.ErrGone)
@@ -87,4 +106,17 @@ func TestClientWithATokenAndTheNewerSchema(t *testing.T) {
 	require.ErrorAs(t, err, &retry, "a 5xx is tried again")
 	_, err = cl.Job(ctx, "9")
 	require.ErrorContains(t, err, "refused the reclaimer")
+}
+
+func restarts(t *testing.T, c *slurmtest.Cluster, id string) string {
+	out, err := c.Command(ctx, "scontrol", "-o", "show", "job", id).Output()
+	if err != nil {
+		return ""
+	}
+	_, after, ok := strings.Cut(string(out), " Restarts=")
+	if !ok {
+		return ""
+	}
+	n, _, _ := strings.Cut(after, " ")
+	return n
 }
