@@ -57,7 +57,7 @@ func TestEndToEndSlurm(t *testing.T) {
 	require.NoError(t, err)
 	s, err := stack.New(stack.Options{Bin: binDir(t), Dir: dir, Speed: 60, Rules: rulesFile,
 		Nodes:        []*stack.Node{{Name: "gpu-node-1", Scenario: filepath.Join(dir, "node.yaml")}},
-		ExporterArgs: []string{"--slurm.enabled", "--slurm.bin-dir=" + c.Bin},
+		ExporterArgs: []string{"--slurm.enabled", "--slurm.bin-dir=" + c.Bin, "--slurm.interval=1s"},
 		ExporterEnv:  []string{"SLURM_CONF=" + c.Conf}})
 	require.NoError(t, err)
 	su := &suite{t: t, s: s, out: t.ArtifactDir()}

@@ -61,10 +61,13 @@ type Config struct {
 	Allocations AllocationLister
 	// Slurm, when set, makes a GPU a Slurm job holds by allocation held,
 	// whether or not a process runs on it.
-	Slurm  SlurmLister
-	Pods   podmeta.Resolver
-	Clock  func() time.Time
-	Logger *slog.Logger
+	Slurm SlurmLister
+	// SlurmInterval is the least time between two reads of Slurm: each is
+	// an RPC to slurmctld from every node. Default 30s.
+	SlurmInterval time.Duration
+	Pods          podmeta.Resolver
+	Clock         func() time.Time
+	Logger        *slog.Logger
 	// OnSample, when set, sees every published snapshot (the action
 	// endpoint keeps a short history of activity from it).
 	OnSample func(*Snapshot)
@@ -85,6 +88,8 @@ type Sampler struct {
 	procUtilSeen map[string]uint64
 	allocs       podresources.Allocations
 	slurmJobs    []slurm.Job
+	slurmRead    time.Time
+	slurmErr     error
 	errors       map[ErrorKey]uint64
 	quiet        map[string]bool // not-supported calls already logged
 	migState     map[string]string
@@ -242,8 +247,18 @@ func (c *cycle) slurm() {
 	if c.s.cfg.Slurm == nil {
 		return
 	}
+	every := c.s.cfg.SlurmInterval
+	if every == 0 {
+		every = 30 * time.Second
+	}
+	if !c.s.slurmRead.IsZero() && c.now.Sub(c.s.slurmRead) < every {
+		c.track(StepSlurm, time.Now(), c.s.slurmErr) // the last answer stands, and its health
+		return
+	}
+	c.s.slurmRead = c.now
 	start := time.Now()
 	jobs, err := c.s.cfg.Slurm.Jobs(c.ctx)
+	c.s.slurmErr = err
 	if err != nil {
 		// Keep the last answer: a slurmctld restart must not free every GPU.
 		c.s.cfg.Logger.Warn("reading Slurm's allocations", "err", err)

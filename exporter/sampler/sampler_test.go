@@ -262,11 +262,12 @@ func TestPodResourcesOutageKeepsTheLastAnswer(t *testing.T) {
 }
 
 type slurmJobs struct {
-	jobs []slurm.Job
-	err  error
+	jobs  []slurm.Job
+	err   error
+	calls int
 }
 
-func (s *slurmJobs) Jobs(context.Context) ([]slurm.Job, error) { return s.jobs, s.err }
+func (s *slurmJobs) Jobs(context.Context) ([]slurm.Job, error) { s.calls++; return s.jobs, s.err }
 
 // A GPU a Slurm job holds by allocation is held with no process on it; a
 // job with a process on its GPU is one owner, started when the job did; a
@@ -300,6 +301,8 @@ gpus:
 	require.Empty(t, s.GPUs[3].Units[0].Owners, "no job holds GPU 3")
 	require.True(t, step(t, s, sampler.StepSlurm).Success)
 	require.Len(t, s.SlurmJobs, 2)
+	n.SampleAt(t, time.Minute+10*time.Second, 5*time.Second)
+	require.Equal(t, 1, lister.calls, "slurmctld is asked at most every 30s, not every sample")
 
 	lister.jobs, lister.err = nil, errors.New("slurm_load_jobs error: Unable to contact slurm controller")
 	s = n.SampleAt(t, 2*time.Minute, 5*time.Second)

@@ -55,6 +55,7 @@ type Options struct {
 
 	SlurmEnabled        bool
 	SlurmNode, SlurmBin string
+	SlurmInterval       time.Duration
 }
 
 // RegisterFlags defines the exporter's flags on fs.
@@ -80,6 +81,7 @@ func RegisterFlags(fs *flag.FlagSet) *Options {
 	fs.BoolVar(&o.SlurmEnabled, "slurm.enabled", false, "Read which Slurm jobs hold the node's GPUs by allocation (squeue, scontrol --details), so a GPU an idle salloc holds is held with no process on it.")
 	fs.StringVar(&o.SlurmNode, "slurm.node-name", "", "The node's Slurm NodeName (default: --node-name).")
 	fs.StringVar(&o.SlurmBin, "slurm.bin-dir", "", "Where squeue and scontrol are (default: the PATH).")
+	fs.DurationVar(&o.SlurmInterval, "slurm.interval", 30*time.Second, "The least time between two reads of Slurm's allocations: each is an RPC to slurmctld from every node.")
 	return o
 }
 
@@ -98,6 +100,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--action.idle-threshold: %g must be between 0 and 1", o.ActionThreshold)
 	case !o.SlurmEnabled && (o.SlurmNode != "" || o.SlurmBin != ""):
 		return errors.New("--slurm.node-name and --slurm.bin-dir need --slurm.enabled")
+	case o.SlurmInterval < o.Interval:
+		return fmt.Errorf("--slurm.interval: %s is under --sample.interval (%s)", o.SlurmInterval, o.Interval)
 	}
 	return nil
 }
@@ -256,7 +260,7 @@ func Run(ctx context.Context, o *Options, n *Node, logger *slog.Logger) error {
 		}
 		n.Slurm = &slurm.Reader{Node: node, Bin: o.SlurmBin}
 	}
-	scfg := sampler.Config{NVML: n.NVML, Node: n.Name, Proc: n.Proc, Allocations: n.Allocs, Slurm: n.Slurm, Pods: n.Pods, Logger: logger}
+	scfg := sampler.Config{NVML: n.NVML, Node: n.Name, Proc: n.Proc, Allocations: n.Allocs, Slurm: n.Slurm, SlurmInterval: o.SlurmInterval, Pods: n.Pods, Logger: logger}
 	if hist != nil {
 		scfg.OnSample = hist.Record
 	}
