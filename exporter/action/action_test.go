@@ -1,11 +1,13 @@
 package action_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -35,6 +37,28 @@ func spawn(t *testing.T, script string) *exec.Cmd {
 		_ = cmd.Process.Kill()
 		<-done
 	})
+	return cmd
+}
+
+// spawnStubborn starts a shell that ignores SIGTERM, and returns once the
+// trap is set: a SIGTERM that came before it would end the shell at once.
+func spawnStubborn(t *testing.T) *exec.Cmd {
+	cmd := exec.Command("sh", "-c", `trap "" TERM; echo ready; while :; do sleep 1; done`)
+	out, w, err := os.Pipe() // not StdoutPipe: Wait, run at once below, would close it under the read
+	require.NoError(t, err)
+	cmd.Stdout = w
+	require.NoError(t, cmd.Start())
+	w.Close()
+	defer out.Close()
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "ready\n", line)
 	return cmd
 }
 
@@ -123,7 +147,7 @@ func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
 
 func TestKillsRealProcessesOnAnIdleUnit(t *testing.T) {
 	polite := spawn(t, "exec sleep 300")
-	stubborn := spawn(t, `trap "" TERM; while :; do sleep 1; done`) // ignores SIGTERM
+	stubborn := spawnStubborn(t) // ignores SIGTERM
 	n := start(t, 0, polite.Process.Pid, stubborn.Process.Pid)
 	n.history(t)
 
@@ -291,7 +315,7 @@ func TestRefusesAProcessItCannotCheck(t *testing.T) {
 // retry during the grace) is busy, not refused: 503 with Retry-After, so
 // the reclaimer waits rather than cancels.
 func TestBusyWhileAKillRuns(t *testing.T) {
-	stubborn := spawn(t, `trap "" TERM; while :; do sleep 1; done`) // the kill takes the whole grace
+	stubborn := spawnStubborn(t) // the kill takes the whole grace
 	// A grace long enough that the two requests overlap however loaded the machine.
 	n := startGrace(t, 3*time.Second, 0, stubborn.Process.Pid)
 	n.history(t)
