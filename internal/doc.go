@@ -8,7 +8,8 @@
 //     the tests run on (nvmlsim: GPUs behind NVML; cluster: a local
 //     Kubernetes control plane; stack: the whole system on loopback);
 //   - internal/testkit/: helpers only tests import (fake Slack, a fake clock,
-//     Alertmanager and apiserver harnesses, the pinned tools).
+//     Alertmanager, apiserver and single-node Slurm harnesses, the pinned
+//     tools).
 //
 // Nothing here imports the components (exporter, reclaimer, rules,
 // dashboards): arrows run from them into internal, never back.
