@@ -1,0 +1,342 @@
+// Command rulesbench measures what gpureclaim's rules cost a real
+// Prometheus at fleet size: it writes a TSDB block holding a day of the
+// exporter's series for a simulated fleet (whole GPUs, MIG slices, shared
+// units; idle, busy, wasted and intermittent), starts the pinned Prometheus
+// on it with the rules, and reads Prometheus's own figures: each group's
+// evaluation time (/api/v1/rules) and the head series the rules add
+// (/api/v1/status/tsdb). `make bench-rules` runs it; BENCHMARKS.md has
+// the figures.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/tsdb"
+)
+
+func main() {
+	gpus := flag.Int("gpus", 1000, "GPUs in the simulated fleet (8 per node; every tenth in MIG mode with 4 instances)")
+	rules := flag.String("rules", "rules/gpureclaim.rules.yml", "the rule file")
+	prom := flag.String("prometheus", "bin/prometheus", "the Prometheus binary")
+	hours := flag.Int("hours", 24, "hours of history")
+	evals := flag.Int("evaluations", 5, "evaluations of each group to measure")
+	flag.Parse()
+	if err := run(*gpus, *hours, *evals, *rules, *prom); err != nil {
+		fmt.Fprintln(os.Stderr, "rulesbench:", err)
+		os.Exit(1)
+	}
+}
+
+const step = time.Minute
+
+// unit is one series set the exporter would serve for a unit.
+type unit struct {
+	uuid, gpuUUID, node, kind, profile, index string
+	slices                                    int
+	owners                                    [][2]string // namespace, pod
+	class                                     int         // 0 idle, 1 busy, 2 wasted, 3 intermittent
+	totalBytes                                float64
+}
+
+// fleet lays out n GPUs: 8 a node; every tenth GPU in MIG mode with four
+// instances; of the units, a tenth free, a tenth shared by two pods; their
+// activity idle, busy, wasted or intermittent in turn.
+func fleet(n int) []unit {
+	var us []unit
+	k := 0
+	for g := range n {
+		node := fmt.Sprintf("gpu-node-%d", g/8)
+		gpu := fmt.Sprintf("GPU-%08d", g)
+		idx := fmt.Sprint(g % 8)
+		add := func(u unit) {
+			k++
+			u.class = k % 4
+			switch k % 10 {
+			case 0: // free
+			case 1:
+				u.owners = [][2]string{{"serving", fmt.Sprintf("infer-%d-a", k)}, {"serving", fmt.Sprintf("infer-%d-b", k)}}
+			default:
+				u.owners = [][2]string{{fmt.Sprintf("team-%d", k%50), fmt.Sprintf("pod-%d", k)}}
+			}
+			us = append(us, u)
+		}
+		if g%10 == 9 {
+			for i, p := range []struct {
+				name   string
+				slices int
+				gb     float64
+			}{{"3g.40gb", 3, 40}, {"2g.20gb", 2, 20}, {"1g.10gb", 1, 10}, {"1g.10gb", 1, 10}} {
+				add(unit{uuid: fmt.Sprintf("MIG-%08d-%d", g, i), gpuUUID: gpu, node: node, kind: "mig", profile: p.name, index: idx, slices: p.slices, totalBytes: p.gb * (1 << 30)})
+			}
+			continue
+		}
+		add(unit{uuid: gpu, gpuUUID: gpu, node: node, kind: "gpu", index: idx, totalBytes: 80 << 30})
+	}
+	return us
+}
+
+var profiles = []struct {
+	name   string
+	slices int
+	gb     float64
+}{{"1g.10gb", 1, 10}, {"1g.20gb", 1, 20}, {"2g.20gb", 2, 20}, {"3g.40gb", 3, 40}, {"4g.40gb", 4, 40}, {"7g.80gb", 7, 80}}
+
+// activity is a unit's activity at minute m.
+func (u unit) activity(m int) float64 {
+	switch u.class {
+	case 1:
+		return 0.6 + 0.3*math.Abs(math.Sin(float64(m)/7))
+	case 2:
+		return 0.1
+	case 3:
+		if (m/30)%2 == 0 {
+			return 0.8
+		}
+		return 0
+	}
+	return 0
+}
+
+func writeBlock(dir string, us []unit, start, end time.Time) (int, int, error) {
+	w, err := tsdb.NewBlockWriter(slog.New(slog.DiscardHandler), dir, end.Sub(start).Milliseconds()+1)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer w.Close()
+	type series struct {
+		l labels.Labels
+		v func(m int) float64
+	}
+	var ss []series
+	for _, u := range us {
+		base := []string{"job", "gpureclaim-exporter", "instance", u.node + ":9847", "uuid", u.uuid, "gpu_uuid", u.gpuUUID}
+		with := func(name string, extra ...string) labels.Labels {
+			return labels.FromStrings(append(append([]string{"__name__", name}, base...), extra...)...)
+		}
+		one := func(int) float64 { return 1 }
+		ss = append(ss, series{with("gpureclaim_unit_info", "node", u.node, "kind", u.kind, "gpu_index", u.index, "model", "NVIDIA H100 80GB HBM3", "mig_profile", u.profile), one})
+		ss = append(ss, series{with("gpureclaim_unit_sm_active_ratio"), u.activity})
+		if u.kind == "gpu" {
+			ss = append(ss, series{with("gpureclaim_unit_utilization_ratio"), func(m int) float64 { return math.Min(1, u.activity(m)*1.2) }})
+		}
+		total := u.totalBytes
+		used := func(m int) float64 {
+			if len(u.owners) == 0 {
+				return 0
+			}
+			if u.class == 2 {
+				return 0.7 * total
+			}
+			if len(u.owners) > 1 {
+				return 0.96 * total
+			}
+			return 0.4 * total
+		}
+		ss = append(ss, series{with("gpureclaim_unit_memory_used_bytes"), used}, series{with("gpureclaim_unit_memory_total_bytes"), func(int) float64 { return total }})
+		for _, o := range u.owners {
+			ss = append(ss, series{with("gpureclaim_unit_owner_info", "namespace", o[0], "pod", o[1], "container", "main", "user", "", "slurm_job", "", "keep", "false"), one})
+		}
+		if u.kind == "mig" {
+			s := float64(u.slices)
+			ss = append(ss, series{with("gpureclaim_mig_instance_slices"), func(int) float64 { return s }})
+			for _, p := range profiles {
+				gb, sl := p.gb*(1<<30), float64(p.slices)
+				ss = append(ss, series{with("gpureclaim_mig_profile_memory_bytes", "profile", p.name), func(int) float64 { return gb }},
+					series{with("gpureclaim_mig_profile_slices", "profile", p.name), func(int) float64 { return sl }})
+			}
+		}
+	}
+	minutes := int(end.Sub(start) / step)
+	ctx := context.Background()
+	samples := 0
+	// A batch of minutes at a time keeps each appender's memory small.
+	for m0 := 0; m0 <= minutes; m0 += 60 {
+		app := w.Appender(ctx)
+		for _, s := range ss {
+			for m := m0; m < m0+60 && m <= minutes; m++ {
+				if _, err := app.Append(0, s.l, start.Add(time.Duration(m)*step).UnixMilli(), s.v(m)); err != nil {
+					return 0, 0, err
+				}
+				samples++
+			}
+		}
+		if err := app.Commit(); err != nil {
+			return 0, 0, err
+		}
+	}
+	_, err = w.Flush(ctx)
+	return len(ss), samples, err
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+type groupsAnswer struct {
+	Data struct {
+		Groups []struct {
+			Name           string    `json:"name"`
+			EvaluationTime float64   `json:"evaluationTime"`
+			LastEvaluation time.Time `json:"lastEvaluation"`
+			Rules          []struct {
+				Name           string  `json:"name"`
+				EvaluationTime float64 `json:"evaluationTime"`
+				Health         string  `json:"health"`
+				LastError      string  `json:"lastError"`
+			} `json:"rules"`
+		} `json:"groups"`
+	} `json:"data"`
+}
+
+func get(url string, v any) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+func run(gpus, hours, evals int, rulesFile, promBin string) error {
+	dir, err := os.MkdirTemp("", "rulesbench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	data := filepath.Join(dir, "data")
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		return err
+	}
+	us := fleet(gpus)
+	// The history ends a moment ago: the rules' instant selectors find it,
+	// and their own samples, appended now, come after the block.
+	end := time.Now().Add(-30 * time.Second).Truncate(time.Second)
+	start := end.Add(-time.Duration(hours) * time.Hour)
+	t0 := time.Now()
+	nseries, nsamples, err := writeBlock(data, us, start, end)
+	if err != nil {
+		return fmt.Errorf("writing the block: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "%d GPUs, %d units: %d series, %d samples written in %s\n", gpus, len(us), nseries, nsamples, time.Since(t0).Round(time.Second))
+
+	abs, err := filepath.Abs(rulesFile)
+	if err != nil {
+		return err
+	}
+	const interval = 20 * time.Second
+	cfg := fmt.Sprintf("global: {evaluation_interval: %s}\nrule_files: [%q]\n", interval, abs)
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	cmd := exec.Command(promBin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+data,
+		"--storage.tsdb.retention.time=30d", "--web.listen-address="+addr, "--log.level=warn")
+	logf, err := os.Create(filepath.Join(dir, "prometheus.log"))
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+
+	base := "http://" + addr
+	seen := map[string][]float64{}
+	last := map[string]time.Time{}
+	rulesCost := map[string]float64{}
+	var errs []string
+	deadline := time.Now().Add(time.Duration(evals+3) * interval * 2)
+	for time.Now().Before(deadline) {
+		time.Sleep(time.Second)
+		var g groupsAnswer
+		if err := get(base+"/api/v1/rules", &g); err != nil {
+			continue
+		}
+		done := len(g.Data.Groups) > 0
+		for _, gr := range g.Data.Groups {
+			if !gr.LastEvaluation.IsZero() && gr.LastEvaluation.After(last[gr.Name]) {
+				last[gr.Name] = gr.LastEvaluation
+				seen[gr.Name] = append(seen[gr.Name], gr.EvaluationTime)
+				for _, r := range gr.Rules {
+					rulesCost[r.Name] = math.Max(rulesCost[r.Name], r.EvaluationTime)
+					if r.Health == "err" {
+						errs = append(errs, r.Name+": "+r.LastError)
+					}
+				}
+			}
+			if len(seen[gr.Name]) < evals {
+				done = false
+			}
+		}
+		if done {
+			break
+		}
+	}
+	if len(seen) == 0 {
+		b, _ := os.ReadFile(filepath.Join(dir, "prometheus.log"))
+		return fmt.Errorf("no rule group evaluated:\n%s", b)
+	}
+	var status struct {
+		Data struct {
+			HeadStats struct {
+				NumSeries int `json:"numSeries"`
+			} `json:"headStats"`
+		} `json:"data"`
+	}
+	if err := get(base+"/api/v1/status/tsdb", &status); err != nil {
+		return err
+	}
+	names := make([]string, 0, len(seen))
+	for n := range seen {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	fmt.Printf("| GPUs | units | input series | rule group | evaluations | median | max | head series the rules add |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, n := range names {
+		d := append([]float64(nil), seen[n]...)
+		sort.Float64s(d)
+		fmt.Printf("| %d | %d | %d | %s | %d | %.0f ms | %.0f ms | %d |\n", gpus, len(us), nseries, n, len(d), d[len(d)/2]*1000, d[len(d)-1]*1000, status.Data.HeadStats.NumSeries)
+	}
+	type rc struct {
+		name string
+		s    float64
+	}
+	var top []rc
+	for n, s := range rulesCost {
+		top = append(top, rc{n, s})
+	}
+	sort.Slice(top, func(i, j int) bool { return top[i].s > top[j].s })
+	fmt.Printf("\nCostliest rules (max of one evaluation):")
+	for _, r := range top[:min(5, len(top))] {
+		fmt.Printf(" %s %.0f ms;", r.name, r.s*1000)
+	}
+	fmt.Println()
+	if len(errs) > 0 {
+		return fmt.Errorf("rules failed: %s", strings.Join(errs[:min(5, len(errs))], "; "))
+	}
+	return nil
+}
