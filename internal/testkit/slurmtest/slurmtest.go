@@ -109,6 +109,19 @@ PartitionName=gpu Nodes=%[6]s Default=YES MaxTime=INFINITE State=UP
 		return err == nil && strings.TrimSpace(string(out)) == "idle"
 	})
 	c.daemon(t, "slurmrestd", "-f", c.Conf, "-a", "rest_auth/local", "-s", "openapi/"+APIVersion, "unix:"+c.RestSocket)
+	// Cleanups run last in first: this one, before the daemons stop, ends
+	// every job, so no job step outlives the test.
+	t.Cleanup(func() {
+		_ = c.Command(context.Background(), "scancel", "--full", "--partition=gpu").Run()
+		deadline := time.Now().Add(15 * time.Second)
+		for time.Now().Before(deadline) {
+			out, err := c.Command(context.Background(), "squeue", "--noheader").Output()
+			if err == nil && strings.TrimSpace(string(out)) == "" {
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
 	c.wait(t, "slurmrestd", func() bool {
 		resp, err := c.HTTPClient().Get("http://slurm/slurm/" + APIVersion + "/ping")
 		if err != nil {
