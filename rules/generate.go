@@ -377,30 +377,28 @@ unless on (uuid) %s
 	return rs
 }
 
+// exporterDown fires when Prometheus cannot scrape a target of the job
+// that exports the GPUs.
+func (c Config) exporterDown(job string) Rule {
+	return Rule{
+		Alert:  names.AlertExporterDown,
+		Expr:   Expr(fmt.Sprintf(`up{job=%q} == 0`, job)),
+		For:    c.Exporter.DownFor.String(),
+		Labels: map[string]string{"severity": "warning"},
+		Annotations: c.annotations("gpuexporterdown",
+			`GPU exporter {{ $labels.instance }} is down`,
+			`Prometheus has not scraped {{ $labels.instance }} for `+c.Exporter.DownFor.String()+`: its GPUs are not watched, and none of them can be found idle.`, ""),
+	}
+}
+
 func exporterRules(c Config) []Rule {
 	if c.Source == SourceDCGM {
 		// dcgm-exporter reports no health of its own that the rules read:
 		// only whether Prometheus reaches it.
-		return []Rule{{
-			Alert:  names.AlertExporterDown,
-			Expr:   Expr(fmt.Sprintf(`up{job=%q} == 0`, c.DCGM.Job)),
-			For:    c.Exporter.DownFor.String(),
-			Labels: map[string]string{"severity": "warning"},
-			Annotations: c.annotations("gpuexporterdown",
-				`GPU exporter {{ $labels.instance }} is down`,
-				`Prometheus has not scraped {{ $labels.instance }} for `+c.Exporter.DownFor.String()+`: its GPUs are not watched, and none of them can be found idle.`, ""),
-		}}
+		return []Rule{c.exporterDown(c.DCGM.Job)}
 	}
 	return []Rule{
-		{
-			Alert:  names.AlertExporterDown,
-			Expr:   Expr(fmt.Sprintf(`up{job=%q} == 0`, c.Exporter.Job)),
-			For:    c.Exporter.DownFor.String(),
-			Labels: map[string]string{"severity": "warning"},
-			Annotations: c.annotations("gpuexporterdown",
-				`GPU exporter {{ $labels.instance }} is down`,
-				`Prometheus has not scraped {{ $labels.instance }} for `+c.Exporter.DownFor.String()+`: its GPUs are not watched, and none of them can be found idle.`, ""),
-		},
+		c.exporterDown(c.Exporter.Job),
 		{
 			Alert:  names.AlertCollector,
 			Expr:   "gpureclaim_exporter_collector_success == 0",
