@@ -10,6 +10,7 @@ import (
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpureclaim/gpureclaim/internal/testkit/metricsdoc"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
@@ -17,10 +18,6 @@ import (
 )
 
 var docRow = regexp.MustCompile("^\\| `([a-z_]+)` \\| (gauge|counter|histogram) \\|[^|]*\\|([^|]*)\\|")
-
-// docLabelValue is a label with the values the doc lists for it:
-// "`decision` (`pending`, `exempt`)".
-var docLabelValues = regexp.MustCompile("`([a-z_]+)` \\(([^)]*)\\)")
 
 func strs[T ~string](vs []T) []string {
 	out := make([]string, len(vs))
@@ -42,22 +39,7 @@ func TestMetricsDocListsTheLabelValues(t *testing.T) {
 		"gpureclaim_reclaimer_reclaims state":               strs(reclaim.States),
 		"gpureclaim_reclaimer_errors_total component":       strs(reclaim.Components),
 	}
-	got := map[string][]string{}
-	for _, row := range docRows(t) {
-		for _, m := range docLabelValues.FindAllStringSubmatch(row[3], -1) {
-			var values []string
-			for _, v := range strings.Split(m[2], ",") {
-				values = append(values, strings.Trim(strings.TrimSpace(v), "`"))
-			}
-			got[row[1]+" "+m[1]] = values
-		}
-	}
-	for k, vs := range want {
-		require.ElementsMatch(t, vs, got[k], "METRICS.md's values of %s", k)
-	}
-	for k := range got {
-		require.Contains(t, want, k, "METRICS.md lists values of %s; give the test their typed list", k)
-	}
+	metricsdoc.RequireLabelValues(t, "../METRICS.md", "## Reclaimer metrics", want)
 }
 
 // docRows are the rows of METRICS.md's reclaimer table.

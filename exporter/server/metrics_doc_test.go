@@ -16,6 +16,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/exporter/sampler"
 	"github.com/gpureclaim/gpureclaim/exporter/sampler/samplertest"
 	"github.com/gpureclaim/gpureclaim/internal/names"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/metricsdoc"
 )
 
 var docRow = regexp.MustCompile("^\\| `([a-z_]+)` \\| (gauge|counter|histogram|summary) \\|.*\\| ([^|]*) \\|$")
@@ -49,38 +50,8 @@ func TestMetricsDocListsTheLabelValues(t *testing.T) {
 		"gpureclaim_exporter_collector_success collector": sampler.Steps,
 		"gpureclaim_exporter_actions_total result":        action.Results,
 	}
-	b, err := os.ReadFile("../../METRICS.md")
-	require.NoError(t, err)
-	got := map[string][]string{}
-	section := ""
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "## ") {
-			section = line
-		}
-		name := docName.FindStringSubmatch(line)
-		if section != "## Exporter metrics" || name == nil {
-			continue
-		}
-		for _, m := range docLabelValues.FindAllStringSubmatch(line, -1) {
-			var values []string
-			for _, v := range strings.Split(m[2], ",") {
-				values = append(values, strings.Trim(strings.TrimSpace(v), "`"))
-			}
-			got[name[1]+" "+m[1]] = values
-		}
-	}
-	for k, vs := range want {
-		require.ElementsMatch(t, vs, got[k], "METRICS.md's values of %s", k)
-	}
-	for k := range got {
-		require.Contains(t, want, k, "METRICS.md lists values of %s; give the test the code's list", k)
-	}
+	metricsdoc.RequireLabelValues(t, "../../METRICS.md", "## Exporter metrics", want)
 }
-
-var (
-	docName        = regexp.MustCompile("^\\| `([a-z_]+)` \\|")
-	docLabelValues = regexp.MustCompile("`([a-z_]+)` \\(([^)]*)\\)")
-)
 
 var descName = regexp.MustCompile(`fqName: "([^"]+)"`)
 
