@@ -88,14 +88,6 @@ func fromDCGM(h History, all []Series, n int, ctl reclaim.Controller, honorLabel
 	return h, nil
 }
 
-func nans(n int) []float64 {
-	out := make([]float64, n)
-	for i := range out {
-		out[i] = math.NaN()
-	}
-	return out
-}
-
 func scale(vs []float64, f float64) []float64 {
 	out := make([]float64, len(vs))
 	for i, v := range vs {

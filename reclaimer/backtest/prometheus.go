@@ -102,10 +102,7 @@ func FromPrometheus(r io.Reader, ctl reclaim.Controller, dcgmHonorLabels bool) (
 	start := stamps[0]
 	n := int((stamps[len(stamps)-1]-start)/step) + 1
 	grid := func(rw raw) []float64 {
-		out := make([]float64, n)
-		for i := range out {
-			out[i] = math.NaN()
-		}
+		out := nans(n)
 		for k, t := range rw.ts {
 			out[(t-start)/step] = rw.vs[k]
 		}
@@ -170,11 +167,7 @@ func unitSignal(ss []Series, name string, n int) []float64 {
 			return s.Values
 		}
 	}
-	out := make([]float64, n)
-	for i := range out {
-		out[i] = math.NaN()
-	}
-	return out
+	return nans(n)
 }
 
 func allNaN(vs []float64) bool {
@@ -184,4 +177,13 @@ func allNaN(vs []float64) bool {
 		}
 	}
 	return true
+}
+
+// nans is n steps with no sample.
+func nans(n int) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = math.NaN()
+	}
+	return out
 }
