@@ -15,10 +15,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gpureclaim/gpureclaim/exporter/slurm"
-
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpureclaim/gpureclaim/exporter/slurm"
 	"github.com/gpureclaim/gpureclaim/internal/mig"
 	"github.com/gpureclaim/gpureclaim/internal/podmeta"
 	"github.com/gpureclaim/gpureclaim/internal/podresources"
@@ -37,6 +36,9 @@ const (
 
 // Steps lists the steps in the order a sample runs them.
 var Steps = []string{StepDevice, StepMIG, StepGPM, StepProcesses, StepPodResources, StepSlurm}
+
+// DefaultSlurmInterval is the least time between two reads of Slurm.
+const DefaultSlurmInterval = 30 * time.Second
 
 // MinGPMGap is the shortest gap between two GPM samples that NVML accepts.
 const MinGPMGap = 100 * time.Millisecond
@@ -63,7 +65,7 @@ type Config struct {
 	// whether or not a process runs on it.
 	Slurm SlurmLister
 	// SlurmInterval is the least time between two reads of Slurm: each is
-	// an RPC to slurmctld from every node. Default 30s.
+	// an RPC to slurmctld from every node. Default DefaultSlurmInterval.
 	SlurmInterval time.Duration
 	Pods          podmeta.Resolver
 	Clock         func() time.Time
@@ -249,7 +251,7 @@ func (c *cycle) slurm() {
 	}
 	every := c.s.cfg.SlurmInterval
 	if every == 0 {
-		every = 30 * time.Second
+		every = DefaultSlurmInterval
 	}
 	if !c.s.slurmRead.IsZero() && c.now.Sub(c.s.slurmRead) < every {
 		c.track(StepSlurm, time.Now(), c.s.slurmErr) // the last answer stands, and its health

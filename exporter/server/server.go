@@ -81,7 +81,7 @@ func RegisterFlags(fs *flag.FlagSet) *Options {
 	fs.BoolVar(&o.SlurmEnabled, "slurm.enabled", false, "Read which Slurm jobs hold the node's GPUs by allocation (squeue, scontrol --details), so a GPU an idle salloc holds is held with no process on it.")
 	fs.StringVar(&o.SlurmNode, "slurm.node-name", "", "The node's Slurm NodeName (default: --node-name).")
 	fs.StringVar(&o.SlurmBin, "slurm.bin-dir", "", "Where squeue and scontrol are (default: the PATH).")
-	fs.DurationVar(&o.SlurmInterval, "slurm.interval", 30*time.Second, "The least time between two reads of Slurm's allocations: each is an RPC to slurmctld from every node.")
+	fs.DurationVar(&o.SlurmInterval, "slurm.interval", sampler.DefaultSlurmInterval, "The least time between two reads of Slurm's allocations: each is an RPC to slurmctld from every node.")
 	return o
 }
 
