@@ -9,7 +9,7 @@
 //     Kubernetes control plane; stack: the whole system on loopback);
 //   - internal/testkit/: helpers only tests import (fake Slack, a fake clock,
 //     Alertmanager, apiserver and single-node Slurm harnesses, the pinned
-//     tools).
+//     tools, the METRICS.md check).
 //
 // Nothing here imports the components (exporter, reclaimer, rules,
 // dashboards): arrows run from them into internal, never back.

@@ -60,14 +60,14 @@ func (c *dcgmCollector) Collect(ch chan<- prometheus.Metric) {
 			if u.MIG != nil {
 				profile, instance = u.MIG.Profile, strconv.Itoa(u.MIG.GPUInstanceID)
 			}
-			pods := [][3]string{{}}
+			var pods [][3]string
 			for _, o := range u.Owners {
 				if o.Pod != "" {
-					if pods[0] == ([3]string{}) {
-						pods = pods[:0]
-					}
 					pods = append(pods, [3]string{o.Namespace, o.Pod, o.Container})
 				}
+			}
+			if len(pods) == 0 {
+				pods = [][3]string{{}} // a unit no pod holds: one series, no pod labels
 			}
 			for _, p := range pods {
 				l := []string{idx, g.UUID, g.PCIBusID, "nvidia" + idx, g.Model, s.Node, profile, instance, p[0], p[1], p[2]}
