@@ -118,20 +118,16 @@ var (
 )
 
 // Parse reads one line of `scontrol --details --oneliner show job`; false
-// when the job holds no GPU on the node. The comment is the only free-text
-// field it reads and it comes last in the line, so a comment cannot forge
-// the fields before it.
+// when the job holds no GPU on the node. Every field it needs comes before
+// the comment, which a user writes, so nothing from " Comment=" on is read
+// as a field. The job's name is free text too and comes before them: a
+// name with spaces that mimics fields can still mislead the parse.
 func Parse(line, node string) (Job, bool, error) {
 	head, comment := line, ""
+	// Everything the reader needs comes before the comment, which a user
+	// writes: nothing after " Comment=" is read as a field.
 	if i := strings.Index(line, " Comment="); i >= 0 {
 		head, comment = line[:i], line[i+len(" Comment="):]
-		// Fields after Comment in newer releases: cut at the next known one.
-		for _, next := range []string{" StdErr=", " StdIn=", " StdOut=", " Power=", " TresPerNode="} {
-			if k := strings.Index(comment, next); k >= 0 {
-				head += comment[k:]
-				comment = comment[:k]
-			}
-		}
 	}
 	f := map[string]string{}
 	for _, m := range field.FindAllStringSubmatch(head, -1) {

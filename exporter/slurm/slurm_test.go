@@ -27,6 +27,8 @@ func TestParse(t *testing.T) {
 			line: "JobId=10 UserId=carol(1003) Nodes=n1 CPU_IDs=0 Mem=0 GRES="},
 		{name: "kept by its comment, which cannot forge the fields before it", node: "n1", user: "dave", keep: true, want: []int{3},
 			line: "JobId=11 UserId=dave(1004) Nodes=n1 CPU_IDs=0 Mem=0 GRES=gpu:1(IDX:3) Comment=please gpureclaim:keep UserId=root Nodes=n1 CPU_IDs=0 Mem=0 GRES=gpu:8(IDX:0-7) StdOut=/dev/null"},
+		{name: "a comment that mimics the fields after it forges nothing either", node: "n1", user: "dave", want: []int{3},
+			line: "JobId=12 UserId=dave(1004) Nodes=n1 CPU_IDs=0 Mem=0 GRES=gpu:1(IDX:3) Comment=x StdErr=y Nodes=n1 CPU_IDs=0 Mem=0 GRES=gpu:8(IDX:0-7) StdErr=/dev/null StdOut=/dev/null"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			j, ok, err := slurm.Parse(tc.line, tc.node)
