@@ -36,12 +36,14 @@ type backtestOptions struct {
 	rules                         stringList
 	configFile                    string
 	regret                        time.Duration
+	heldApart                     float64
 	threshold                     float64
 	format                        string
 	top                           int
 	plotWorkload, plotFile        string
 	printVersion                  bool
 	dcgmHonorLabels               bool
+	restoreOnDemand               bool
 }
 
 func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, error) {
@@ -57,10 +59,12 @@ func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, erro
 	fs.StringVar(&o.prometheus, "history.prometheus", "", "A Prometheus range-query export (the JSON of /api/v1/query_range) of the exporter's unit metrics, or of dcgm-exporter's fields (replay those with rules for source: dcgm).")
 	fs.BoolVar(&o.dcgmHonorLabels, "history.dcgm-honor-labels", false, "The dcgm-exporter export was scraped with honor_labels: its pod labels are pod, namespace, container rather than exported_*.")
 	fs.StringVar(&o.controller, "history.controller", "", "What runs the history's pods, which a trace or an export does not say: a workload kind the config knows (Deployment, StatefulSet or another that scales, replayed with one replica; Job, Notebook, RayJob or another that stops), or empty (bare pods).")
+	fs.BoolVar(&o.restoreOnDemand, "history.restore-on-demand", false, "Give every policy that scales down or stops a restore_when that answers when the workload's recorded work comes back (a demand series that rises with its work): a regretted reclaim is restored then, and the report counts it.")
 	fs.Var(&o.rules, "rules", "A Prometheus rule file, as Prometheus loads it (repeatable).")
 	fs.StringVar(&o.configFile, "config.file", "", "The reclaimer's configuration, read without its secret files; empty for the defaults. Dry run is ignored.")
 	fs.DurationVar(&o.regret, "regret.window", 30*time.Minute, "A reclaim after which the workload's activity came back within this window is counted as regret.")
 	fs.Float64Var(&o.threshold, "idle.threshold", names.IdleThreshold, "Activity at or under which a held minute is idle, and above which work came back.")
+	fs.Float64Var(&o.heldApart, "report.held-apart", 0, "Report this share of the workloads apart from the others (0: no split): tune a policy on the others and judge it on these. A workload is held apart by the FNV-1a hash of its ID, the same in every run.")
 	fs.StringVar(&o.format, "format", "text", "Report format: text, markdown or json.")
 	fs.IntVar(&o.top, "top", 20, "Owners and workloads listed, most idle first (0: all).")
 	fs.StringVar(&o.plotWorkload, "plot.workload", "", "Plot this workload's activity with the warnings and reclaims (SVG).")
@@ -82,6 +86,8 @@ func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, erro
 		return nil, errors.New("--regret.window: must be positive")
 	case o.threshold <= 0 || o.threshold >= 1:
 		return nil, fmt.Errorf("--idle.threshold: %g must be between 0 and 1", o.threshold)
+	case o.heldApart < 0 || o.heldApart >= 1:
+		return nil, fmt.Errorf("--report.held-apart: %g must be at least 0 and under 1", o.heldApart)
 	case o.format != "text" && o.format != "markdown" && o.format != "json":
 		return nil, fmt.Errorf("--format: %q is not text, markdown or json", o.format)
 	}
@@ -150,11 +156,11 @@ func runBacktest(ctx context.Context, o *backtestOptions, stdout io.Writer) erro
 		return err
 	}
 	defer os.RemoveAll(dir)
-	res, err := backtest.Run(ctx, h, backtest.Options{RuleFiles: o.rules, Config: cfg, Dir: dir, RegretWindow: o.regret, IdleThreshold: o.threshold})
+	res, err := backtest.Run(ctx, h, backtest.Options{RuleFiles: o.rules, Config: cfg, Dir: dir, RegretWindow: o.regret, IdleThreshold: o.threshold, RestoreOnDemand: o.restoreOnDemand})
 	if err != nil {
 		return err
 	}
-	rep := backtest.Summarize(res)
+	rep := backtest.Summarize(res, o.heldApart)
 	switch o.format {
 	case "json":
 		err = rep.JSON(stdout)

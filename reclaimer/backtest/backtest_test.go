@@ -112,7 +112,7 @@ func TestIdleForGood(t *testing.T) {
 	warn := 60 + 1 + minutes(time.Duration(rules.DefaultConfig().Idle.ReclaimAfter))
 	act := warn + minutes(time.Duration(*policy(t, "").Policies[0].Grace))
 	require.Equal(t, []int{warn}, w.Warned)
-	require.Equal(t, []backtest.Reclaimed{{Action: config.ActionScaleDown, At: act, Returned: -1, Freed: 239 - act}}, w.Reclaims)
+	require.Equal(t, []backtest.Reclaimed{{Action: config.ActionScaleDown, At: act, Returned: -1, Restored: -1, Freed: 239 - act}}, w.Reclaims)
 	require.Equal(t, 240, w.Held)
 	require.Equal(t, 180, w.Idle)
 	require.Equal(t, 239-act, w.Freed)
@@ -138,7 +138,7 @@ func TestPausesTwentyMinutesEveryHour(t *testing.T) {
 		w := res.Workloads[0]
 		require.Len(t, w.Reclaims, 6)
 		for i, r := range w.Reclaims {
-			require.Equal(t, backtest.Reclaimed{Action: config.ActionScaleDown, At: 60*i + 56, Returned: 60*i + 60, Freed: 3, Regret: true}, r, "pause %d", i)
+			require.Equal(t, backtest.Reclaimed{Action: config.ActionScaleDown, At: 60*i + 56, Returned: 60*i + 60, Restored: -1, Freed: 3, Regret: true}, r, "pause %d", i)
 		}
 	})
 
@@ -154,7 +154,7 @@ func TestPausesTwentyMinutesEveryHour(t *testing.T) {
 		// pause is waited out.
 		res := run(t, h, rulesFile(t, "idle: {reclaim_after: 5m, pauses: {window: 1d}}"), policy(t, "policies: [{name: idle, matchers: ['alertname=\"GPUIdle\"'], action: auto, grace: 0s, min_runtime: 0s}]"))
 		w := res.Workloads[0]
-		require.Equal(t, []backtest.Reclaimed{{Action: config.ActionScaleDown, At: 46, Returned: 60, Freed: 13, Regret: true}}, w.Reclaims)
+		require.Equal(t, []backtest.Reclaimed{{Action: config.ActionScaleDown, At: 46, Returned: 60, Restored: -1, Freed: 13, Regret: true}}, w.Reclaims)
 	})
 }
 
@@ -198,7 +198,7 @@ func TestReportAndPlot(t *testing.T) {
 		},
 	})
 	res := run(t, h, committedRules, policy(t, ""))
-	rep := backtest.Summarize(res)
+	rep := backtest.Summarize(res, 0)
 	var text, md, svg bytes.Buffer
 	require.NoError(t, rep.Text(&text, 0))
 	require.NoError(t, rep.Markdown(&md, 0))

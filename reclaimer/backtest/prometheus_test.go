@@ -85,7 +85,7 @@ func TestFromPrometheus(t *testing.T) {
 	require.Empty(t, res.Workloads[0].Reclaims, "alice's job is busy")
 	require.Len(t, res.Workloads[1].Reclaims, 1)
 	require.Equal(t, config.ActionEvict, res.Workloads[1].Reclaims[0].Action, "a bare pod")
-	rep := backtest.Summarize(res)
+	rep := backtest.Summarize(res, 0)
 	require.Equal(t, []string{"ml", "alice"}, []string{rep.Owners[0].Name, rep.Owners[1].Name}, "most idle first")
 }
 

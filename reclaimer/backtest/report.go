@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"sort"
 	"strings"
@@ -29,6 +30,11 @@ type Figures struct {
 	Reclaims          int            `json:"reclaims"`
 	ByAction          map[string]int `json:"reclaims_by_action"`
 	Regrets           int            `json:"regrets"`
+	// RegretsRestored were restored by restore_when when their work came
+	// back; RestoreWaitMinutes sums the time their work waited for it.
+	// The others wait for a person.
+	RegretsRestored    int     `json:"regrets_restored_on_demand"`
+	RestoreWaitMinutes float64 `json:"restore_wait_minutes"`
 }
 
 // Recovered is the share of the idle-held GPU-minutes the policy freed.
@@ -62,6 +68,10 @@ func (f *Figures) add(w WorkloadResult, minutes float64) {
 		f.ByAction[r.Action]++
 		if r.Regret {
 			f.Regrets++
+			if r.Restored >= 0 {
+				f.RegretsRestored++
+				f.RestoreWaitMinutes += float64(r.Restored-r.Returned) * minutes
+			}
 		} else {
 			f.RegretFreeMinutes += float64(r.Freed) * minutes
 		}
@@ -70,18 +80,34 @@ func (f *Figures) add(w WorkloadResult, minutes float64) {
 
 // Report is a result's figures: in all, per owner and per workload.
 type Report struct {
-	Start         time.Time      `json:"start"`
-	End           time.Time      `json:"end"`
-	RegretWindow  string         `json:"regret_window"`
-	IdleThreshold float64        `json:"idle_threshold"`
-	Total         Figures        `json:"total"`
-	Owners        []Figures      `json:"owners"`
-	Workloads     []Figures      `json:"workloads"`
-	States        map[string]int `json:"reclaims_by_state"`
+	Start         time.Time `json:"start"`
+	End           time.Time `json:"end"`
+	RegretWindow  string    `json:"regret_window"`
+	IdleThreshold float64   `json:"idle_threshold"`
+	Total         Figures   `json:"total"`
+	// Tuned and HeldApart split the workloads when a share is held apart
+	// (see HeldApart): a default chosen on the tuned ones is reported on
+	// the others.
+	Tuned     *Figures       `json:"tuned,omitempty"`
+	HeldApart *Figures       `json:"held_apart,omitempty"`
+	Owners    []Figures      `json:"owners"`
+	Workloads []Figures      `json:"workloads"`
+	States    map[string]int `json:"reclaims_by_state"`
 }
 
-// Summarize totals a result.
-func Summarize(r *Result) Report {
+// IsHeldApart says whether a workload falls in the held-apart share of a
+// history: the FNV-1a hash of its ID, as a fraction of 2³², is under the
+// share. The split depends on nothing but the ID, so every variant, and
+// every run, holds apart the same workloads.
+func IsHeldApart(id string, share float64) bool {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return float64(h.Sum32())/(1<<32) < share
+}
+
+// Summarize totals a result; heldApart, when positive, is the share of the
+// workloads reported apart from those a policy is tuned on.
+func Summarize(r *Result, heldApart float64) Report {
 	minutes := r.Step.Minutes()
 	rep := Report{Start: r.Start, End: r.Start.Add(time.Duration(r.Steps) * r.Step), RegretWindow: model.Duration(r.RegretWindow).String(),
 		IdleThreshold: r.IdleThreshold, Total: Figures{Name: "all"}, States: r.States}
@@ -94,6 +120,16 @@ func Summarize(r *Result) Report {
 			owners[w.Owner] = o
 		}
 		o.add(w, minutes)
+		if heldApart > 0 {
+			if rep.Tuned == nil {
+				rep.Tuned, rep.HeldApart = &Figures{Name: "tuned"}, &Figures{Name: "held apart"}
+			}
+			if IsHeldApart(w.ID, heldApart) {
+				rep.HeldApart.add(w, minutes)
+			} else {
+				rep.Tuned.add(w, minutes)
+			}
+		}
 		f := Figures{Name: w.ID}
 		f.add(w, minutes)
 		rep.Workloads = append(rep.Workloads, f)
@@ -113,6 +149,14 @@ func Summarize(r *Result) Report {
 	byIdle(rep.Owners)
 	byIdle(rep.Workloads)
 	return rep
+}
+
+// split is the tuned and held-apart figures, when the workloads were split.
+func (rep Report) split() []Figures {
+	if rep.Tuned == nil {
+		return nil
+	}
+	return []Figures{*rep.Tuned, *rep.HeldApart}
 }
 
 // JSON writes the report as JSON.
@@ -140,13 +184,22 @@ func actions(m map[string]int) string {
 
 func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
 
-var header = []string{"", "workloads", "held GPU-min", "idle GPU-min", "reclaimable", "freed GPU-min", "recovered", "freed w/o regret", "warnings", "reclaims", "regret", "by action"}
+var header = []string{"", "workloads", "held GPU-min", "idle GPU-min", "reclaimable", "freed GPU-min", "recovered", "freed w/o regret", "warnings", "reclaims", "regret", "restored on demand", "by action"}
 
 func row(f Figures) []string {
 	return []string{f.Name, fmt.Sprint(f.Workloads), fmt.Sprintf("%.0f", f.HeldMinutes), fmt.Sprintf("%.0f", f.IdleMinutes),
 		fmt.Sprintf("%.0f", f.ReclaimableMinutes), fmt.Sprintf("%.0f", f.FreedMinutes), pct(f.Recovered()),
 		fmt.Sprintf("%.0f", f.RegretFreeMinutes), fmt.Sprint(f.Warnings), fmt.Sprint(f.Reclaims),
-		fmt.Sprintf("%d (%s)", f.Regrets, pct(f.RegretShare())), actions(f.ByAction)}
+		fmt.Sprintf("%d (%s)", f.Regrets, pct(f.RegretShare())), restored(f), actions(f.ByAction)}
+}
+
+// restored says how many regrets restore_when brought back, and how long
+// their work waited on average.
+func restored(f Figures) string {
+	if f.RegretsRestored == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d, waited %.1f min", f.RegretsRestored, f.RestoreWaitMinutes/float64(f.RegretsRestored))
 }
 
 // Text writes the report as aligned columns; top bounds the owners and
@@ -164,6 +217,9 @@ func (rep Report) Text(w io.Writer, top int) error {
 	}
 	line(header...)
 	line(row(rep.Total)...)
+	for _, f := range rep.split() {
+		line(row(f)...)
+	}
 	for _, section := range []struct {
 		name string
 		fs   []Figures
@@ -202,6 +258,9 @@ func (rep Report) Markdown(w io.Writer, top int) error {
 	total := row(rep.Total)
 	total[0] = "**all**"
 	cells(total)
+	for _, f := range rep.split() {
+		cells(row(f))
+	}
 	for i, f := range rep.Owners {
 		if top > 0 && i == top {
 			break

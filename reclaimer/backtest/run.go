@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,7 +35,12 @@ type Options struct {
 	// IdleThreshold is the activity at or under which a held step is idle,
 	// and above which work came back. Default 0.05.
 	IdleThreshold float64
-	Logger        *slog.Logger
+	// RestoreOnDemand gives every policy whose action can be undone a
+	// restore_when that returns a sample once the workload's recorded work
+	// is back: a demand series (its Service's request rate) that rises with
+	// its work. A regretted reclaim is then restored when its work returns.
+	RestoreOnDemand bool
+	Logger          *slog.Logger
 }
 
 // Result is what the policy did to each workload.
@@ -67,7 +74,8 @@ type Reclaimed struct {
 	Action string
 	// At is the action's step; Returned the first step after it with work
 	// (-1: none until the history ends); Freed the held steps between.
-	At, Returned, Freed int
+	// Restored is the step restore_when restored it at (-1: not restored).
+	At, Returned, Freed, Restored int
 	// Regret: the work came back within the regret window.
 	Regret bool
 }
@@ -100,6 +108,11 @@ func Run(ctx context.Context, h History, o Options) (*Result, error) {
 	cfg.Policies = append([]config.Policy(nil), o.Config.Policies...)
 	for i := range cfg.Policies {
 		cfg.Policies[i].DryRun = false
+		if o.RestoreOnDemand && cfg.Policies[i].Restorable() {
+			if err := cfg.Policies[i].SetRestoreWhen(demandQuery); err != nil {
+				return nil, err
+			}
+		}
 	}
 
 	rp, err := NewReplayer(&h, o.Dir, o.RuleFiles...)
@@ -135,6 +148,10 @@ func Run(ctx context.Context, h History, o Options) (*Result, error) {
 	for i := range steps {
 		b.step, b.clock = i, h.At(i)
 		b.account(i)
+		if o.RestoreOnDemand {
+			// Every restore interval falls within a step of the history.
+			eng.RestoreOnDemand(ctx, b)
+		}
 		alerts, err := rp.Step(i, holds)
 		if err != nil {
 			return nil, err
@@ -300,8 +317,49 @@ func (b *bench) Act(_ context.Context, action string, r *reclaim.Reclaim) (recla
 		return reclaim.Result{}, reclaim.ErrGone
 	}
 	st.gone = true
-	st.res.Reclaims = append(st.res.Reclaims, Reclaimed{Action: action, At: b.step, Returned: -1})
-	return reclaim.Result{Detail: action}, nil
+	st.res.Reclaims = append(st.res.Reclaims, Reclaimed{Action: action, At: b.step, Returned: -1, Restored: -1})
+	res := reclaim.Result{Detail: action}
+	if c := b.h.Workloads[i].Controller; c.Stop == reclaim.StopScale || c.Stop == reclaim.StopPatch {
+		res.Workload = &reclaim.Workload{APIVersion: c.APIVersion, Kind: c.Kind, Namespace: c.Namespace, Name: c.Name, Stop: c.Stop,
+			PreviousReplicas: c.Replicas, Stopped: c.Stopped, Restored: "resumed"}
+	}
+	return res, nil
+}
+
+// demandQuery is the restore_when the backtest gives with RestoreOnDemand:
+// Demand answers it from the history.
+const demandQuery = `gpureclaim_backtest_demand{uuid="{{ .uuid }}"}`
+
+var demandUUID = regexp.MustCompile(`^gpureclaim_backtest_demand\{uuid="(.*)"\}$`)
+
+// Demand answers demandQuery: a workload reclaimed from the unit has its
+// work back and is not restored yet.
+func (b *bench) Demand(_ context.Context, query string) (bool, error) {
+	m := demandUUID.FindStringSubmatch(query)
+	if m == nil {
+		return false, fmt.Errorf("the backtest answers only its own demand query, not %q", query)
+	}
+	for i := range b.h.Workloads {
+		uuid, _, _ := strings.Cut(b.h.Workloads[i].key, "\xff")
+		if rs := b.states[i].res.Reclaims; uuid == m[1] && len(rs) > 0 && rs[len(rs)-1].Returned >= 0 && rs[len(rs)-1].Restored < 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Restore records when a restore brought the workload back.
+func (b *bench) Restore(_ context.Context, r *reclaim.Reclaim) error {
+	i, ok := b.workload(r.Target)
+	if !ok {
+		return fmt.Errorf("no workload in the history for %s", r.Target.Owner())
+	}
+	rs := b.states[i].res.Reclaims
+	if len(rs) == 0 {
+		return reclaim.ErrNotRestorable
+	}
+	rs[len(rs)-1].Restored = b.step
+	return nil
 }
 
 // The bench is the owners' only notifier: it records the warnings.

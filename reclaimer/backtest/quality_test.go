@@ -1,0 +1,147 @@
+package backtest_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/backtest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/rules"
+)
+
+// diurnal serves traffic from 08:00 to 20:00 (the history starts at
+// 08:00), in bursts of seven minutes out of ten, and none at night.
+func diurnal(i int) float64 {
+	if i%1440 < 720 && i%10 < 7 {
+		return 0.9
+	}
+	return 0
+}
+
+// Three workloads whose right answer is known, over two days, under the
+// default rules and policy, with restore_when answering from the
+// history's demand:
+//   - one that pauses 20 minutes every hour is never reclaimed: every
+//     pause ends with work;
+//   - one that serves by day is scaled down each night an hour after its
+//     traffic stops (idle.reclaim_after and the grace), never regretted,
+//     and restored on demand the moment its morning traffic comes;
+//   - one abandoned after two hours is reclaimed once and never restored.
+func TestKnownAnswers(t *testing.T) {
+	const days = 2
+	h := history(t, days*1440, map[string]func(int) float64{
+		"pauses":    pauses,
+		"diurnal":   diurnal,
+		"abandoned": goneAt(120),
+	})
+	res, err := backtest.Run(context.Background(), h, backtest.Options{RuleFiles: []string{committedRules}, Config: policy(t, ""), Dir: t.TempDir(), RestoreOnDemand: true})
+	require.NoError(t, err)
+	wait := 1 + minutes(time.Duration(rules.DefaultConfig().Idle.ReclaimAfter)) + minutes(time.Duration(*policy(t, "").Policies[0].Grace))
+	by := map[string]backtest.WorkloadResult{}
+	for _, w := range res.Workloads {
+		by[w.ID] = w
+	}
+
+	require.Empty(t, by["pauses"].Reclaims)
+	require.Empty(t, by["pauses"].Warned)
+
+	// The last busy minute of the day is 716 (bursts of 7 in 10); the
+	// first evaluation whose lookback is all idle comes two minutes later.
+	lastBusy := 716 + 1
+	var want []backtest.Reclaimed
+	for d := range days {
+		at := d*1440 + lastBusy + wait
+		r := backtest.Reclaimed{Action: config.ActionScaleDown, At: at, Returned: -1, Restored: -1}
+		if d+1 < days {
+			r.Returned, r.Restored = (d+1)*1440, (d+1)*1440
+		}
+		r.Freed = days*1440 - 1 - at
+		if r.Returned >= 0 {
+			r.Freed = r.Returned - at - 1
+		}
+		want = append(want, r)
+	}
+	require.Equal(t, want, by["diurnal"].Reclaims)
+
+	gone := 119 + 1 + wait
+	require.Equal(t, []backtest.Reclaimed{{Action: config.ActionScaleDown, At: gone, Returned: -1, Restored: -1, Freed: days*1440 - 1 - gone}}, by["abandoned"].Reclaims)
+}
+
+// A regret costs a restore, not an outage: a wait shorter than the pauses
+// reclaims every one and regrets it, and restore_when brings the workload
+// back the step its work returns.
+func TestRegretsRestoredOnDemand(t *testing.T) {
+	h := history(t, 361, map[string]func(int) float64{"pauses": pauses})
+	res, err := backtest.Run(context.Background(), h, backtest.Options{
+		RuleFiles: []string{rulesFile(t, "idle: {reclaim_after: 10m}")}, Dir: t.TempDir(), RestoreOnDemand: true,
+		Config: policy(t, "policies: [{name: idle, matchers: ['alertname=\"GPUIdle\"'], action: auto, grace: 5m, min_runtime: 30m}]"),
+	})
+	require.NoError(t, err)
+	rep := backtest.Summarize(res, 0)
+	require.Equal(t, 6, rep.Total.Regrets)
+	require.Equal(t, 6, rep.Total.RegretsRestored)
+	require.Zero(t, rep.Total.RestoreWaitMinutes)
+	for _, r := range res.Workloads[0].Reclaims {
+		require.Equal(t, r.Returned, r.Restored)
+	}
+
+	// Without restore_when, nobody restores: each regret waits for a person.
+	res = run(t, h, rulesFile(t, "idle: {reclaim_after: 10m}"), policy(t, "policies: [{name: idle, matchers: ['alertname=\"GPUIdle\"'], action: auto, grace: 5m, min_runtime: 30m}]"))
+	rep = backtest.Summarize(res, 0)
+	require.Equal(t, 6, rep.Total.Regrets)
+	require.Zero(t, rep.Total.RegretsRestored)
+}
+
+// The split depends on the workload's ID alone, holds apart about the
+// share asked for, and the two sets add up to the whole.
+func TestHeldApartSplit(t *testing.T) {
+	held := 0
+	for i := range 1000 {
+		id := fmt.Sprintf("pod-%d", i)
+		require.Equal(t, backtest.IsHeldApart(id, 0.5), backtest.IsHeldApart(id, 0.5))
+		if backtest.IsHeldApart(id, 0.5) {
+			held++
+		}
+		require.False(t, backtest.IsHeldApart(id, 0))
+		if backtest.IsHeldApart(id, 0.3) {
+			require.True(t, backtest.IsHeldApart(id, 0.5), "a larger share holds apart a superset")
+		}
+	}
+	require.InDelta(t, 500, held, 60)
+
+	h := history(t, 240, map[string]func(int) float64{"a": goneAt(60), "b": goneAt(90), "c": busy, "d": pauses, "e": goneAt(30), "f": goneAt(150)})
+	rep := backtest.Summarize(run(t, h, committedRules, policy(t, "")), 0.5)
+	require.NotNil(t, rep.HeldApart)
+	require.Equal(t, rep.Total.Workloads, rep.Tuned.Workloads+rep.HeldApart.Workloads)
+	require.Equal(t, rep.Total.Reclaims, rep.Tuned.Reclaims+rep.HeldApart.Reclaims)
+	require.InDelta(t, rep.Total.IdleMinutes, rep.Tuned.IdleMinutes+rep.HeldApart.IdleMinutes, 1e-9)
+	var md bytes.Buffer
+	require.NoError(t, rep.Markdown(&md, 0))
+	require.Contains(t, md.String(), "| tuned |")
+	require.Contains(t, md.String(), "| held apart |")
+}
+
+// The frontier is read off the fixed waits: the best freed share at or
+// under a regret share, and the plot places every point.
+func TestFrontier(t *testing.T) {
+	curve := []backtest.FrontierPoint{
+		{Label: "30m", Regret: 0.6, Freed: 0.8, Curve: true},
+		{Label: "60m", Regret: 0.3, Freed: 0.5, Curve: true},
+		{Label: "90m", Regret: 0.15, Freed: 0.35, Curve: true},
+		{Label: "120m", Regret: 0.1, Freed: 0.2, Curve: true},
+	}
+	require.Equal(t, 0.35, backtest.FrontierAt(curve, 0.2))
+	require.Equal(t, 0.8, backtest.FrontierAt(curve, 1))
+	require.Zero(t, backtest.FrontierAt(curve, 0.05))
+
+	p := backtest.PointOf("policy", backtest.Figures{Reclaims: 10, Regrets: 2, RegretFreeMinutes: 300, ReclaimableMinutes: 600})
+	require.Equal(t, backtest.FrontierPoint{Label: "policy", Regret: 0.2, Freed: 0.5}, p)
+	var svg bytes.Buffer
+	require.NoError(t, backtest.Frontier(&svg, "test", append(curve, p)))
+	golden(t, "frontier.svg", svg.Bytes())
+}
