@@ -8,7 +8,7 @@
 //     the tests run on (nvmlsim: GPUs behind NVML; cluster: a local
 //     Kubernetes control plane; stack: the whole system on loopback);
 //   - internal/testkit/: helpers only tests import (fake Slack, a fake clock,
-//     Alertmanager, apiserver and single-node Slurm harnesses, the pinned
+//     Prometheus, Alertmanager, apiserver and single-node Slurm harnesses, the pinned
 //     tools, the METRICS.md check).
 //
 // Nothing here imports the components (exporter, reclaimer, rules,

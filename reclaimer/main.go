@@ -35,6 +35,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/reclaimer/kube"
 	"github.com/gpureclaim/gpureclaim/reclaimer/node"
 	"github.com/gpureclaim/gpureclaim/reclaimer/notify"
+	"github.com/gpureclaim/gpureclaim/reclaimer/promquery"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	rslack "github.com/gpureclaim/gpureclaim/reclaimer/slack"
 	"github.com/gpureclaim/gpureclaim/reclaimer/slurm"
@@ -209,22 +210,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	srv := rweb.New(rweb.Options{Config: cfg, Engine: eng, Logger: logger, Clock: time.Now, Registry: reg, Ready: func() error { return nil }})
 	notifiers.mount(ctx, srv, eng)
 	go eng.Run(ctx, o.step)
-	go func() {
-		t := time.NewTicker(time.Hour)
-		defer t.Stop()
-		for {
-			if n, err := eng.Prune(time.Now().Add(-o.retention)); err != nil {
-				logger.Error("pruning the store", "err", err)
-			} else if n > 0 {
-				logger.Info("pruned finished reclaims", "count", n)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+	go every(ctx, time.Hour, func() {
+		if n, err := eng.Prune(time.Now().Add(-o.retention)); err != nil {
+			logger.Error("pruning the store", "err", err)
+		} else if n > 0 {
+			logger.Info("pruned finished reclaims", "count", n)
 		}
-	}()
+	})
+	if cfg.Prometheus.On() {
+		prom := &promquery.Client{URL: cfg.Prometheus.URL, Token: cfg.Prometheus.BearerToken, Timeout: time.Duration(cfg.Prometheus.Timeout)}
+		go every(ctx, time.Duration(cfg.Prometheus.Interval), func() { eng.RestoreOnDemand(ctx, prom) })
+	}
 
 	hs := httpserver.New(srv, httpserver.Default)
 	errc := make(chan error, 1)
@@ -244,6 +240,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	_ = hs.Shutdown(shutdown)
 	return 0
+}
+
+// every runs f now and then every interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, f func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		f()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // notifierSet is the configured notifiers and what they serve.

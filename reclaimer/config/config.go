@@ -66,6 +66,7 @@ type Config struct {
 	Kubernetes     Kubernetes     `yaml:"kubernetes"`
 	Nodes          Nodes          `yaml:"nodes"`
 	Slurm          Slurm          `yaml:"slurm"`
+	Prometheus     Prometheus     `yaml:"prometheus"`
 	Notifiers      []Notifier     `yaml:"notifiers"`
 	Exemptions     Exemptions     `yaml:"exemptions"`
 	RateLimits     RateLimits     `yaml:"rate_limits"`
@@ -249,9 +250,22 @@ type Policy struct {
 	ScaleDownTo int32 `yaml:"scale_down_to"`
 	// Windows restrict actions to these times; none means any time.
 	Windows []Window `yaml:"windows"`
+	// RestoreWhen is a PromQL expression, a template over the reclaim's
+	// labels (see RestoreData), that Prometheus answers with a sample when
+	// the workload is wanted again: its Service's request rate, a queue's
+	// length. The reclaimer then restores it (scales it back, resumes it)
+	// and tells the owner. Empty: a person restores.
+	RestoreWhen string `yaml:"restore_when"`
+	// RestoreWithin is how long after the action restore_when is watched.
+	// Default 24h.
+	RestoreWithin *Duration `yaml:"restore_within"`
 
-	matchers amlabels.Matchers
+	matchers    amlabels.Matchers
+	restoreWhen *template.Template
 }
+
+// RestoreWithinTime is how long restore_when is watched, defaulted.
+func (p *Policy) RestoreWithinTime() time.Duration { return time.Duration(*p.RestoreWithin) }
 
 // GraceTime is the grace, defaulted.
 func (p *Policy) GraceTime() time.Duration { return time.Duration(*p.Grace) }
@@ -519,6 +533,7 @@ func (cfg *Config) validate() error {
 	}
 
 	cfg.Slurm.validate(c)
+	cfg.Prometheus.validate(c)
 	n := &cfg.Nodes
 	if n.URLTemplate == "" {
 		n.URLTemplate = "http://{{ .Node }}:9848"
@@ -614,6 +629,7 @@ func (cfg *Config) validate() error {
 	names := map[string]bool{}
 	for i := range cfg.Policies {
 		cfg.Policies[i].validate(c, fmt.Sprintf("policies[%d]", i), names)
+		cfg.Policies[i].validateRestore(c, fmt.Sprintf("policies[%d]", i), cfg.Prometheus)
 		switch a := cfg.Policies[i].Action; {
 		case (a == ActionCancel || a == ActionRequeue) && !cfg.Slurm.On():
 			c.errorf(fmt.Sprintf("policies[%d].action", i), "%s goes through slurmrestd: set slurm.url", a)

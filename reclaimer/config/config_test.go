@@ -34,6 +34,17 @@ func TestGoodConfig(t *testing.T) {
 	require.Equal(t, 22*60, w.FromMin)
 	require.Equal(t, "Europe/Berlin", w.Loc.String())
 	require.Equal(t, 40, *c.CircuitBreaker.MaxPending)
+	require.True(t, c.Prometheus.On())
+	require.Equal(t, 12*time.Hour, c.Policies[1].RestoreWithinTime())
+	require.Equal(t, 24*time.Hour, c.Policies[0].RestoreWithinTime(), "defaulted")
+	q, err := c.Policies[1].RestoreQuery(RestoreData{"namespace": "ml", RestoreWorkloadName: "llama"})
+	require.NoError(t, err)
+	require.Equal(t, `sum(rate(http_requests_total{namespace="ml", service="llama"}[2m])) > 0`, q)
+	_, err = c.Policies[1].RestoreQuery(RestoreData{"namespace": "ml"})
+	require.ErrorContains(t, err, "workload_name", "a label the reclaim lacks is an error, not an empty matcher")
+	q, err = c.Policies[0].RestoreQuery(RestoreData{"namespace": "ml"})
+	require.NoError(t, err)
+	require.Empty(t, q, "no restore_when: nothing to ask")
 }
 
 func TestDefaults(t *testing.T) {

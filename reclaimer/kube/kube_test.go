@@ -13,12 +13,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gpureclaim/gpureclaim/deploy"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/kubetest"
@@ -33,19 +31,10 @@ func ptr[T any](v T) *T { return &v }
 
 // bindReclaimerRole applies the ClusterRole we ship and binds it to the
 // reclaimer's token.
-func bindReclaimerRole(t *testing.T, admin kubernetes.Interface) {
+func bindReclaimerRole(t *testing.T, cl *kubetest.Cluster) {
 	b, err := deploy.ReclaimerClusterRole("../..")
 	require.NoError(t, err)
-	var role rbacv1.ClusterRole
-	require.NoError(t, yaml.UnmarshalStrict(b, &role))
-	_, err = admin.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{})
-	require.NoError(t, err)
-	_, err = admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "gpureclaim-reclaimer"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: kubetest.ReclaimerUser}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	cl.BindReclaimerRole(t, b)
 }
 
 func namespace(t *testing.T, admin kubernetes.Interface, name string, ann map[string]string) string {
@@ -87,7 +76,7 @@ func target(ns, pod string) *reclaim.Reclaim {
 func TestKubernetes(t *testing.T) {
 	cl := kubetest.Start(t, false)
 	admin := cl.Client(t, kubetest.AdminToken)
-	bindReclaimerRole(t, admin)
+	bindReclaimerRole(t, cl)
 	cs := cl.Client(t, kubetest.ReclaimerToken)
 	now := time.Now()
 	clock := func() time.Time { return now }

@@ -92,7 +92,7 @@ func TestTopOwners(t *testing.T) {
 	cl := kubetest.Start(t, false)
 	cl.InstallCRDs(t, tooltest.Bin(t, "workload-crds"), "testdata/crds")
 	admin := cl.Client(t, kubetest.AdminToken)
-	bindReclaimerRole(t, admin)
+	bindReclaimerRole(t, cl)
 	dyn, err := dynamic.NewForConfig(cl.RESTConfig(kubetest.AdminToken))
 	require.NoError(t, err)
 	hub := hubtest.New("culler-token", "alice")
@@ -414,7 +414,7 @@ func grant(t *testing.T, cl *kubetest.Cluster, admin kubernetes.Interface, resou
 func TestControllersDoNotUndo(t *testing.T) {
 	cl := kubetest.Start(t, true)
 	admin := cl.Client(t, kubetest.AdminToken)
-	bindReclaimerRole(t, admin)
+	bindReclaimerRole(t, cl)
 	kc := newClient(t, cl, time.Now, kube.Options{})
 	ns := namespace(t, admin, "batch", nil)
 	pods := func(selector string) []corev1.Pod {

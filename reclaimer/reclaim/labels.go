@@ -40,10 +40,11 @@ const (
 	ComponentInspector    Component = "inspector" // when a workload started, what its pod runs
 	ComponentNotifier     Component = "notifier"
 	ComponentAction       Component = "action"
+	ComponentPrometheus   Component = "prometheus" // restore_when queries
 )
 
 // Components lists every Component.
-var Components = []Component{ComponentStore, ComponentAlertmanager, ComponentKubernetes, ComponentInspector, ComponentNotifier, ComponentAction}
+var Components = []Component{ComponentStore, ComponentAlertmanager, ComponentKubernetes, ComponentInspector, ComponentNotifier, ComponentAction, ComponentPrometheus}
 
 // ActionResult is how an action ended: the result label of
 // gpureclaim_reclaimer_actions_total.

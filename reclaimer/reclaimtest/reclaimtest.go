@@ -124,7 +124,13 @@ func (a *Actor) Act(_ context.Context, action string, r *reclaim.Reclaim) (recla
 	if a.Once {
 		a.Err = nil
 	}
-	return reclaim.Result{Detail: "did " + action}, err
+	res := reclaim.Result{Detail: "did " + action}
+	if c := r.Controller; c != nil && err == nil && (action == "scale_down" || action == "stop") {
+		// What a restore brings back, as the cluster actor records it.
+		res.Workload = &reclaim.Workload{APIVersion: c.APIVersion, Kind: c.Kind, Namespace: c.Namespace, Name: c.Name, Stop: c.Stop,
+			PreviousReplicas: c.Replicas, Stopped: c.Stopped, Restored: "resumed"}
+	}
+	return res, err
 }
 
 // Plan answers PIDs, what a kill will end.
@@ -135,6 +141,14 @@ func (a *Actor) Plan(_ context.Context, action string, _ *reclaim.Reclaim) ([]in
 		return nil, nil
 	}
 	return a.PIDs, nil
+}
+
+// Restore records a restore as "restore OWNER".
+func (a *Actor) Restore(_ context.Context, r *reclaim.Reclaim) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.Calls = append(a.Calls, "restore "+r.Target.Owner())
+	return nil
 }
 
 func (a *Actor) Count() int {

@@ -3,14 +3,18 @@
 package kubetest
 
 import (
+	"context"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gpureclaim/gpureclaim/internal/sim/cluster"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
@@ -60,6 +64,28 @@ func (c *Cluster) Client(t testing.TB, token string) kubernetes.Interface {
 
 // RESTConfig returns a client config that authenticates with token.
 func (c *Cluster) RESTConfig(token string) *rest.Config { return c.Cluster.RESTConfig(token) }
+
+// BindReclaimerRole creates the reclaimer's ClusterRole from its YAML
+// (deploy.ReclaimerClusterRole) and binds it to the reclaimer's user.
+func (c *Cluster) BindReclaimerRole(t testing.TB, roleYAML []byte) {
+	t.Helper()
+	admin := c.Client(t, AdminToken)
+	var role rbacv1.ClusterRole
+	if err := yaml.UnmarshalStrict(roleYAML, &role); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: ReclaimerUser}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // InstallCRDs applies CustomResourceDefinitions (files or folders) with
 // server-side apply, which takes CRDs too large for a client-side apply's

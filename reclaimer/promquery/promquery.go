@@ -1,0 +1,86 @@
+// Package promquery asks Prometheus (or anything that serves its query
+// API) whether a reclaimed workload is wanted again: a policy's
+// restore_when.
+package promquery
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Client queries one Prometheus.
+type Client struct {
+	URL   string
+	Token string // bearer token, or empty
+	HTTP  *http.Client
+	// Timeout of one query; Prometheus is told it too.
+	Timeout time.Duration
+}
+
+// maxResponseBytes bounds what a query's answer may be: restore_when asks
+// whether there is a sample, not for a fleet's series.
+const maxResponseBytes = 4 << 20
+
+type response struct {
+	Status    string `json:"status"`
+	ErrorType string `json:"errorType"`
+	Error     string `json:"error"`
+	Data      struct {
+		ResultType string            `json:"resultType"`
+		Result     []json.RawMessage `json:"result"`
+	} `json:"data"`
+}
+
+// Demand says whether the instant query returns a sample now.
+func (c *Client) Demand(ctx context.Context, query string) (bool, error) {
+	if c.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
+		defer cancel()
+	}
+	form := url.Values{"query": {query}}
+	if c.Timeout > 0 {
+		form.Set("timeout", c.Timeout.String())
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.URL, "/")+"/api/v1/query", strings.NewReader(form.Encode()))
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
+	if err != nil {
+		return false, err
+	}
+	if len(body) > maxResponseBytes {
+		return false, fmt.Errorf("answer over %d bytes: make restore_when return fewer series", maxResponseBytes)
+	}
+	var r response
+	if err := json.Unmarshal(body, &r); err != nil {
+		return false, fmt.Errorf("%s: not Prometheus's query API (%v)", resp.Status, err)
+	}
+	if r.Status != "success" {
+		return false, fmt.Errorf("%s: %s: %s", resp.Status, r.ErrorType, r.Error)
+	}
+	if r.Data.ResultType != "vector" {
+		return false, fmt.Errorf("the query returned a %s, not an instant vector", r.Data.ResultType)
+	}
+	return len(r.Data.Result) > 0, nil
+}
