@@ -146,6 +146,9 @@ func Run(ctx context.Context, h History, o Options) (*Result, error) {
 	steps := h.Steps()
 	holds := func(w int) bool { return !b.states[w].gone }
 	for i := range steps {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		b.step, b.clock = i, h.At(i)
 		b.account(i)
 		if o.RestoreOnDemand {
