@@ -31,6 +31,7 @@ var valueSets = map[string][]string{
 	"all-on":   {"ci/all-on-values.yaml"},
 	"minimal":  {"ci/minimal-values.yaml"},
 	"dcgm":     {"ci/dcgm-values.yaml"},
+	"bbolt":    {"ci/bbolt-values.yaml"},
 }
 
 func chart(t *testing.T) string {
@@ -264,8 +265,50 @@ func TestReclaimerRoleIsLeast(t *testing.T) {
 	require.Len(t, find[*rbacv1.ClusterRole](typed), 1)
 	nsRoles := find[*rbacv1.Role](typed)
 	require.Len(t, nsRoles, 1)
-	require.Equal(t, deploy.Namespace, nsRoles[0].Namespace, "leases only in the reclaimer's namespace")
-	require.Equal(t, []string{"leases"}, nsRoles[0].Rules[0].Resources)
+	require.Equal(t, deploy.Namespace, nsRoles[0].Namespace, "leases and state only in the reclaimer's namespace")
+	require.Equal(t, []rbacv1.PolicyRule{
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+		{APIGroups: []string{"gpureclaim.io"}, Resources: []string{"gpureclaims"}, Verbs: []string{"get", "list", "create", "update", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"gpureclaim-reclaimer-replays"}, Verbs: []string{"get", "update"}},
+	}, nsRoles[0].Rules)
+}
+
+// By default the reclaimer runs as two replicas that elect a leader and
+// keep their state in GPUReclaim resources, on different nodes if they
+// can; with storage: bbolt, one replica on a volume, and more is refused.
+func TestReclaimerReplicas(t *testing.T) {
+	helm := tooltest.Bin(t, "helm")
+	typed, _ := objects(t, render(t, helm, "defaults"))
+	d := find[*appsv1.Deployment](typed)[0]
+	require.EqualValues(t, 2, *d.Spec.Replicas)
+	args := d.Spec.Template.Spec.Containers[0].Args
+	require.Contains(t, args, "--storage.backend=kubernetes")
+	require.Contains(t, args, "--leader-elect")
+	require.Contains(t, args, "--leader-elect.lease-name=gpureclaim-reclaimer")
+	require.NotNil(t, d.Spec.Template.Spec.Affinity.PodAntiAffinity, "replicas spread over nodes")
+	require.Empty(t, find[*corev1.PersistentVolumeClaim](typed), "no volume: the state is in the apiserver")
+	var env []string
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		env = append(env, e.Name+"="+e.ValueFrom.FieldRef.FieldPath)
+	}
+	require.Equal(t, []string{"POD_NAME=metadata.name", "POD_NAMESPACE=metadata.namespace"}, env)
+
+	typed, _ = objects(t, render(t, helm, "bbolt"))
+	d = find[*appsv1.Deployment](typed)[0]
+	require.EqualValues(t, 1, *d.Spec.Replicas)
+	require.Equal(t, appsv1.RecreateDeploymentStrategyType, d.Spec.Strategy.Type)
+	require.NotContains(t, d.Spec.Template.Spec.Containers[0].Args, "--leader-elect")
+	require.Len(t, find[*corev1.PersistentVolumeClaim](typed), 1)
+
+	_, err := deploy.Template(helm, chart(t), filepath.Join(chart(t), "ci", "bbolt-values.yaml"), writeValues(t, "reclaimer: {replicas: 2}"))
+	require.ErrorContains(t, err, "reclaimer.replicas: a bbolt store has one writer")
+}
+
+func writeValues(t *testing.T, yaml string) string {
+	p := filepath.Join(t.TempDir(), "values.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(yaml), 0o644))
+	return p
 }
 
 // The configuration and the flags the chart renders are what the binaries

@@ -29,7 +29,7 @@ const (
 
 // Template runs `helm template` on the chart with extra values files.
 func Template(helm, chart string, values ...string) ([]byte, error) {
-	args := []string{"template", "gpureclaim", chart, "--namespace", Namespace, "--kube-version", KubeVersion}
+	args := []string{"template", "gpureclaim", chart, "--namespace", Namespace, "--kube-version", KubeVersion, "--include-crds"}
 	for _, v := range values {
 		args = append(args, "--values", v)
 	}
@@ -153,3 +153,12 @@ func Find(path, kind, name string) ([]byte, error) {
 func ReclaimerClusterRole(root string) ([]byte, error) {
 	return Find(filepath.Join(root, "deploy", "manifests", CoreFile), "ClusterRole", "gpureclaim-reclaimer")
 }
+
+// ReclaimerRole is the reclaimer's Role in its own namespace (the Lease,
+// its GPUReclaims, the replay ConfigMap) as the plain manifests ship it.
+func ReclaimerRole(root string) ([]byte, error) {
+	return Find(filepath.Join(root, "deploy", "manifests", CoreFile), "Role", "gpureclaim-reclaimer")
+}
+
+// CRDs is the folder of the chart's CustomResourceDefinitions.
+func CRDs(root string) string { return filepath.Join(root, "deploy", "helm", "gpureclaim", "crds") }

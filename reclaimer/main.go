@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -33,6 +34,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/jupyterhub"
 	"github.com/gpureclaim/gpureclaim/reclaimer/kube"
+	"github.com/gpureclaim/gpureclaim/reclaimer/kubestore"
 	"github.com/gpureclaim/gpureclaim/reclaimer/node"
 	"github.com/gpureclaim/gpureclaim/reclaimer/notify"
 	"github.com/gpureclaim/gpureclaim/reclaimer/promquery"
@@ -52,6 +54,16 @@ type options struct {
 	check, printVersion                    bool
 	step, retention                        time.Duration
 	logLevel, logFormat                    string
+	// backend is where the state lives: bbolt (storage) or kubernetes.
+	backend, namespace string
+	election           election
+}
+
+// election is how replicas elect the one that acts.
+type election struct {
+	on                                 bool
+	lease, identity                    string
+	leaseDuration, renewDeadline, retry time.Duration
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -62,7 +74,15 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.check, "config.check", false, "Load and validate the configuration (and its secret files), then exit.")
 	fs.StringVar(&o.listen, "web.listen-address", ":9849", "Address to serve the webhook, API, status page and metrics on.")
 	fs.StringVar(&o.webConfig, "web.config.file", "", "Path to a web configuration file (TLS, basic auth for every endpoint); see the Prometheus exporter-toolkit docs.")
-	fs.StringVar(&o.storage, "storage.path", "data/reclaimer.db", "The state database (bbolt).")
+	fs.StringVar(&o.backend, "storage.backend", "bbolt", "Where the state lives: bbolt (the file at --storage.path; one replica) or kubernetes (GPUReclaim resources in --kubernetes.namespace, shared by replicas that elect a leader).")
+	fs.StringVar(&o.storage, "storage.path", "data/reclaimer.db", "The state database, for --storage.backend=bbolt.")
+	fs.StringVar(&o.namespace, "kubernetes.namespace", "", "The reclaimer's own namespace: its GPUReclaim resources, its Lease and its replay ConfigMap live there. Default: $POD_NAMESPACE, else the service account's.")
+	fs.BoolVar(&o.election.on, "leader-elect", false, "Elect one acting replica on a Lease in --kubernetes.namespace; the others are not ready and wait to take over.")
+	fs.StringVar(&o.election.lease, "leader-elect.lease-name", "gpureclaim-reclaimer", "The Lease the replicas hold.")
+	fs.StringVar(&o.election.identity, "leader-elect.identity", "", "This replica's name on the Lease. Default: $POD_NAME, else the host name.")
+	fs.DurationVar(&o.election.leaseDuration, "leader-elect.lease-duration", 15*time.Second, "How long a leader that stopped renewing keeps the Lease: the longest a failover waits.")
+	fs.DurationVar(&o.election.renewDeadline, "leader-elect.renew-deadline", 10*time.Second, "How long the leader tries to renew before it gives up and stops.")
+	fs.DurationVar(&o.election.retry, "leader-elect.retry-period", 2*time.Second, "How often the replicas try to take or renew the Lease.")
 	fs.DurationVar(&o.step, "step.interval", time.Second, "How often the lifecycle looks for due work.")
 	fs.DurationVar(&o.retention, "storage.retention", 30*24*time.Hour, "How long finished reclaims and the audit trail are kept.")
 	fs.StringVar(&o.logLevel, "log.level", "info", "Log level: debug, info, warn, error.")
@@ -77,15 +97,24 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.step < 10*time.Millisecond {
 		return nil, fmt.Errorf("--step.interval: %s is too short", o.step)
 	}
+	switch {
+	case o.backend != "bbolt" && o.backend != "kubernetes":
+		return nil, fmt.Errorf("--storage.backend: %q is not bbolt or kubernetes", o.backend)
+	case o.election.on && o.backend != "kubernetes":
+		return nil, errors.New("--leader-elect: the replicas share their state in Kubernetes: set --storage.backend=kubernetes")
+	case o.election.on && !(o.election.retry < o.election.renewDeadline && o.election.renewDeadline < o.election.leaseDuration):
+		return nil, fmt.Errorf("--leader-elect.*: want retry-period (%s) < renew-deadline (%s) < lease-duration (%s)", o.election.retry, o.election.renewDeadline, o.election.leaseDuration)
+	}
 	return o, nil
 }
 
-func kubeClient(cfg *config.Config, logger *slog.Logger) (*kube.Client, error) {
-	c := cfg.Kubernetes
+// restConfig is how the reclaimer reaches the apiserver: the kubeconfig
+// the config names, else the pod's service account.
+func restConfig(cfg *config.Config) (*rest.Config, error) {
 	var rc *rest.Config
 	var err error
-	if c.Kubeconfig != "" {
-		rc, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if k := cfg.Kubernetes.Kubeconfig; k != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", k)
 	} else {
 		rc, err = rest.InClusterConfig()
 	}
@@ -93,6 +122,11 @@ func kubeClient(cfg *config.Config, logger *slog.Logger) (*kube.Client, error) {
 		return nil, fmt.Errorf("kubernetes: %w (set kubernetes.kubeconfig, or kubernetes.enabled: false)", err)
 	}
 	rc.UserAgent = "gpureclaim-reclaimer/" + version.Version
+	return rc, nil
+}
+
+func kubeClient(cfg *config.Config, rc *rest.Config, logger *slog.Logger) (*kube.Client, error) {
+	c := cfg.Kubernetes
 	o := kube.Options{
 		Workloads: cfg.Workloads, Kueue: c.Kueue.On(), EvictionDeadline: time.Duration(c.EvictionDeadline),
 		Events: c.EventsOn(), Clock: time.Now, Logger: logger,
@@ -146,11 +180,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gpureclaim-reclaimer:", err)
 		return 2
 	}
-	if err := os.MkdirAll(filepath.Dir(o.storage), 0o700); err != nil {
-		fmt.Fprintln(stderr, "gpureclaim-reclaimer:", err)
-		return 1
+	var rc *rest.Config
+	if cfg.Kubernetes.On() {
+		if rc, err = restConfig(cfg); err != nil {
+			fmt.Fprintln(stderr, "gpureclaim-reclaimer:", err)
+			return 1
+		}
+	} else if o.backend == "kubernetes" {
+		fmt.Fprintln(stderr, "gpureclaim-reclaimer: --storage.backend=kubernetes: the config has kubernetes.enabled: false")
+		return 2
 	}
-	st, err := store.Open(o.storage, 10*time.Second)
+	st, err := openStore(o, rc)
 	if err != nil {
 		fmt.Fprintln(stderr, "gpureclaim-reclaimer:", err)
 		return 1
@@ -179,7 +219,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	var events reclaim.Events
 	if cfg.Kubernetes.On() {
-		kc, err := kubeClient(cfg, logger)
+		kc, err := kubeClient(cfg, rc, logger)
 		if err != nil {
 			fmt.Fprintln(stderr, "gpureclaim-reclaimer:", err)
 			return 1
@@ -196,50 +236,99 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gpureclaim-reclaimer:", err)
 		return 1
 	}
-	eng, err := reclaim.New(reclaim.Options{
-		Config: cfg, Store: st, Checker: am, Inspector: insp, Actor: act, Events: events,
-		Notifiers: notifiers.list, Clock: time.Now, Logger: logger, Metrics: metrics, Failpoint: failpoint(),
-	})
-	if err != nil {
-		fmt.Fprintln(stderr, "gpureclaim-reclaimer:", err)
-		return 1
-	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	srv := rweb.New(rweb.Options{Config: cfg, Engine: eng, Logger: logger, Clock: time.Now, Registry: reg, Ready: func() error { return nil }})
-	notifiers.mount(ctx, srv, eng)
-	go eng.Run(ctx, o.step)
-	go every(ctx, time.Hour, func() {
-		if n, err := eng.Prune(time.Now().Add(-o.retention)); err != nil {
-			logger.Error("pruning the store", "err", err)
-		} else if n > 0 {
-			logger.Info("pruned finished reclaims", "count", n)
-		}
-	})
-	if cfg.Prometheus.On() {
-		prom := &promquery.Client{URL: cfg.Prometheus.URL, Token: cfg.Prometheus.BearerToken, Timeout: time.Duration(cfg.Prometheus.Timeout)}
-		go every(ctx, time.Duration(cfg.Prometheus.Interval), func() { eng.RestoreOnDemand(ctx, prom) })
-	}
-
-	hs := httpserver.New(srv, httpserver.Default)
-	errc := make(chan error, 1)
+	// Until this replica leads, it serves its health and metrics and
+	// answers everything else 503: a Service sends nothing to a replica
+	// that is not ready, and Alertmanager retries a 503 on the leader.
+	front := newFront(reg)
+	hs := httpserver.New(front, httpserver.Default)
+	errc := make(chan error, 2)
 	go func() {
 		errc <- web.ListenAndServe(hs, &web.FlagConfig{WebListenAddresses: &[]string{o.listen}, WebConfigFile: &o.webConfig}, logger)
 	}()
-	logger.Info("reclaimer started", "listen", o.listen, "policies", len(cfg.Policies), "dry_run", cfg.DryRun)
+	lead := func(ctx context.Context) error {
+		eng, err := reclaim.New(reclaim.Options{
+			Config: cfg, Store: st, Checker: am, Inspector: insp, Actor: act, Events: events,
+			Notifiers: notifiers.list, Clock: time.Now, Logger: logger, Metrics: metrics, Failpoint: failpoint(),
+		})
+		if err != nil {
+			return err
+		}
+		srv := rweb.New(rweb.Options{Config: cfg, Engine: eng, Logger: logger, Clock: time.Now, Registry: reg, Ready: func() error { return nil }})
+		notifiers.mount(ctx, srv, eng)
+		go every(ctx, time.Hour, func() {
+			if n, err := eng.Prune(time.Now().Add(-o.retention)); err != nil {
+				logger.Error("pruning the store", "err", err)
+			} else if n > 0 {
+				logger.Info("pruned finished reclaims", "count", n)
+			}
+		})
+		if cfg.Prometheus.On() {
+			prom := &promquery.Client{URL: cfg.Prometheus.URL, Token: cfg.Prometheus.BearerToken, Timeout: time.Duration(cfg.Prometheus.Timeout)}
+			go every(ctx, time.Duration(cfg.Prometheus.Interval), func() { eng.RestoreOnDemand(ctx, prom) })
+		}
+		front.lead(srv)
+		logger.Info("reclaimer acting", "listen", o.listen, "policies", len(cfg.Policies), "dry_run", cfg.DryRun, "storage", o.backend)
+		eng.Run(ctx, o.step)
+		return nil
+	}
+	go func() {
+		if o.election.on {
+			errc <- elect(ctx, o, rc, logger, lead)
+		} else {
+			errc <- lead(ctx)
+		}
+	}()
+	code := 0
 	select {
 	case err := <-errc:
-		if !errors.Is(err, http.ErrServerClosed) {
-			logger.Error("serving HTTP", "err", err)
-			return 1
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("stopping", "err", err)
+			code = 1
 		}
 	case <-ctx.Done():
 	}
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = hs.Shutdown(shutdown)
-	return 0
+	return code
+}
+
+// reclaimStore is a store the engine and Slack's replay guard share.
+type reclaimStore interface {
+	reclaim.Store
+	rslack.ReplayGuard
+}
+
+func openStore(o *options, rc *rest.Config) (reclaimStore, error) {
+	if o.backend == "kubernetes" {
+		ns, err := ownNamespace(o.namespace)
+		if err != nil {
+			return nil, err
+		}
+		return kubestore.New(rc, ns, o.election.lease+"-replays")
+	}
+	if err := os.MkdirAll(filepath.Dir(o.storage), 0o700); err != nil {
+		return nil, err
+	}
+	return store.Open(o.storage, 10*time.Second)
+}
+
+// ownNamespace is the namespace the flag names, else the pod's.
+func ownNamespace(flagged string) (string, error) {
+	if flagged != "" {
+		return flagged, nil
+	}
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns, nil
+	}
+	b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+	if err != nil {
+		return "", fmt.Errorf("--kubernetes.namespace: not set, no $POD_NAMESPACE and no service account: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 // every runs f now and then every interval until ctx ends.

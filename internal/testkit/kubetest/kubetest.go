@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -84,6 +87,51 @@ func (c *Cluster) BindReclaimerRole(t testing.TB, roleYAML []byte) {
 		Subjects:   []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: ReclaimerUser}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// BindReclaimerNamespaceRole creates the reclaimer's Role (its YAML names
+// its namespace, created here) and binds it to the reclaimer's user.
+func (c *Cluster) BindReclaimerNamespaceRole(t testing.TB, roleYAML []byte) {
+	t.Helper()
+	admin := c.Client(t, AdminToken)
+	var role rbacv1.Role
+	if err := yaml.UnmarshalStrict(roleYAML, &role); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: role.Namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().Roles(role.Namespace).Create(ctx, &role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().RoleBindings(role.Namespace).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name, Namespace: role.Namespace},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: ReclaimerUser}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The authorizer learns of a new binding a moment later.
+	deadline := time.Now().Add(30 * time.Second)
+	for _, r := range role.Rules {
+		name := ""
+		if len(r.ResourceNames) > 0 {
+			name = r.ResourceNames[0]
+		}
+		for {
+			rev, err := admin.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: ReclaimerUser, ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: role.Namespace, Group: r.APIGroups[0], Resource: r.Resources[0], Verb: r.Verbs[0], Name: name},
+			}}, metav1.CreateOptions{})
+			if err == nil && rev.Status.Allowed {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the reclaimer may not %s %s after 30s: %v", r.Verbs[0], r.Resources[0], err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 }
 

@@ -1,0 +1,388 @@
+// Package kubestore keeps the reclaimer's state in the Kubernetes API: one
+// GPUReclaim resource per reclaim in the reclaimer's namespace (spec: the
+// target, the policy and the alert episode; status: the state, the times,
+// what was done, and the reclaim's audit events), so that any replica that
+// wins the leader election takes over where the last one stopped, and
+// `kubectl get gpureclaims` lists them. Only the leader writes: every write
+// carries the resourceVersion it last saw, so a replica that lost the lease
+// and still writes is refused.
+package kubestore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+)
+
+// The GPUReclaim resource.
+const (
+	Group    = "gpureclaim.io"
+	Version  = "v1alpha1"
+	Kind     = "GPUReclaim"
+	Resource = "gpureclaims"
+	// StateLabel carries the state, for `kubectl get gpureclaims -l gpureclaim.io/state=pending`.
+	StateLabel = "gpureclaim.io/state"
+	// MaxEvents bounds the audit events a resource keeps; the oldest go first.
+	MaxEvents = 100
+)
+
+// GVR is the GPUReclaim resource's group, version and resource.
+var GVR = schema.GroupVersionResource{Group: Group, Version: Version, Resource: Resource}
+
+// Spec is what a reclaim is about; it does not change.
+type Spec struct {
+	Target reclaim.Target `json:"target"`
+	Policy string         `json:"policy,omitempty"`
+	// Episode is the alert episode: its fingerprint and start.
+	Episode Episode `json:"episode"`
+}
+
+// Episode is one alert episode.
+type Episode struct {
+	Fingerprint string    `json:"fingerprint"`
+	StartsAt    time.Time `json:"startsAt"`
+}
+
+// Status is where the reclaim stands. Its flat fields are for people and
+// kubectl; Reclaim is the whole record, from which the reclaimer resumes.
+type Status struct {
+	State   string          `json:"state"`
+	Owner   string          `json:"owner"`
+	Unit    string          `json:"unit"`
+	Action  string          `json:"action,omitempty"`
+	Reason  string          `json:"reason,omitempty"`
+	ActAt   *metav1.Time    `json:"actAt,omitempty"`
+	ActedAt *metav1.Time    `json:"actedAt,omitempty"`
+	Closed  *metav1.Time    `json:"closed,omitempty"`
+	Reclaim json.RawMessage `json:"reclaim"`
+	Events  []reclaim.Event `json:"events,omitempty"`
+}
+
+// Store is a reclaim.Store in GPUReclaim resources of one namespace, and
+// the Slack replay guard in a ConfigMap there.
+type Store struct {
+	ns  string
+	res dynamic.ResourceInterface
+	cm  kubernetes.Interface
+	// ReplayMap names the ConfigMap of seen Slack signatures.
+	replayMap string
+	timeout   time.Duration
+
+	mu sync.Mutex
+	// objs mirrors what this replica wrote or loaded: only the leader
+	// writes, so reads need no round trip.
+	objs map[string]*object
+}
+
+type object struct {
+	rv     string
+	r      *reclaim.Reclaim
+	events []reclaim.Event
+}
+
+var _ reclaim.Store = (*Store)(nil)
+
+// New returns a store in namespace ns; replayMap names the ConfigMap that
+// holds Slack's seen signatures.
+func New(rc *rest.Config, ns, replayMap string) (*Store, error) {
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{ns: ns, res: dyn.Resource(GVR).Namespace(ns), cm: cs, replayMap: replayMap, timeout: 30 * time.Second, objs: map[string]*object{}}, nil
+}
+
+func (s *Store) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), s.timeout)
+}
+
+// Load lists every GPUReclaim of the namespace and keeps them as the
+// mirror: the new leader starts from what the last one wrote.
+func (s *Store) Load() ([]*reclaim.Reclaim, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	objs := map[string]*object{}
+	var out []*reclaim.Reclaim
+	cont := ""
+	for {
+		list, err := s.res.List(ctx, metav1.ListOptions{Limit: 500, Continue: cont})
+		if err != nil {
+			return nil, fmt.Errorf("listing %s in %s: %w", Resource, s.ns, err)
+		}
+		for i := range list.Items {
+			u := &list.Items[i]
+			var st Status
+			if err := fromUnstructured(u.Object["status"], &st); err != nil {
+				return nil, fmt.Errorf("%s %s: %w", Kind, u.GetName(), err)
+			}
+			var r reclaim.Reclaim
+			if err := json.Unmarshal(st.Reclaim, &r); err != nil {
+				return nil, fmt.Errorf("%s %s: status.reclaim: %w", Kind, u.GetName(), err)
+			}
+			objs[r.ID] = &object{rv: u.GetResourceVersion(), r: &r, events: st.Events}
+			out = append(out, &r)
+		}
+		if cont = list.GetContinue(); cont == "" {
+			break
+		}
+	}
+	s.mu.Lock()
+	s.objs = objs
+	s.mu.Unlock()
+	return out, nil
+}
+
+// Write creates or updates each reclaim's resource with its new events.
+// It returns once the apiserver has stored every one: the engine carries
+// a decision out only after.
+func (s *Store) Write(rs []*reclaim.Reclaim, events []reclaim.Event) error {
+	byReclaim := map[string][]reclaim.Event{}
+	for _, e := range events {
+		byReclaim[e.Reclaim] = append(byReclaim[e.Reclaim], e)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range rs {
+		if err := s.put(r, byReclaim[r.ID]); err != nil {
+			return err
+		}
+		delete(byReclaim, r.ID)
+	}
+	// Events of reclaims not written this time join their resource.
+	for id, evs := range byReclaim {
+		o := s.objs[id]
+		if o == nil {
+			return fmt.Errorf("audit events for reclaim %s, which the store does not hold", id)
+		}
+		if err := s.put(o.r, evs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Store) put(r *reclaim.Reclaim, events []reclaim.Event) error {
+	cp := *r
+	o := s.objs[r.ID]
+	var all []reclaim.Event
+	if o != nil {
+		all = append(all, o.events...)
+	}
+	all = append(all, events...)
+	if len(all) > MaxEvents {
+		all = all[len(all)-MaxEvents:]
+	}
+	u, err := s.render(&cp, all)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	var stored *unstructured.Unstructured
+	if o == nil {
+		stored, err = s.res.Create(ctx, u, metav1.CreateOptions{})
+	} else {
+		u.SetResourceVersion(o.rv)
+		stored, err = s.res.Update(ctx, u, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("%s %s was written by another replica: this one is no longer the leader: %w", Kind, r.ID, err)
+		}
+		return fmt.Errorf("writing %s %s: %w", Kind, r.ID, err)
+	}
+	s.objs[r.ID] = &object{rv: stored.GetResourceVersion(), r: &cp, events: all}
+	return nil
+}
+
+func (s *Store) render(r *reclaim.Reclaim, events []reclaim.Event) (*unstructured.Unstructured, error) {
+	raw, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	st := Status{State: string(r.State), Owner: r.Target.Owner(), Unit: r.Target.Unit(), Action: r.Action, Reason: r.Reason,
+		ActAt: mtime(r.ActAt), ActedAt: mtime(r.ActedAt), Closed: mtime(r.Closed), Reclaim: raw, Events: events}
+	obj := map[string]any{
+		"apiVersion": Group + "/" + Version,
+		"kind":       Kind,
+		"metadata": map[string]any{
+			"name":      r.ID,
+			"namespace": s.ns,
+			"labels":    map[string]any{StateLabel: string(r.State)},
+		},
+	}
+	for k, v := range map[string]any{"spec": Spec{Target: r.Target, Policy: r.Policy, Episode: Episode{Fingerprint: r.Fingerprint, StartsAt: r.StartsAt}}, "status": st} {
+		m, err := toUnstructured(v)
+		if err != nil {
+			return nil, err
+		}
+		obj[k] = m
+	}
+	return &unstructured.Unstructured{Object: obj}, nil
+}
+
+func mtime(t time.Time) *metav1.Time {
+	if t.IsZero() {
+		return nil
+	}
+	m := metav1.NewTime(t)
+	return &m
+}
+
+func toUnstructured(v any) (map[string]any, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	return m, json.Unmarshal(b, &m)
+}
+
+func fromUnstructured(v any, out any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, out)
+}
+
+// Audit returns the newest events first, from every resource.
+func (s *Store) Audit(limit int) ([]reclaim.Event, error) {
+	type at struct {
+		e   reclaim.Event
+		pos int // in its reclaim's events, which are in the order written
+	}
+	s.mu.Lock()
+	var all []at
+	for _, o := range s.objs {
+		for i, e := range o.events {
+			all = append(all, at{e, i})
+		}
+	}
+	s.mu.Unlock()
+	// Newest first; within one instant, the later written first.
+	sort.Slice(all, func(i, j int) bool {
+		a, b := all[i], all[j]
+		switch {
+		case !a.e.Time.Equal(b.e.Time):
+			return a.e.Time.After(b.e.Time)
+		case a.e.Reclaim != b.e.Reclaim:
+			return a.e.Reclaim > b.e.Reclaim
+		}
+		return a.pos > b.pos
+	})
+	out := make([]reclaim.Event, 0, min(limit, len(all)))
+	for _, a := range all[:min(limit, len(all))] {
+		out = append(out, a.e)
+	}
+	return out, nil
+}
+
+// Prune deletes the resources of reclaims that ended and were told before
+// before, as the bbolt store does, and events older than before.
+func (s *Store) Prune(before time.Time) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for id, o := range s.objs {
+		r := o.r
+		if r.State.Terminal() && r.Final.Sent && !r.Closed.IsZero() && r.Closed.Before(before) {
+			ctx, cancel := s.ctx()
+			err := s.res.Delete(ctx, id, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &o.rv}})
+			cancel()
+			if err != nil && !apierrors.IsNotFound(err) {
+				return n, fmt.Errorf("deleting %s %s: %w", Kind, id, err)
+			}
+			delete(s.objs, id)
+			n++
+			continue
+		}
+		keep := o.events[:0:0]
+		for _, e := range o.events {
+			if !e.Time.Before(before) {
+				keep = append(keep, e)
+			}
+		}
+		if len(keep) != len(o.events) {
+			o.events = keep
+			if err := s.put(r, nil); err != nil {
+				return n, err
+			}
+		}
+	}
+	return n, nil
+}
+
+func (s *Store) Close() error { return nil }
+
+// FirstSight records a Slack signature in the replay ConfigMap until it
+// expires and says whether it is new; expired ones are dropped in the
+// same update. The ConfigMap's resourceVersion makes two presses at once
+// (or two replicas) race safely: the loser reads again.
+func (s *Store) FirstSight(key string, now, expires time.Time) (bool, error) {
+	sum := sha256.Sum256([]byte(key))
+	k := hex.EncodeToString(sum[:])
+	for range 5 {
+		ctx, cancel := s.ctx()
+		first, err := s.firstSight(ctx, k, now, expires)
+		cancel()
+		if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+			continue
+		}
+		return first, err
+	}
+	return false, errors.New("the replay ConfigMap kept changing under this replica")
+}
+
+func (s *Store) firstSight(ctx context.Context, k string, now, expires time.Time) (bool, error) {
+	cms := s.cm.CoreV1().ConfigMaps(s.ns)
+	cm, err := cms.Get(ctx, s.replayMap, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: s.replayMap, Namespace: s.ns}}
+		_, err = cms.Create(ctx, withSight(cm, k, now, expires), metav1.CreateOptions{})
+		return err == nil, err
+	}
+	if err != nil {
+		return false, err
+	}
+	if v, ok := cm.Data[k]; ok {
+		if t, err := time.Parse(time.RFC3339Nano, v); err == nil && t.After(now) {
+			return false, nil
+		}
+	}
+	_, err = cms.Update(ctx, withSight(cm, k, now, expires), metav1.UpdateOptions{})
+	return err == nil, err
+}
+
+func withSight(cm *corev1.ConfigMap, k string, now, expires time.Time) *corev1.ConfigMap {
+	data := map[string]string{}
+	for key, v := range cm.Data {
+		if t, err := time.Parse(time.RFC3339Nano, v); err == nil && t.After(now) {
+			data[key] = v
+		}
+	}
+	data[k] = expires.UTC().Format(time.RFC3339Nano)
+	cm.Data = data
+	return cm
+}

@@ -1,0 +1,141 @@
+package kubestore_test
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/gpureclaim/gpureclaim/deploy"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/kubetest"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/kubestore"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+)
+
+var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+
+func reclaimOf(id, pod string, st reclaim.State) *reclaim.Reclaim {
+	return &reclaim.Reclaim{
+		ID: id, Fingerprint: strings.Split(id, "-")[0], StartsAt: t0, Policy: "idle", Action: "scale_down", State: st, Created: t0, Updated: t0,
+		ActAt:  t0.Add(15 * time.Minute),
+		Labels: map[string]string{"alertname": "GPUIdle", "namespace": "ml", "pod": pod},
+		Target: reclaim.Target{Alertname: "GPUIdle", UUID: "GPU-" + pod, Node: "n1", Kind: "gpu", Namespace: "ml", Pod: pod},
+	}
+}
+
+// The store on a real apiserver, with the reclaimer's own Role: what one
+// replica writes the next one loads, the audit trail comes back in order,
+// a replica that lost the lease cannot overwrite the leader's writes,
+// pruning deletes what ended, a Slack signature is accepted once, and
+// kubectl lists the reclaims with their state.
+func TestStore(t *testing.T) {
+	cl := kubetest.Start(t, false)
+	root := tooltest.Root(t)
+	cl.InstallCRDs(t, deploy.CRDs(root))
+	role, err := deploy.ReclaimerRole(root)
+	require.NoError(t, err)
+	cl.BindReclaimerNamespaceRole(t, role)
+	ns := deploy.Namespace
+	rc := cl.RESTConfig(kubetest.ReclaimerToken)
+
+	leader, err := kubestore.New(rc, ns, "gpureclaim-reclaimer-replays")
+	require.NoError(t, err)
+	loaded, err := leader.Load()
+	require.NoError(t, err)
+	require.Empty(t, loaded)
+
+	a := reclaimOf("2ec3c8d58a8a0c69-1772445600", "chat-0", reclaim.Pending)
+	b := reclaimOf("7f00aa11bb22cc33-1772445600", "nb-0", reclaim.Pending)
+	ev := func(r *reclaim.Reclaim, kind string, at time.Duration) reclaim.Event {
+		return reclaim.Event{Time: t0.Add(at), Reclaim: r.ID, Kind: kind, Target: r.Target.Unit(), Actor: "reclaimer"}
+	}
+	require.NoError(t, leader.Write([]*reclaim.Reclaim{a, b}, []reclaim.Event{ev(a, "warned", 0), ev(b, "warned", 0)}))
+	a.State, a.ActedAt, a.Reason = reclaim.Done, t0.Add(15*time.Minute), "Deployment ml/chat scaled down"
+	require.NoError(t, leader.Write([]*reclaim.Reclaim{a}, []reclaim.Event{ev(a, "acting", 15*time.Minute), ev(a, "done", 15*time.Minute)}))
+
+	// The next leader starts where this one stopped.
+	next, err := kubestore.New(rc, ns, "gpureclaim-reclaimer-replays")
+	require.NoError(t, err)
+	loaded, err = next.Load()
+	require.NoError(t, err)
+	require.Len(t, loaded, 2)
+	byID := map[string]*reclaim.Reclaim{}
+	for _, r := range loaded {
+		byID[r.ID] = r
+	}
+	require.Equal(t, reclaim.Done, byID[a.ID].State)
+	require.True(t, byID[a.ID].ActedAt.Equal(a.ActedAt))
+	require.Equal(t, a.Target, byID[a.ID].Target)
+	require.Equal(t, reclaim.Pending, byID[b.ID].State)
+	audit, err := next.Audit(10)
+	require.NoError(t, err)
+	var kinds []string
+	for _, e := range audit {
+		kinds = append(kinds, e.Kind)
+	}
+	require.Equal(t, []string{"done", "acting", "warned", "warned"}, kinds, "newest first; within an instant, the later written first")
+
+	// The old leader, which missed the new one's write, is refused.
+	b.State = reclaim.Snoozed
+	require.NoError(t, next.Write([]*reclaim.Reclaim{b}, []reclaim.Event{ev(b, "snoozed", 5*time.Minute)}))
+	stale := *b
+	stale.State = reclaim.Done
+	err = leader.Write([]*reclaim.Reclaim{&stale}, nil)
+	require.ErrorContains(t, err, "no longer the leader")
+	again, err := kubestore.New(rc, ns, "gpureclaim-reclaimer-replays")
+	require.NoError(t, err)
+	loaded, err = again.Load()
+	require.NoError(t, err)
+	for _, r := range loaded {
+		if r.ID == b.ID {
+			require.Equal(t, reclaim.Snoozed, r.State, "the snooze holds")
+		}
+	}
+
+	// kubectl lists them with their state, owner and action.
+	out, err := exec.Command(tooltest.Bin(t, "kubectl"), "--kubeconfig", cl.Kubeconfig, "get", "gpureclaims", "-n", ns).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	require.Regexp(t, `^NAME\s+STATE\s+OWNER\s+POLICY\s+ACTION\s+ACT AT\s+AGE$`, lines[0])
+	require.Len(t, lines, 3)
+	require.Regexp(t, `^2ec3c8d58a8a0c69-1772445600\s+done\s+ml/chat-0\s+idle\s+scale_down\s`, lines[1])
+	require.Regexp(t, `^7f00aa11bb22cc33-1772445600\s+snoozed\s+ml/nb-0\s+idle\s+scale_down\s`, lines[2])
+	out, err = exec.Command(tooltest.Bin(t, "kubectl"), "--kubeconfig", cl.Kubeconfig, "get", "gpureclaims", "-n", ns, "-l", kubestore.StateLabel+"=snoozed", "-o", "name").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "gpureclaim.gpureclaim.io/7f00aa11bb22cc33-1772445600\n", string(out))
+
+	// Pruning deletes what ended and was told, before the cut-off.
+	a.Final.Sent, a.Closed = true, t0.Add(16*time.Minute)
+	require.NoError(t, next.Write([]*reclaim.Reclaim{a}, nil))
+	n, err := next.Prune(t0.Add(time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	admin, err := kubestoreAdmin(cl)
+	require.NoError(t, err)
+	list, err := admin.Resource(kubestore.GVR).Namespace(ns).List(context.Background(), metav1.ListOptions{})
+	require.NoError(t, err)
+	require.Len(t, list.Items, 1)
+	require.Equal(t, b.ID, list.Items[0].GetName())
+
+	// A signed Slack request is accepted once, by any replica.
+	now := time.Now()
+	first, err := next.FirstSight("v0=abc", now, now.Add(5*time.Minute))
+	require.NoError(t, err)
+	require.True(t, first)
+	first, err = again.FirstSight("v0=abc", now, now.Add(5*time.Minute))
+	require.NoError(t, err)
+	require.False(t, first, "a replay, on the other replica")
+	first, err = again.FirstSight("v0=abc", now.Add(6*time.Minute), now.Add(11*time.Minute))
+	require.NoError(t, err)
+	require.True(t, first, "expired: a new request")
+}
+
+func kubestoreAdmin(cl *kubetest.Cluster) (dynamic.Interface, error) {
+	return dynamic.NewForConfig(cl.RESTConfig(kubetest.AdminToken))
+}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	rweb "github.com/gpureclaim/gpureclaim/reclaimer/web"
+)
+
+// front is what a replica serves: while it does not lead, its health and
+// metrics, and 503 for the rest (its /readyz too, so that the Service
+// sends it nothing); once it leads, the whole server.
+type front struct {
+	srv     atomic.Pointer[rweb.Server]
+	metrics http.Handler
+}
+
+func newFront(reg *prometheus.Registry) *front {
+	f := &front{metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "gpureclaim_reclaimer_leader",
+		Help: "1 when this replica acts (it holds the Lease, or runs alone), 0 while it waits to take over.",
+	}, func() float64 {
+		if f.srv.Load() != nil {
+			return 1
+		}
+		return 0
+	}))
+	return f
+}
+
+// lead hands every request to the acting server.
+func (f *front) lead(srv *rweb.Server) { f.srv.Store(srv) }
+
+func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s := f.srv.Load(); s != nil {
+		s.ServeHTTP(w, r)
+		return
+	}
+	switch r.URL.Path {
+	case "/healthz":
+		_, _ = w.Write([]byte("ok\n"))
+	case "/metrics":
+		f.metrics.ServeHTTP(w, r)
+	default:
+		// Alertmanager retries a 5xx: it reaches the leader then.
+		w.Header().Set("Retry-After", "5")
+		http.Error(w, "not the leader: another replica acts; this one takes over if it stops", http.StatusServiceUnavailable)
+	}
+}
+
+// elect runs lead while this replica holds the Lease. It returns when ctx
+// ends, or with an error when the Lease is lost: the process then stops,
+// so that a replica that may have missed the new leader's writes does
+// nothing more, and comes back as a follower.
+func elect(ctx context.Context, o *options, rc *rest.Config, logger *slog.Logger, lead func(context.Context) error) error {
+	ns, err := ownNamespace(o.namespace)
+	if err != nil {
+		return err
+	}
+	id := o.election.identity
+	if id == "" {
+		id = os.Getenv("POD_NAME")
+	}
+	if id == "" {
+		if id, err = os.Hostname(); err != nil {
+			return fmt.Errorf("--leader-elect.identity: not set and no host name: %w", err)
+		}
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: o.election.lease, Namespace: ns},
+		Client:     cs.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
+	}
+	var led error
+	leading := false
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:          lock,
+		Name:          o.election.lease,
+		LeaseDuration: o.election.leaseDuration,
+		RenewDeadline: o.election.renewDeadline,
+		RetryPeriod:   o.election.retry,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				leading = true
+				logger.Info("took the lease: acting", "lease", ns+"/"+o.election.lease, "identity", id)
+				led = lead(ctx)
+			},
+			OnStoppedLeading: func() {
+				if leading {
+					logger.Warn("lost the lease", "lease", ns+"/"+o.election.lease, "identity", id)
+				}
+			},
+			OnNewLeader: func(who string) {
+				if who != id {
+					logger.Info("another replica acts", "leader", who)
+				}
+			},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	logger.Info("waiting for the lease", "lease", ns+"/"+o.election.lease, "identity", id)
+	le.Run(ctx)
+	switch {
+	case led != nil:
+		return led
+	case ctx.Err() != nil:
+		return nil
+	}
+	return errors.New("lost the lease: stopping, so that nothing is done twice")
+}
