@@ -69,6 +69,7 @@ func TestMetricsDocMatchesTheReclaimer(t *testing.T) {
 	m := reclaim.NewMetrics(reg)
 	m.Error(reclaim.ComponentStore) // a vector shows only once it has a child
 	web.New(web.Options{Config: reclaimtest.Config(t, ""), Registry: reg})
+	newFront(reg)
 
 	descs := make(chan *prometheus.Desc, 100)
 	reg.Describe(descs)

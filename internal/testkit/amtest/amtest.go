@@ -132,3 +132,32 @@ func (a *Alertmanager) Push(t testing.TB, alerts ...Alert) {
 		t.Fatalf("pushing alerts: %s", resp.Status)
 	}
 }
+
+// Silence mutes the alerts whose labels equal matchers until until, as a
+// person (or a snooze) would; it returns the silence's id.
+func (a *Alertmanager) Silence(t testing.TB, matchers map[string]string, until time.Time) string {
+	t.Helper()
+	type matcher struct {
+		Name    string `json:"name"`
+		Value   string `json:"value"`
+		IsRegex bool   `json:"isRegex"`
+		IsEqual bool   `json:"isEqual"`
+	}
+	var ms []matcher
+	for k, v := range matchers {
+		ms = append(ms, matcher{Name: k, Value: v, IsEqual: true})
+	}
+	b, _ := json.Marshal(map[string]any{"matchers": ms, "startsAt": time.Now().UTC(), "endsAt": until.UTC(), "createdBy": "test", "comment": "test silence"})
+	resp, err := http.Post(a.URL+"/api/v2/silences", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		SilenceID string `json:"silenceID"`
+	}
+	if resp.StatusCode != 200 || json.NewDecoder(resp.Body).Decode(&out) != nil {
+		t.Fatalf("creating a silence: %s", resp.Status)
+	}
+	return out.SilenceID
+}

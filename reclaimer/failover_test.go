@@ -1,0 +1,282 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpureclaim/gpureclaim/deploy"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/amtest"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/kubetest"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
+)
+
+// The Lease's timings in the failover test: short, so that a takeover
+// takes seconds.
+const (
+	testLease = 2 * time.Second
+	testRenew = 1500 * time.Millisecond
+	testRetry = 200 * time.Millisecond
+)
+
+// replica is one reclaimer process of a highly available pair.
+type replica struct {
+	name, addr string
+	cmd        *exec.Cmd
+	log        string
+}
+
+func (r *replica) ready() bool {
+	resp, err := http.Get("http://" + r.addr + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// service stands for the reclaimer's Kubernetes Service: it sends each
+// request to a ready replica, and answers 503 when none is (Alertmanager
+// then retries).
+type service struct {
+	mu       sync.Mutex
+	replicas []*replica
+}
+
+func (s *service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	rs := append([]*replica(nil), s.replicas...)
+	s.mu.Unlock()
+	for _, rep := range rs {
+		if rep.ready() {
+			u, _ := url.Parse("http://" + rep.addr)
+			httputil.NewSingleHostReverseProxy(u).ServeHTTP(w, r)
+			return
+		}
+	}
+	http.Error(w, "no ready endpoint", http.StatusServiceUnavailable)
+}
+
+func (s *service) set(rs ...*replica) {
+	s.mu.Lock()
+	s.replicas = rs
+	s.mu.Unlock()
+}
+
+// TestFailover runs two reclaimers that share their state in GPUReclaim
+// resources on a real apiserver and elect a leader on a Lease, with the
+// reclaimer's own roles. At each step of a reclaim the leader is
+// SIGKILLed, as when its node is lost: the other takes over within the
+// lease, resumes the reclaim, and the node's processes are signalled once,
+// the owner warned once and told once. A snooze (a silence on the
+// reclaimer's copy of the alert) in force before a failover holds after it,
+// and kubectl lists the pending reclaims.
+func TestFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds both binaries and runs kube-apiserver")
+	}
+	points := []string{"ingested", "before-warning", "after-warning", "before-action", "after-action", "before-final"}
+	dir := t.TempDir()
+	reclaimerBin := tooltest.Build(t, dir, "./reclaimer", "gpureclaim-reclaimer")
+	exporterBin := tooltest.Build(t, dir, "./exporter/simulated", "gpureclaim-exporter-sim")
+
+	// One simulated node: an idle bare-metal process per case, each its own GPU.
+	cases := len(points) + 1
+	scenario := crashScenario
+	for i := range cases {
+		scenario += fmt.Sprintf("  - {index: %d, sm_active: 0, processes: [{pid: %d, user: u%d, memory_used: 10GiB, started: -2h}]}\n", i, 5000+i, i)
+	}
+	scenario = strings.Replace(scenario, "u5: 1005}", "u5: 1005, u6: 1006}", 1)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "scenario.yaml"), []byte(scenario), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "node.token"), []byte("node-token\n"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "webhook.token"), []byte("am-token\n"), 0o600))
+	exporterAddr := freeAddr(t)
+	exporterLog, err := os.Create(filepath.Join(dir, "exporter.log"))
+	require.NoError(t, err)
+	exporter := exec.Command(exporterBin, "--simulate="+filepath.Join(dir, "scenario.yaml"), "--web.listen-address="+exporterAddr,
+		"--sample.interval=1s", "--action.token-file="+filepath.Join(dir, "node.token"), "--action.idle-window=2s", "--action.kill-grace=0s")
+	exporter.Stdout, exporter.Stderr = exporterLog, exporterLog
+	require.NoError(t, exporter.Start())
+	t.Cleanup(func() { _ = exporter.Process.Kill(); _ = exporter.Wait() })
+
+	am := amtest.Start(t, amtest.Config("http://127.0.0.1:1/unused", "x", time.Hour))
+	rcv := &receiver{keys: map[string]int{}}
+	hook := httptest.NewServer(rcv)
+	t.Cleanup(hook.Close)
+
+	cl := kubetest.Start(t, false)
+	root := tooltest.Root(t)
+	cl.InstallCRDs(t, deploy.CRDs(root))
+	clusterRole, err := deploy.ReclaimerClusterRole(root)
+	require.NoError(t, err)
+	cl.BindReclaimerRole(t, clusterRole)
+	role, err := deploy.ReclaimerRole(root)
+	require.NoError(t, err)
+	cl.BindReclaimerNamespaceRole(t, role)
+	kubeconfig, err := cl.KubeconfigFor(kubetest.ReclaimerToken)
+	require.NoError(t, err)
+
+	svc := &service{}
+	front := httptest.NewServer(svc)
+	t.Cleanup(front.Close)
+
+	uuids := make([]string, cases)
+	require.Eventually(t, func() bool {
+		for i := range cases {
+			u, ok := nodeUnit(exporterAddr, i)
+			if !ok || !u.idle {
+				return false
+			}
+			uuids[i] = u.uuid
+		}
+		return true
+	}, 30*time.Second, 200*time.Millisecond)
+
+	// pair starts two replicas on one Lease with the given grace; the first
+	// stops at failpoint.
+	pair := func(t *testing.T, lease, grace, failpoint string) (*replica, *replica) {
+		cfgPath := filepath.Join(dir, lease+".yml")
+		require.NoError(t, os.WriteFile(cfgPath, []byte(fmt.Sprintf(`webhook: {bearer_token_file: webhook.token}
+web: {auth: {none: true}}
+alertmanager: {url: %q}
+kubernetes: {enabled: true, kubeconfig: %q}
+nodes: {addresses: {crash-node: "http://%s"}, bearer_token_file: node.token, timeout: 45s}
+notifiers: [{type: webhook, url: %q}]
+policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: %s, min_runtime: 0s}]
+`, am.URL, kubeconfig, exporterAddr, hook.URL, grace)), 0o600))
+		start := func(name, failpoint string) *replica {
+			r := &replica{name: name, addr: freeAddr(t), log: filepath.Join(dir, name+".log")}
+			r.cmd = exec.Command(reclaimerBin, "--config.file="+cfgPath, "--web.listen-address="+r.addr, "--step.interval=50ms",
+				"--storage.backend=kubernetes", "--kubernetes.namespace="+deploy.Namespace, "--leader-elect", "--leader-elect.lease-name="+lease,
+				"--leader-elect.identity="+name, "--leader-elect.lease-duration="+testLease.String(),
+				"--leader-elect.renew-deadline="+testRenew.String(), "--leader-elect.retry-period="+testRetry.String())
+			r.cmd.Env = append(os.Environ(), "GPURECLAIM_FAILPOINT="+failpoint)
+			f, _ := os.Create(r.log)
+			r.cmd.Stdout, r.cmd.Stderr = f, f
+			require.NoError(t, r.cmd.Start())
+			t.Cleanup(func() { _ = r.cmd.Process.Kill(); _ = r.cmd.Wait() })
+			return r
+		}
+		a := start(lease+"-a", failpoint)
+		require.Eventually(t, a.ready, 20*time.Second, 20*time.Millisecond, "the first replica leads: %s", readFile(a.log))
+		b := start(lease+"-b", "")
+		time.Sleep(3 * testRetry)
+		require.False(t, b.ready(), "the second waits, not ready")
+		svc.set(a, b)
+		return a, b
+	}
+	alert := func(i int) (map[string]string, time.Time, []byte) {
+		labels := map[string]string{"alertname": "GPUIdle", "audience": "reclaimer", "uuid": uuids[i], "gpu_uuid": uuids[i], "node": "crash-node",
+			"kind": "gpu", "user": fmt.Sprintf("u%d", i), "keep": "false", "action": "kill", "signal": "sm_active"}
+		startsAt := time.Now().Add(-10 * time.Minute).Truncate(time.Second).UTC()
+		am.Push(t, amtest.Alert{Labels: labels, StartsAt: startsAt})
+		return labels, startsAt, notificationFor(labels, startsAt)
+	}
+	// Alertmanager retries until the Service answers 200.
+	deliver := func(body []byte) {
+		require.Eventually(t, func() bool { return post(strings.TrimPrefix(front.URL, "http://"), body) == http.StatusOK }, 30*time.Second, 100*time.Millisecond)
+	}
+
+	for i, point := range points {
+		t.Run(point, func(t *testing.T) {
+			a, b := pair(t, fmt.Sprintf("failover-%d", i), "1s", point)
+			labels, startsAt, notification := alert(i)
+			post(a.addr, notification) // may die with the leader at "ingested"
+			require.Equal(t, "signal: killed", waitExit(t, a.cmd, 20*time.Second), "the leader died at %s", point)
+			died := time.Now()
+
+			require.Eventually(t, b.ready, 10*testLease, 20*time.Millisecond, "the other replica takes over: %s", readFile(b.log))
+			took := time.Since(died)
+			t.Logf("%s: took over %s after the leader died (lease %s)", point, took.Round(10*time.Millisecond), testLease)
+			// Within a lease of the leader's last renewal; twice that
+			// allows for a loaded machine.
+			require.Less(t, took, 2*testLease, "took over within the lease")
+			deliver(notification)
+			require.Eventually(t, func() bool {
+				r, ok := reclaimOfUnit(b.addr, uuids[i])
+				return ok && r.State == "done" && r.Final.Sent
+			}, 30*time.Second, 50*time.Millisecond, "the reclaim finishes on the new leader:\n%s", readFile(b.log))
+
+			log, err := os.ReadFile(filepath.Join(dir, "exporter.log"))
+			require.NoError(t, err)
+			require.Equal(t, 1, strings.Count(string(log), "uuid="+uuids[i]+" processes=1"), "the node signalled the processes exactly once")
+			key := model.Fingerprint(model.LabelsToSignature(labels)).String() + fmt.Sprintf("-%d", startsAt.Unix())
+			require.Equal(t, 1, rcv.distinct(key+"/warning"), "one warning (delivered at least once)")
+			require.Equal(t, 1, rcv.distinct(key+"/reclaimed"), "the owner is told once it is done")
+			_ = b.cmd.Process.Signal(syscall.SIGTERM)
+		})
+	}
+
+	t.Run("a snooze holds across a failover", func(t *testing.T) {
+		i := len(points)
+		a, b := pair(t, "failover-snooze", "3s", "")
+		labels, _, notification := alert(i)
+		deliver(notification)
+		require.Eventually(t, func() bool { _, ok := reclaimOfUnit(a.addr, uuids[i]); return ok }, 10*time.Second, 50*time.Millisecond)
+		// The owner snoozes: a silence on the reclaimer's copy, which the
+		// leader finds when it checks before acting.
+		am.Silence(t, labels, time.Now().Add(time.Hour))
+		require.Eventually(t, func() bool { r, _ := reclaimOfUnit(a.addr, uuids[i]); return r.State == "snoozed" }, 20*time.Second, 50*time.Millisecond, "%s", readFile(a.log))
+
+		out, err := exec.Command(tooltest.Bin(t, "kubectl"), "--kubeconfig", cl.Kubeconfig, "get", "gpureclaims", "-n", deploy.Namespace, "-l", "gpureclaim.io/state=snoozed").CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Contains(t, string(out), "u"+fmt.Sprint(i), "kubectl lists the snoozed reclaim and its owner")
+
+		require.NoError(t, a.cmd.Process.Kill())
+		_ = a.cmd.Wait()
+		require.Eventually(t, b.ready, 10*testLease, 20*time.Millisecond)
+		time.Sleep(3 * time.Second) // past the grace, several steps
+		r, ok := reclaimOfUnit(b.addr, uuids[i])
+		require.True(t, ok)
+		require.Equal(t, "snoozed", r.State, "the snooze holds on the new leader")
+		log, err := os.ReadFile(filepath.Join(dir, "exporter.log"))
+		require.NoError(t, err)
+		require.Zero(t, strings.Count(string(log), "uuid="+uuids[i]+" processes=1"), "nothing was done")
+		_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	})
+}
+
+type unitReclaim struct {
+	State  string `json:"state"`
+	Target struct {
+		UUID string `json:"uuid"`
+	} `json:"target"`
+	Final struct {
+		Sent bool `json:"sent"`
+	} `json:"final"`
+}
+
+// reclaimOfUnit is the reclaim of a unit, as a replica's API lists it.
+func reclaimOfUnit(addr, uuid string) (unitReclaim, bool) {
+	resp, err := http.Get("http://" + addr + "/api/v1/reclaims")
+	if err != nil {
+		return unitReclaim{}, false
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Reclaims []unitReclaim `json:"reclaims"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&list) != nil {
+		return unitReclaim{}, false
+	}
+	for _, r := range list.Reclaims {
+		if r.Target.UUID == uuid {
+			return r, true
+		}
+	}
+	return unitReclaim{}, false
+}
