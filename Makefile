@@ -102,10 +102,12 @@ backtest: build
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-## bench-rules: the rules' cost in a real Prometheus over a day of series for 1,000 and 10,000 simulated GPUs.
+## bench-rules: the rules' cost in a real Prometheus over a day of series for 1,000 and 10,000 simulated GPUs, and sharded over 10,000.
 bench-rules: $(BIN)/prometheus
 	$(GO) run ./hack/rulesbench -gpus 1000 -prometheus $(BIN)/prometheus
 	$(GO) run ./hack/rulesbench -gpus 10000 -prometheus $(BIN)/prometheus
+	$(GO) run ./rules/gen -config hack/rulesbench/shards-128.yaml -o $(BIN)/rules-shards-128.yml
+	$(GO) run ./hack/rulesbench -gpus 10000 -shards 128 -interval 1m -evaluations 4 -rules $(BIN)/rules-shards-128.yml -prometheus $(BIN)/prometheus
 
 ## lint: go vet, gofmt, and golangci-lint with .golangci.yml (errcheck, staticcheck, unused, ...).
 lint: $(BIN)/golangci-lint

@@ -34,6 +34,13 @@ type Config struct {
 	Exporter   Exporter   `yaml:"exporter"`
 	Cost       Cost       `yaml:"cost"`
 	Links      Links      `yaml:"links"`
+	// Shards splits the per-unit rules into this many groups, each over the
+	// targets whose gpureclaim_shard label (a hashmod relabeling of the
+	// scrape, ShardRelabeling) is its number, so that a large fleet's rules
+	// evaluate in groups that each take a fraction of the time: Prometheus,
+	// Thanos Ruler and Mimir's ruler all run groups concurrently. Default 1
+	// (no label needed); see BENCHMARKS.md for a fleet of 10,000 GPUs.
+	Shards int `yaml:"shards"`
 }
 
 // Idle: a held unit whose activity stays below Threshold for For.
@@ -161,6 +168,7 @@ func DefaultConfig() Config {
 		MIG:        MIG{PeakWindow: dur(24 * time.Hour), Headroom: 0.1, For: dur(time.Hour)},
 		Exporter:   Exporter{Job: names.ExporterJob, DownFor: dur(5 * time.Minute), StaleAfter: dur(time.Minute), FailingFor: dur(10 * time.Minute)},
 		Cost:       Cost{PricePerGPUHour: 2.5, Currency: "USD", Window: dur(24 * time.Hour), Step: dur(time.Minute)},
+		Shards:     1,
 		Links:      Links{Runbook: "https://github.com/gpureclaim/gpureclaim/blob/main/rules/runbook.md", Grafana: "http://localhost:3000"},
 	}
 }
@@ -260,6 +268,9 @@ func (c *Config) Validate() error {
 	positive("overcommit.window", c.Overcommit.Window)
 	positive("overcommit.for", c.Overcommit.For)
 	positive("mig.peak_window", c.MIG.PeakWindow)
+	if c.Shards < 1 || c.Shards > maxShards {
+		errs = append(errs, fmt.Errorf("shards: %d is not from 1 to %d", c.Shards, maxShards))
+	}
 	if c.MIG.Headroom < 0 || c.MIG.Headroom > 1 {
 		errs = append(errs, fmt.Errorf("mig.headroom: %g must be between 0 and 1", c.MIG.Headroom))
 	}

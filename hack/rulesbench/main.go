@@ -10,6 +10,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -20,12 +22,19 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/relabel"
+	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/gpureclaim/gpureclaim/internal/names"
+	"github.com/gpureclaim/gpureclaim/rules"
 )
 
 func main() {
@@ -34,14 +43,20 @@ func main() {
 	prom := flag.String("prometheus", "bin/prometheus", "the Prometheus binary")
 	hours := flag.Int("hours", 24, "hours of history")
 	evals := flag.Int("evaluations", 5, "evaluations of each group to measure")
+	topRules = flag.Int("top", 5, "costliest rules listed")
+	interval := flag.Duration("interval", 30*time.Second, "the rules' evaluation interval (kube-prometheus-stack's default is 30s)")
+	shards := flag.Int("shards", 1, "label the targets' series with gpureclaim_shard as the rules config's shards: N asks (Prometheus's hashmod relabeling over this many shards); give rules rendered with the same N")
+	head := flag.Duration("head", 2*time.Hour, "the newest part of the history, held in Prometheus's head (in memory) as in a running Prometheus; the rest is a persisted block")
 	flag.Parse()
-	if err := run(*gpus, *hours, *evals, *rules, *prom); err != nil {
+	if err := run(*gpus, *hours, *evals, *rules, *prom, *head, *shards, *interval); err != nil {
 		fmt.Fprintln(os.Stderr, "rulesbench:", err)
 		os.Exit(1)
 	}
 }
 
 const step = time.Minute
+
+var topRules *int
 
 // unit is one series set the exporter would serve for a unit.
 type unit struct {
@@ -60,7 +75,7 @@ func fleet(n int) []unit {
 	k := 0
 	for g := range n {
 		node := fmt.Sprintf("gpu-node-%d", g/8)
-		gpu := fmt.Sprintf("GPU-%08d", g)
+		gpu := "GPU-" + hexID("gpu", g)
 		idx := fmt.Sprint(g % 8)
 		add := func(u unit) {
 			k++
@@ -80,13 +95,21 @@ func fleet(n int) []unit {
 				slices int
 				gb     float64
 			}{{"3g.40gb", 3, 40}, {"2g.20gb", 2, 20}, {"1g.10gb", 1, 10}, {"1g.10gb", 1, 10}} {
-				add(unit{uuid: fmt.Sprintf("MIG-%08d-%d", g, i), gpuUUID: gpu, node: node, kind: "mig", profile: p.name, index: idx, slices: p.slices, totalBytes: p.gb * (1 << 30)})
+				add(unit{uuid: "MIG-" + hexID("mig", g, i), gpuUUID: gpu, node: node, kind: "mig", profile: p.name, index: idx, slices: p.slices, totalBytes: p.gb * (1 << 30)})
 			}
 			continue
 		}
 		add(unit{uuid: gpu, gpuUUID: gpu, node: node, kind: "gpu", index: idx, totalBytes: 80 << 30})
 	}
 	return us
+}
+
+// hexID is a UUID's hex part, as NVML's look: the rules shard by its first
+// two digits.
+func hexID(parts ...any) string {
+	sum := sha256.Sum256([]byte(fmt.Sprint(parts...)))
+	h := hex.EncodeToString(sum[:16])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
 var profiles = []struct {
@@ -111,19 +134,29 @@ func (u unit) activity(m int) float64 {
 	return 0
 }
 
-func writeBlock(dir string, us []unit, start, end time.Time) (int, int, error) {
-	w, err := tsdb.NewBlockWriter(slog.New(slog.DiscardHandler), dir, end.Sub(start).Milliseconds()+1)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer w.Close()
-	type series struct {
-		l labels.Labels
-		v func(m int) float64
+// series is one input series and its value at each minute.
+type series struct {
+	l labels.Labels
+	v func(m int) float64
+}
+
+// fleetSeries are the exporter's series for the units, each target's in
+// its shard when there are several, as the scrape relabeling puts them.
+func fleetSeries(us []unit, shards int) ([]series, error) {
+	var rcs []*relabel.Config
+	if shards > 1 {
+		if err := yaml.Unmarshal([]byte(rules.ShardRelabeling(shards)), &rcs); err != nil {
+			return nil, err
+		}
 	}
 	var ss []series
 	for _, u := range us {
 		base := []string{"job", "gpureclaim-exporter", "instance", u.node + ":9847", "uuid", u.uuid, "gpu_uuid", u.gpuUUID}
+		if shards > 1 {
+			lb := labels.NewBuilder(labels.FromStrings("__address__", u.node+":9847"))
+			relabel.ProcessBuilder(lb, rcs...)
+			base = append(base, names.LabelShard, lb.Get(names.LabelShard))
+		}
 		with := func(name string, extra ...string) labels.Labels {
 			return labels.FromStrings(append(append([]string{"__name__", name}, base...), extra...)...)
 		}
@@ -160,26 +193,66 @@ func writeBlock(dir string, us []unit, start, end time.Time) (int, int, error) {
 			}
 		}
 	}
-	minutes := int(end.Sub(start) / step)
-	ctx := context.Background()
+	return ss, nil
+}
+
+// appendMinutes appends minutes [from, to] of every series, from start, an
+// hour at a time so that each appender's memory stays small.
+func appendMinutes(appender func() storage.Appender, ss []series, start time.Time, from, to int) (int, error) {
 	samples := 0
-	// A batch of minutes at a time keeps each appender's memory small.
-	for m0 := 0; m0 <= minutes; m0 += 60 {
-		app := w.Appender(ctx)
+	for m0 := from; m0 <= to; m0 += 60 {
+		app := appender()
 		for _, s := range ss {
-			for m := m0; m < m0+60 && m <= minutes; m++ {
+			for m := m0; m < m0+60 && m <= to; m++ {
 				if _, err := app.Append(0, s.l, start.Add(time.Duration(m)*step).UnixMilli(), s.v(m)); err != nil {
-					return 0, 0, err
+					return 0, err
 				}
 				samples++
 			}
 		}
 		if err := app.Commit(); err != nil {
-			return 0, 0, err
+			return 0, err
 		}
 	}
-	_, err = w.Flush(ctx)
-	return len(ss), samples, err
+	return samples, nil
+}
+
+// writeHistory writes the history as Prometheus would hold it: minutes
+// before the last head hours in a persisted block, the rest in the head
+// (its write-ahead log, which Prometheus replays when it starts), where
+// the rules read their recent samples in a running Prometheus.
+func writeHistory(dir string, ss []series, start, end time.Time, head time.Duration) (int, error) {
+	ctx := context.Background()
+	minutes := int(end.Sub(start) / step)
+	inHead := min(minutes, int(head/step))
+	w, err := tsdb.NewBlockWriter(slog.New(slog.DiscardHandler), dir, end.Sub(start).Milliseconds()+1)
+	if err != nil {
+		return 0, err
+	}
+	n, err := appendMinutes(func() storage.Appender { return w.Appender(ctx) }, ss, start, 0, minutes-inHead)
+	if err == nil {
+		_, err = w.Flush(ctx)
+	}
+	w.Close()
+	if err != nil || inHead == 0 {
+		return n, err
+	}
+	db, err := tsdb.Open(dir, slog.New(slog.DiscardHandler), nil, tsdb.DefaultOptions(), nil)
+	if err != nil {
+		return 0, err
+	}
+	db.DisableCompactions()
+	h, err := appendMinutes(func() storage.Appender { return db.Appender(ctx) }, ss, start, minutes-inHead+1, minutes)
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	return n + h, err
+}
+
+func median(xs []float64) float64 {
+	d := append([]float64(nil), xs...)
+	sort.Float64s(d)
+	return d[len(d)/2]
 }
 
 func freePort() (int, error) {
@@ -216,7 +289,7 @@ func get(url string, v any) error {
 	return json.NewDecoder(resp.Body).Decode(v)
 }
 
-func run(gpus, hours, evals int, rulesFile, promBin string) error {
+func run(gpus, hours, evals int, rulesFile, promBin string, head time.Duration, shards int, interval time.Duration) error {
 	dir, err := os.MkdirTemp("", "rulesbench")
 	if err != nil {
 		return err
@@ -232,9 +305,19 @@ func run(gpus, hours, evals int, rulesFile, promBin string) error {
 	end := time.Now().Add(-30 * time.Second).Truncate(time.Second)
 	start := end.Add(-time.Duration(hours) * time.Hour)
 	t0 := time.Now()
-	nseries, nsamples, err := writeBlock(data, us, start, end)
+	ss, err := fleetSeries(us, shards)
 	if err != nil {
-		return fmt.Errorf("writing the block: %w", err)
+		return err
+	}
+	nseries := len(ss)
+	nsamples, err := writeHistory(data, ss, start, end, head)
+	// The input series in the head are not the rules': only what they add counts.
+	inHead := 0
+	if head > 0 {
+		inHead = nseries
+	}
+	if err != nil {
+		return fmt.Errorf("writing the history: %w", err)
 	}
 	fmt.Fprintf(os.Stderr, "%d GPUs, %d units: %d series, %d samples written in %s\n", gpus, len(us), nseries, nsamples, time.Since(t0).Round(time.Second))
 
@@ -242,7 +325,6 @@ func run(gpus, hours, evals int, rulesFile, promBin string) error {
 	if err != nil {
 		return err
 	}
-	const interval = 20 * time.Second
 	cfg := fmt.Sprintf("global: {evaluation_interval: %s}\nrule_files: [%q]\n", interval, abs)
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		return err
@@ -267,7 +349,7 @@ func run(gpus, hours, evals int, rulesFile, promBin string) error {
 	base := "http://" + addr
 	seen := map[string][]float64{}
 	last := map[string]time.Time{}
-	rulesCost := map[string]float64{}
+	rulesCost := map[string][]float64{}
 	var errs []string
 	deadline := time.Now().Add(time.Duration(evals+3) * interval * 2)
 	for time.Now().Before(deadline) {
@@ -282,7 +364,7 @@ func run(gpus, hours, evals int, rulesFile, promBin string) error {
 				last[gr.Name] = gr.LastEvaluation
 				seen[gr.Name] = append(seen[gr.Name], gr.EvaluationTime)
 				for _, r := range gr.Rules {
-					rulesCost[r.Name] = math.Max(rulesCost[r.Name], r.EvaluationTime)
+					rulesCost[r.Name] = append(rulesCost[r.Name], r.EvaluationTime)
 					if r.Health == "err" {
 						errs = append(errs, r.Name+": "+r.LastError)
 					}
@@ -317,9 +399,8 @@ func run(gpus, hours, evals int, rulesFile, promBin string) error {
 	sort.Strings(names)
 	fmt.Printf("| GPUs | units | input series | rule group | evaluations | median | max | head series the rules add |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, n := range names {
-		d := append([]float64(nil), seen[n]...)
-		sort.Float64s(d)
-		fmt.Printf("| %d | %d | %d | %s | %d | %.0f ms | %.0f ms | %d |\n", gpus, len(us), nseries, n, len(d), d[len(d)/2]*1000, d[len(d)-1]*1000, status.Data.HeadStats.NumSeries)
+		d := seen[n]
+		fmt.Printf("| %d | %d | %d | %s | %d | %.0f ms | %.0f ms | %d |\n", gpus, len(us), nseries, n, len(d), median(d)*1000, slices.Max(d)*1000, status.Data.HeadStats.NumSeries-inHead)
 	}
 	type rc struct {
 		name string
@@ -327,11 +408,11 @@ func run(gpus, hours, evals int, rulesFile, promBin string) error {
 	}
 	var top []rc
 	for n, s := range rulesCost {
-		top = append(top, rc{n, s})
+		top = append(top, rc{n, median(s)})
 	}
 	sort.Slice(top, func(i, j int) bool { return top[i].s > top[j].s })
-	fmt.Printf("\nCostliest rules (max of one evaluation):")
-	for _, r := range top[:min(5, len(top))] {
+	fmt.Printf("\nCostliest rules (median of an evaluation):")
+	for _, r := range top[:min(*topRules, len(top))] {
 		fmt.Printf(" %s %.0f ms;", r.name, r.s*1000)
 	}
 	fmt.Println()

@@ -26,8 +26,9 @@ const (
 // Labels of the exporter's unit series that the rules keep on every alert
 // and the reclaimer reads as the target and its owner.
 const (
-	LabelUUID       = "uuid"     // the unit: a GPU's UUID or a MIG instance's
-	LabelGPUUUID    = "gpu_uuid" // the GPU the unit is on
+	LabelUUID       = "uuid"             // the unit: a GPU's UUID or a MIG instance's
+	LabelGPUUUID    = "gpu_uuid"         // the GPU the unit is on
+	LabelShard      = "gpureclaim_shard" // with sharded rules: a target's shard (scrape relabeling), and the group that computed a record
 	LabelNode       = "node"
 	LabelKind       = "kind" // KindGPU or KindMIG
 	LabelMIGProfile = "mig_profile"

@@ -34,4 +34,15 @@ const (
 	RecNSIdleHours     = "namespace:gpureclaim_idle_gpu_hours:cost_window"
 	RecOwnerIdleCost   = "owner:gpureclaim_idle_cost:cost_window"
 	RecNSIdleCost      = "namespace:gpureclaim_idle_cost:cost_window"
+
+	// With sharded rules, each shard's group sums its units into these, and
+	// the fleet group sums the shards: it reads a series a shard, not one a
+	// unit.
+	RecShardTotal          = "shard:gpureclaim_gpus:total"
+	RecShardHeld           = "shard:gpureclaim_gpus:held"
+	RecShardUsed           = "shard:gpureclaim_gpus:used"
+	RecShardIdleHeld       = "shard:gpureclaim_gpus:idle_held"
+	RecShardMIGFreed       = "shard:gpureclaim_mig_rightsize_freed:bytes"
+	RecShardOwnerIdle      = "shard_owner:gpureclaim_gpus_idle_held:sum"
+	RecShardOwnerIdleHours = "shard_owner:gpureclaim_idle_gpu_hours:cost_window"
 )

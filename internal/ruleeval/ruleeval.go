@@ -9,10 +9,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"log/slog"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/rulefmt"
+	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/rules"
 	"github.com/prometheus/prometheus/storage"
@@ -57,11 +60,20 @@ func New(dir string, interval time.Duration, files ...string) (*Evaluator, error
 		return nil, errors.Join(errs...)
 	}
 	e := &Evaluator{db: db, engine: engine, ctx: ctx}
-	keys := make([]string, 0, len(loaded))
-	for k := range loaded {
-		keys = append(keys, k)
+	// The groups in the order the files list them, as promtool's
+	// group_eval_order would have them: a group that reads another's
+	// records comes after it.
+	var keys []string
+	for _, f := range files {
+		rgs, errs := rulefmt.ParseFile(f, false, model.UTF8Validation, parser.NewParser(parser.Options{}), slog.New(slog.DiscardHandler))
+		if len(errs) > 0 {
+			db.Close()
+			return nil, errors.Join(errs...)
+		}
+		for _, g := range rgs.Groups {
+			keys = append(keys, rules.GroupKey(f, g.Name))
+		}
 	}
-	sort.Strings(keys)
 	for _, k := range keys {
 		g := loaded[k]
 		for _, r := range g.AlertingRules() {
