@@ -59,11 +59,44 @@ func (r *receiver) distinct(prefix string) int {
 	return n
 }
 
-const crashScenario = `node: crash-node
-system: dgxh100
-users: {u0: 1000, u1: 1001, u2: 1002, u3: 1003, u4: 1004, u5: 1005}
-gpus:
-`
+// idleNode runs one simulated node with n GPUs, each held by an idle
+// bare-metal process of its own user (u0, u1, ...), with its action
+// endpoint (token node-token), and writes the webhook's token (am-token)
+// into dir. It returns the node's address once the node vouches for every
+// unit's idleness, and the units' UUIDs.
+func idleNode(t *testing.T, dir, exporterBin string, n int) (string, []string) {
+	scenario := "node: crash-node\nsystem: dgxh100\nusers: {"
+	for i := range n {
+		scenario += fmt.Sprintf("u%d: %d, ", i, 1000+i)
+	}
+	scenario = strings.TrimSuffix(scenario, ", ") + "}\ngpus:\n"
+	for i := range n {
+		scenario += fmt.Sprintf("  - {index: %d, sm_active: 0, processes: [{pid: %d, user: u%d, memory_used: 10GiB, started: -2h}]}\n", i, 5000+i, i)
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "scenario.yaml"), []byte(scenario), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "node.token"), []byte("node-token\n"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "webhook.token"), []byte("am-token\n"), 0o600))
+	addr := freeAddr(t)
+	log, err := os.Create(filepath.Join(dir, "exporter.log"))
+	require.NoError(t, err)
+	exporter := exec.Command(exporterBin, "--simulate="+filepath.Join(dir, "scenario.yaml"), "--web.listen-address="+addr,
+		"--sample.interval=1s", "--action.token-file="+filepath.Join(dir, "node.token"), "--action.idle-window=2s", "--action.kill-grace=0s")
+	exporter.Stdout, exporter.Stderr = log, log
+	require.NoError(t, exporter.Start())
+	t.Cleanup(func() { _ = exporter.Process.Kill(); _ = exporter.Wait() })
+	uuids := make([]string, n)
+	require.Eventually(t, func() bool {
+		for i := range n {
+			u, ok := nodeUnit(addr, i)
+			if !ok || !u.idle {
+				return false
+			}
+			uuids[i] = u.uuid
+		}
+		return true
+	}, 30*time.Second, 200*time.Millisecond)
+	return addr, uuids
+}
 
 // TestCrashAtEveryStep kills the reclaimer (SIGKILL, as a power cut) at
 // each step of a reclaim, restarts it, and checks that the processes were
@@ -77,40 +110,12 @@ func TestCrashAtEveryStep(t *testing.T) {
 	reclaimerBin := tooltest.Build(t, dir, "./reclaimer", "gpureclaim-reclaimer")
 	exporterBin := tooltest.Build(t, dir, "./exporter/simulated", "gpureclaim-exporter-sim")
 
-	// One simulated node: an idle bare-metal process per case, each its own GPU.
-	scenario := crashScenario
-	for i := range points {
-		scenario += fmt.Sprintf("  - {index: %d, sm_active: 0, processes: [{pid: %d, user: u%d, memory_used: 10GiB, started: -2h}]}\n", i, 5000+i, i)
-	}
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "scenario.yaml"), []byte(scenario), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "node.token"), []byte("node-token\n"), 0o600))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "webhook.token"), []byte("am-token\n"), 0o600))
-	exporterAddr := freeAddr(t)
-	exporterLog, err := os.Create(filepath.Join(dir, "exporter.log"))
-	require.NoError(t, err)
-	exporter := exec.Command(exporterBin, "--simulate="+filepath.Join(dir, "scenario.yaml"), "--web.listen-address="+exporterAddr,
-		"--sample.interval=1s", "--action.token-file="+filepath.Join(dir, "node.token"), "--action.idle-window=2s", "--action.kill-grace=0s")
-	exporter.Stdout, exporter.Stderr = exporterLog, exporterLog
-	require.NoError(t, exporter.Start())
-	t.Cleanup(func() { _ = exporter.Process.Kill(); _ = exporter.Wait() })
-
+	exporterAddr, uuids := idleNode(t, dir, exporterBin, len(points))
 	am := amtest.Start(t, amtest.Config("http://127.0.0.1:1/unused", "x", time.Hour))
 	rcv := &receiver{keys: map[string]int{}}
 	hook := httptest.NewServer(rcv)
 	t.Cleanup(hook.Close)
 
-	// Wait until the node vouches for its idle units.
-	uuids := make([]string, len(points))
-	require.Eventually(t, func() bool {
-		for i := range points {
-			u, ok := nodeUnit(exporterAddr, i)
-			if !ok || !u.idle {
-				return false
-			}
-			uuids[i] = u.uuid
-		}
-		return true
-	}, 30*time.Second, 200*time.Millisecond)
 
 	for i, point := range points {
 		t.Run(point, func(t *testing.T) {

@@ -94,25 +94,8 @@ func TestFailover(t *testing.T) {
 	reclaimerBin := tooltest.Build(t, dir, "./reclaimer", "gpureclaim-reclaimer")
 	exporterBin := tooltest.Build(t, dir, "./exporter/simulated", "gpureclaim-exporter-sim")
 
-	// One simulated node: an idle bare-metal process per case, each its own GPU.
 	cases := len(points) + 1
-	scenario := crashScenario
-	for i := range cases {
-		scenario += fmt.Sprintf("  - {index: %d, sm_active: 0, processes: [{pid: %d, user: u%d, memory_used: 10GiB, started: -2h}]}\n", i, 5000+i, i)
-	}
-	scenario = strings.Replace(scenario, "u5: 1005}", "u5: 1005, u6: 1006}", 1)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "scenario.yaml"), []byte(scenario), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "node.token"), []byte("node-token\n"), 0o600))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "webhook.token"), []byte("am-token\n"), 0o600))
-	exporterAddr := freeAddr(t)
-	exporterLog, err := os.Create(filepath.Join(dir, "exporter.log"))
-	require.NoError(t, err)
-	exporter := exec.Command(exporterBin, "--simulate="+filepath.Join(dir, "scenario.yaml"), "--web.listen-address="+exporterAddr,
-		"--sample.interval=1s", "--action.token-file="+filepath.Join(dir, "node.token"), "--action.idle-window=2s", "--action.kill-grace=0s")
-	exporter.Stdout, exporter.Stderr = exporterLog, exporterLog
-	require.NoError(t, exporter.Start())
-	t.Cleanup(func() { _ = exporter.Process.Kill(); _ = exporter.Wait() })
-
+	exporterAddr, uuids := idleNode(t, dir, exporterBin, cases)
 	am := amtest.Start(t, amtest.Config("http://127.0.0.1:1/unused", "x", time.Hour))
 	rcv := &receiver{keys: map[string]int{}}
 	hook := httptest.NewServer(rcv)
@@ -134,17 +117,6 @@ func TestFailover(t *testing.T) {
 	front := httptest.NewServer(svc)
 	t.Cleanup(front.Close)
 
-	uuids := make([]string, cases)
-	require.Eventually(t, func() bool {
-		for i := range cases {
-			u, ok := nodeUnit(exporterAddr, i)
-			if !ok || !u.idle {
-				return false
-			}
-			uuids[i] = u.uuid
-		}
-		return true
-	}, 30*time.Second, 200*time.Millisecond)
 
 	// pair starts two replicas on one Lease with the given grace; the first
 	// stops at failpoint.

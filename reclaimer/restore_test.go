@@ -131,8 +131,11 @@ policies:
 	t.Logf("restored %s after Prometheus first answered with the demand", restored.Sub(appeared).Round(time.Millisecond))
 	require.LessOrEqual(t, restored.Sub(appeared), restoreInterval+time.Second, "restored within one restore interval of the demand")
 
-	r := eng.List()[0]
-	require.False(t, r.Restored.IsZero())
+	// The workload is back before the engine records it.
+	require.Eventually(t, func() bool {
+		kinds := owner.Kinds()
+		return !eng.List()[0].Restored.IsZero() && kinds[len(kinds)-1] == reclaim.MsgRestored
+	}, 10*time.Second, 20*time.Millisecond, "recorded and told")
 	last := owner.Sent[len(owner.Sent)-1]
 	require.Equal(t, reclaim.MsgRestored, last.Kind)
 	require.Contains(t, last.Text, "Deployment serve/chat-api scaled back to 1 replicas by restore_when ("+query+")")
