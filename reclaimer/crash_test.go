@@ -116,7 +116,6 @@ func TestCrashAtEveryStep(t *testing.T) {
 	hook := httptest.NewServer(rcv)
 	t.Cleanup(hook.Close)
 
-
 	for i, point := range points {
 		t.Run(point, func(t *testing.T) {
 			state := filepath.Join(t.TempDir(), "state.db")

@@ -117,7 +117,6 @@ func TestFailover(t *testing.T) {
 	front := httptest.NewServer(svc)
 	t.Cleanup(front.Close)
 
-
 	// pair starts two replicas on one Lease with the given grace; the first
 	// stops at failpoint.
 	pair := func(t *testing.T, lease, grace, failpoint string) (*replica, *replica) {

@@ -61,8 +61,8 @@ type options struct {
 
 // election is how replicas elect the one that acts.
 type election struct {
-	on                                 bool
-	lease, identity                    string
+	on                                  bool
+	lease, identity                     string
 	leaseDuration, renewDeadline, retry time.Duration
 }
 
@@ -102,7 +102,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("--storage.backend: %q is not bbolt or kubernetes", o.backend)
 	case o.election.on && o.backend != "kubernetes":
 		return nil, errors.New("--leader-elect: the replicas share their state in Kubernetes: set --storage.backend=kubernetes")
-	case o.election.on && !(o.election.retry < o.election.renewDeadline && o.election.renewDeadline < o.election.leaseDuration):
+	case o.election.on && (o.election.retry >= o.election.renewDeadline || o.election.renewDeadline >= o.election.leaseDuration):
 		return nil, fmt.Errorf("--leader-elect.*: want retry-period (%s) < renew-deadline (%s) < lease-duration (%s)", o.election.retry, o.election.renewDeadline, o.election.leaseDuration)
 	}
 	return o, nil

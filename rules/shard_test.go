@@ -81,9 +81,9 @@ func evalFleet(t *testing.T, file string, records []string, rcs []*relabel.Confi
 	defer ev.Close()
 	type unit struct {
 		uuid, gpu, kind, profile, node string
-		owners                   []string
-		activity                 float64
-		slices                   int
+		owners                         []string
+		activity                       float64
+		slices                         int
 	}
 	var units []unit
 	for i := range 24 {
