@@ -36,9 +36,19 @@ func TestConfigCheck(t *testing.T) {
 }
 
 func TestBadFlags(t *testing.T) {
-	var errOut bytes.Buffer
-	require.Equal(t, 2, run(context.Background(), []string{"--step.interval=1ms"}, io.Discard, &errOut))
-	require.Contains(t, errOut.String(), "--step.interval")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--step.interval=1ms"}, "--step.interval"},
+		{[]string{"--storage.backend=etcd"}, `--storage.backend: "etcd" is not bbolt or kubernetes`},
+		{[]string{"--leader-elect"}, "--leader-elect: the replicas share their state in Kubernetes: set --storage.backend=kubernetes"},
+		{[]string{"--leader-elect", "--storage.backend=kubernetes", "--leader-elect.renew-deadline=20s"}, "want retry-period (2s) < renew-deadline (20s) < lease-duration (15s)"},
+	} {
+		var errOut bytes.Buffer
+		require.Equal(t, 2, run(context.Background(), tc.args, io.Discard, &errOut), "%v", tc.args)
+		require.Contains(t, errOut.String(), tc.want)
+	}
 }
 
 // The reclaimer links no exporter code, no simulator and no go-nvml, and
