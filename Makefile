@@ -106,8 +106,8 @@ bench:
 bench-rules: $(BIN)/prometheus
 	$(GO) run ./hack/rulesbench -gpus 1000 -prometheus $(BIN)/prometheus
 	$(GO) run ./hack/rulesbench -gpus 10000 -prometheus $(BIN)/prometheus
-	$(GO) run ./rules/gen -config hack/rulesbench/shards-128.yaml -o $(BIN)/rules-shards-128.yml
-	$(GO) run ./hack/rulesbench -gpus 10000 -shards 128 -interval 1m -evaluations 4 -rules $(BIN)/rules-shards-128.yml -prometheus $(BIN)/prometheus
+	$(GO) run ./rules/gen -config hack/rulesbench/shards-256.yaml -o $(BIN)/rules-shards-256.yml
+	$(GO) run ./hack/rulesbench -gpus 10000 -shards 256 -interval 1m -evaluations 4 -rules $(BIN)/rules-shards-256.yml -prometheus $(BIN)/prometheus
 
 ## lint: go vet, gofmt, and golangci-lint with .golangci.yml (errcheck, staticcheck, unused, ...).
 lint: $(BIN)/golangci-lint
