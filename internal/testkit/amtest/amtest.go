@@ -6,12 +6,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,9 +17,9 @@ import (
 
 // Alertmanager is a running Alertmanager.
 type Alertmanager struct {
-	URL string
-	cmd *exec.Cmd
-	dir string
+	URL    string
+	served *tooltest.Served
+	dir    string
 }
 
 // Config is the route: every alert with audience="reclaimer" goes to the
@@ -56,54 +53,19 @@ receivers:
 // Start runs Alertmanager with a config (see Config).
 func Start(t testing.TB, config string) *Alertmanager {
 	t.Helper()
-	bin := tooltest.Bin(t, "alertmanager")
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "alertmanager.yml")
-	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	log, _ := os.Create(filepath.Join(dir, "alertmanager.log"))
-	cmd := exec.Command(bin, "--config.file="+cfg, "--storage.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr,
-		"--cluster.listen-address=", "--log.level=debug")
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	am := &Alertmanager{URL: "http://" + addr, cmd: cmd, dir: dir}
-	t.Cleanup(am.Stop)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(am.URL + "/-/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return am
-			}
+	s := tooltest.Serve(t, "alertmanager", "/-/ready", func(addr, dir string) []string {
+		cfg := filepath.Join(dir, "alertmanager.yml")
+		if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
+			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(filepath.Join(dir, "alertmanager.log"))
-			t.Fatalf("alertmanager did not start: %s", b)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return []string{"--config.file=" + cfg, "--storage.path=" + filepath.Join(dir, "data"), "--web.listen-address=" + addr,
+			"--cluster.listen-address=", "--log.level=debug"}
+	})
+	return &Alertmanager{URL: s.URL, served: s, dir: s.Dir}
 }
 
 // Stop stops it.
-func (a *Alertmanager) Stop() {
-	if a.cmd == nil {
-		return
-	}
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
-	_ = a.cmd.Wait()
-	a.cmd = nil
-}
+func (a *Alertmanager) Stop() { a.served.Stop() }
 
 // Log returns Alertmanager's log.
 func (a *Alertmanager) Log() string {

@@ -3,14 +3,9 @@
 package promtest
 
 import (
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
 )
@@ -25,44 +20,14 @@ type Prometheus struct {
 // test ends.
 func Start(t testing.TB, config string) *Prometheus {
 	t.Helper()
-	bin := tooltest.Bin(t, "prometheus")
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "prometheus.yml")
-	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	log, _ := os.Create(filepath.Join(dir, "prometheus.log"))
-	cmd := exec.Command(bin, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr, "--log.level=warn")
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
+	s := tooltest.Serve(t, "prometheus", "/-/ready", func(addr, dir string) []string {
+		cfg := filepath.Join(dir, "prometheus.yml")
+		if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return []string{"--config.file=" + cfg, "--storage.tsdb.path=" + filepath.Join(dir, "data"), "--web.listen-address=" + addr, "--log.level=warn"}
 	})
-	p := &Prometheus{URL: "http://" + addr, dir: dir}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(p.URL + "/-/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("prometheus did not start: %s", p.Log())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return &Prometheus{URL: s.URL, dir: s.Dir}
 }
 
 // Log returns Prometheus's log.

@@ -4,10 +4,14 @@
 package tooltest
 
 import (
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // Root is the repository root (the folder with go.mod).
@@ -71,4 +75,65 @@ func System(t testing.TB, name string) string {
 	}
 	t.Skipf("%s is not installed: run `make tools` (make test does)", name)
 	return ""
+}
+
+// Served is a tool serving on loopback for one test.
+type Served struct {
+	URL string
+	// Dir is the tool's own folder; its output is in NAME.log there.
+	Dir string
+	Cmd *exec.Cmd
+}
+
+// Serve runs a pinned tool on a free loopback port with the arguments
+// args gives for that address and a fresh folder, and waits until
+// readyPath answers 200. The tool is killed if the test's process dies and
+// stopped (SIGTERM) when the test ends.
+func Serve(t testing.TB, name, readyPath string, args func(addr, dir string) []string) *Served {
+	t.Helper()
+	bin := Bin(t, name)
+	dir := t.TempDir()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	log, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args(addr, dir)...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &Served{URL: "http://" + addr, Dir: dir, Cmd: cmd}
+	t.Cleanup(s.Stop)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(s.URL + readyPath)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s
+			}
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(filepath.Join(dir, name+".log"))
+			t.Fatalf("%s did not start: %s", name, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Stop stops the tool (SIGTERM) and waits for it; once is enough.
+func (s *Served) Stop() {
+	if s.Cmd == nil {
+		return
+	}
+	_ = s.Cmd.Process.Signal(syscall.SIGTERM)
+	_ = s.Cmd.Wait()
+	s.Cmd = nil
 }
