@@ -62,20 +62,19 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// elect runs lead while this replica holds the Lease. It returns when ctx
-// ends, or with an error when the Lease is lost: the process then stops,
-// so that a replica that may have missed the new leader's writes does
-// nothing more, and comes back as a follower.
-func elect(ctx context.Context, o *options, rc *rest.Config, logger *slog.Logger, lead func(context.Context) error) error {
-	ns, err := ownNamespace(o.namespace)
-	if err != nil {
-		return err
-	}
+// elect runs lead while this replica holds the Lease, in o.namespace
+// beside the state (openStore settles it). It returns when parent ends, or
+// with an error when the Lease is lost or lead fails: the process then
+// stops, so that a replica that may have missed the new leader's writes
+// does nothing more, and comes back as a follower.
+func elect(parent context.Context, o *options, rc *rest.Config, logger *slog.Logger, lead func(context.Context) error) error {
+	ns := o.namespace
 	id := o.election.identity
 	if id == "" {
 		id = os.Getenv("POD_NAME")
 	}
 	if id == "" {
+		var err error
 		if id, err = os.Hostname(); err != nil {
 			return fmt.Errorf("--leader-elect.identity: not set and no host name: %w", err)
 		}
@@ -89,8 +88,12 @@ func elect(ctx context.Context, o *options, rc *rest.Config, logger *slog.Logger
 		Client:     cs.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
 	}
-	var led error
-	leading := false
+	// lead's end comes back on led; a lead that fails stops the election
+	// too, rather than holding the Lease with nothing acting.
+	ctx, stop := context.WithCancel(parent)
+	defer stop()
+	led := make(chan error, 1)
+	var leading atomic.Bool
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:          lock,
 		Name:          o.election.lease,
@@ -99,12 +102,16 @@ func elect(ctx context.Context, o *options, rc *rest.Config, logger *slog.Logger
 		RetryPeriod:   o.election.retry,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
-				leading = true
+				leading.Store(true)
 				logger.Info("took the lease: acting", "lease", ns+"/"+o.election.lease, "identity", id)
-				led = lead(ctx)
+				err := lead(ctx)
+				if err != nil {
+					stop()
+				}
+				led <- err
 			},
 			OnStoppedLeading: func() {
-				if leading {
+				if leading.Load() {
 					logger.Warn("lost the lease", "lease", ns+"/"+o.election.lease, "identity", id)
 				}
 			},
@@ -120,11 +127,13 @@ func elect(ctx context.Context, o *options, rc *rest.Config, logger *slog.Logger
 	}
 	logger.Info("waiting for the lease", "lease", ns+"/"+o.election.lease, "identity", id)
 	le.Run(ctx)
-	switch {
-	case led != nil:
-		return led
-	case ctx.Err() != nil:
-		return nil
+	if parent.Err() != nil {
+		return nil // stopping; lead's context ended with it
+	}
+	// Run gives up only once it led (it waits for the Lease until ctx
+	// ends), and does not wait for lead, whose context is done: it ends soon.
+	if err := <-led; err != nil {
+		return err
 	}
 	return errors.New("lost the lease: stopping, so that nothing is done twice")
 }

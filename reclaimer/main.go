@@ -302,12 +302,15 @@ type reclaimStore interface {
 	rslack.ReplayGuard
 }
 
+// openStore opens the backend's store; for kubernetes it settles
+// o.namespace, which the Lease shares.
 func openStore(o *options, rc *rest.Config) (reclaimStore, error) {
 	if o.backend == "kubernetes" {
 		ns, err := ownNamespace(o.namespace)
 		if err != nil {
 			return nil, err
 		}
+		o.namespace = ns
 		return kubestore.New(rc, ns, o.election.lease+"-replays")
 	}
 	if err := os.MkdirAll(filepath.Dir(o.storage), 0o700); err != nil {
