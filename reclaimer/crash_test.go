@@ -59,6 +59,10 @@ func (r *receiver) distinct(prefix string) int {
 	return n
 }
 
+// lifecyclePoints are the engine's failpoints, in the order a reclaim
+// passes them: the crash and failover tests stop the reclaimer at each.
+var lifecyclePoints = []string{"ingested", "before-warning", "after-warning", "before-action", "after-action", "before-final"}
+
 // idleNode runs one simulated node with n GPUs, each held by an idle
 // bare-metal process of its own user (u0, u1, ...), with its action
 // endpoint (token node-token), and writes the webhook's token (am-token)
@@ -105,7 +109,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds both binaries")
 	}
-	points := []string{"ingested", "before-warning", "after-warning", "before-action", "after-action", "before-final"}
+	points := lifecyclePoints
 	dir := t.TempDir()
 	reclaimerBin := tooltest.Build(t, dir, "./reclaimer", "gpureclaim-reclaimer")
 	exporterBin := tooltest.Build(t, dir, "./exporter/simulated", "gpureclaim-exporter-sim")

@@ -89,7 +89,7 @@ func TestFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds both binaries and runs kube-apiserver")
 	}
-	points := []string{"ingested", "before-warning", "after-warning", "before-action", "after-action", "before-final"}
+	points := lifecyclePoints
 	dir := t.TempDir()
 	reclaimerBin := tooltest.Build(t, dir, "./reclaimer", "gpureclaim-reclaimer")
 	exporterBin := tooltest.Build(t, dir, "./exporter/simulated", "gpureclaim-exporter-sim")

@@ -97,7 +97,6 @@ const unitGroup = "gpureclaim.units"
 
 // fleetFromShards are the fleet's records from the shards' sums.
 func fleetFromShards(c Config) []Rule {
-	price := num(c.Cost.PricePerGPUHour)
 	rs := []Rule{
 		{Record: names.RecFleetTotal, Expr: Expr("sum(" + names.RecShardTotal + ")")},
 		{Record: names.RecFleetHeld, Expr: Expr("sum(" + names.RecShardHeld + ")")},
@@ -108,9 +107,8 @@ func fleetFromShards(c Config) []Rule {
 		{Record: names.RecNamespaceIdle, Expr: Expr(fmt.Sprintf("sum by (namespace) (%s)", names.RecShardOwnerIdle))},
 		{Record: names.RecOwnerIdleHours, Expr: Expr(fmt.Sprintf("sum by (%s) (%s)", ownerLabels, names.RecShardOwnerIdleHours))},
 		{Record: names.RecNSIdleHours, Expr: Expr(fmt.Sprintf("sum by (namespace) (%s)", names.RecShardOwnerIdleHours))},
-		{Record: names.RecOwnerIdleCost, Expr: Expr(fmt.Sprintf(`label_replace(%s * %s, "currency", %q, "", "")`, names.RecOwnerIdleHours, price, c.Cost.Currency))},
-		{Record: names.RecNSIdleCost, Expr: Expr(fmt.Sprintf(`label_replace(%s * %s, "currency", %q, "", "")`, names.RecNSIdleHours, price, c.Cost.Currency))},
 	}
+	rs = append(rs, costRules(c)...)
 	if c.inputs().rightsizing {
 		rs = append(rs, Rule{Record: names.RecFleetMIGFreed, Expr: Expr("sum(" + names.RecShardMIGFreed + ") or vector(0)")})
 	}
@@ -242,7 +240,6 @@ func fleetRules(c Config) []Rule {
 	if c.Shards > 1 {
 		return fleetFromShards(c)
 	}
-	price := num(c.Cost.PricePerGPUHour)
 	perStep := num(time.Duration(c.Cost.Step).Hours())
 	rs := []Rule{
 		{Record: names.RecFleetTotal, Expr: Expr("sum(" + names.RecSize + ")")},
@@ -256,13 +253,21 @@ func fleetRules(c Config) []Rule {
 		// evaluation interval: the idle series exist only while idle.
 		{Record: names.RecOwnerIdleHours, Expr: Expr(fmt.Sprintf("sum_over_time(%s[%s:%s]) * %s", names.RecOwnerIdle, c.Cost.Window, c.Cost.Step, perStep))},
 		{Record: names.RecNSIdleHours, Expr: Expr(fmt.Sprintf("sum_over_time(%s[%s:%s]) * %s", names.RecNamespaceIdle, c.Cost.Window, c.Cost.Step, perStep))},
-		{Record: names.RecOwnerIdleCost, Expr: Expr(fmt.Sprintf(`label_replace(%s * %s, "currency", %q, "", "")`, names.RecOwnerIdleHours, price, c.Cost.Currency))},
-		{Record: names.RecNSIdleCost, Expr: Expr(fmt.Sprintf(`label_replace(%s * %s, "currency", %q, "", "")`, names.RecNSIdleHours, price, c.Cost.Currency))},
 	}
+	rs = append(rs, costRules(c)...)
 	if c.inputs().rightsizing {
 		rs = append(rs, Rule{Record: names.RecFleetMIGFreed, Expr: Expr(fmt.Sprintf("sum(%s) or vector(0)", names.RecRightsizeFreed))})
 	}
 	return rs
+}
+
+// costRules price the owners' and namespaces' idle GPU-hours.
+func costRules(c Config) []Rule {
+	price := num(c.Cost.PricePerGPUHour)
+	return []Rule{
+		{Record: names.RecOwnerIdleCost, Expr: Expr(fmt.Sprintf(`label_replace(%s * %s, "currency", %q, "", "")`, names.RecOwnerIdleHours, price, c.Cost.Currency))},
+		{Record: names.RecNSIdleCost, Expr: Expr(fmt.Sprintf(`label_replace(%s * %s, "currency", %q, "", "")`, names.RecNSIdleHours, price, c.Cost.Currency))},
+	}
 }
 
 func (c Config) annotations(anchor, summary, description, dashboard string) map[string]string {

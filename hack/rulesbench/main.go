@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -34,6 +33,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/gpureclaim/gpureclaim/internal/names"
+	"github.com/gpureclaim/gpureclaim/internal/sim/cluster"
 	"github.com/gpureclaim/gpureclaim/rules"
 )
 
@@ -255,15 +255,6 @@ func median(xs []float64) float64 {
 	return d[len(d)/2]
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 type groupsAnswer struct {
 	Data struct {
 		Groups []struct {
@@ -329,7 +320,7 @@ func run(gpus, hours, evals int, rulesFile, promBin string, head time.Duration, 
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		return err
 	}
-	port, err := freePort()
+	port, err := cluster.FreePort()
 	if err != nil {
 		return err
 	}

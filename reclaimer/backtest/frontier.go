@@ -103,16 +103,15 @@ func Frontier(w io.Writer, title string, points []FrontierPoint) error {
 	}
 	// The policies: filled on the held-apart workloads, hollow on the tuned.
 	colors := []string{"#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2"}
+	seen := map[string]bool{}
 	var legend []string
 	for _, p := range points {
-		if p.Curve {
-			continue
-		}
-		i := sort.SearchStrings(legend, p.Label)
-		if i == len(legend) || legend[i] != p.Label {
-			legend = append(legend[:i], append([]string{p.Label}, legend[i:]...)...)
+		if !p.Curve && !seen[p.Label] {
+			seen[p.Label] = true
+			legend = append(legend, p.Label)
 		}
 	}
+	sort.Strings(legend)
 	color := func(label string) string { return colors[sort.SearchStrings(legend, label)%len(colors)] }
 	for _, p := range points {
 		if p.Curve {

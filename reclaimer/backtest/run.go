@@ -121,7 +121,7 @@ func Run(ctx context.Context, h History, o Options) (*Result, error) {
 	}
 	defer rp.Close()
 
-	b := &bench{h: &h, o: o, byKey: map[string]int{}, firing: map[string]template.Alert{}}
+	b := &bench{h: &h, o: o, byKey: map[string]int{}, byUUID: map[string][]int{}, firing: map[string]template.Alert{}}
 	b.states = make([]workloadState, len(h.Workloads))
 	b.nextBusy = make([][]int, len(h.Workloads))
 	for i, w := range h.Workloads {
@@ -134,6 +134,8 @@ func Run(ctx context.Context, h History, o Options) (*Result, error) {
 			}
 		}
 		b.byKey[w.key] = i
+		uuid, _, _ := strings.Cut(w.key, "\xff")
+		b.byUUID[uuid] = append(b.byUUID[uuid], i)
 		b.states[i].res = WorkloadResult{ID: w.ID, Owner: w.Owner}
 	}
 	eng, err := reclaim.New(reclaim.Options{
@@ -180,9 +182,11 @@ func Run(ctx context.Context, h History, o Options) (*Result, error) {
 // bench stands in for everything around the engine: Alertmanager, the
 // cluster and the nodes, and the owners' inboxes.
 type bench struct {
-	h      *History
-	o      Options
-	byKey  map[string]int
+	h     *History
+	o     Options
+	byKey map[string]int
+	// byUUID are the workloads on each unit, for the demand query.
+	byUUID map[string][]int
 	states []workloadState
 	// nextBusy is, per workload and step, the next step with work (-1: none).
 	nextBusy [][]int
@@ -342,9 +346,8 @@ func (b *bench) Demand(_ context.Context, query string) (bool, error) {
 	if m == nil {
 		return false, fmt.Errorf("the backtest answers only its own demand query, not %q", query)
 	}
-	for i := range b.h.Workloads {
-		uuid, _, _ := strings.Cut(b.h.Workloads[i].key, "\xff")
-		if rs := b.states[i].res.Reclaims; uuid == m[1] && len(rs) > 0 && rs[len(rs)-1].Returned >= 0 && rs[len(rs)-1].Restored < 0 {
+	for _, i := range b.byUUID[m[1]] {
+		if rs := b.states[i].res.Reclaims; len(rs) > 0 && rs[len(rs)-1].Returned >= 0 && rs[len(rs)-1].Restored < 0 {
 			return true, nil
 		}
 	}

@@ -40,9 +40,12 @@ policies:
     restore_within: 2h
 `
 
-// A scaled-down service is restored once its demand is back, and the
-// owner is told; until then, and after restore_within, nothing is done.
-func TestRestoreOnDemand(t *testing.T) {
+// apiDemand is restorePolicy's restore_when, filled for serve/api.
+const apiDemand = `sum(rate(requests_total{namespace="serve", service="api"}[1m])) > 0`
+
+// scaledDown is a fixture whose one-replica Deployment serve/api the
+// policy has scaled down, five minutes after T0.
+func scaledDown(t *testing.T) *fixture {
 	f := newFixture(t, restorePolicy)
 	f.inspector.Controllers = map[string]reclaim.Controller{
 		"serve/api-0": {APIVersion: "apps/v1", Kind: "Deployment", Namespace: "serve", Name: "api", Replicas: 1, Stop: reclaim.StopScale, Stopped: "scaled down"},
@@ -50,9 +53,15 @@ func TestRestoreOnDemand(t *testing.T) {
 	f.ingest(IdlePod("firing", T0, "serve", "api-0"))
 	f.at(0)
 	f.at(5 * time.Minute)
-	r := f.of("serve/api-0")
-	require.Equal(t, reclaim.Done, r.State)
-	query := `sum(rate(requests_total{namespace="serve", service="api"}[1m])) > 0`
+	require.Equal(t, reclaim.Done, f.of("serve/api-0").State)
+	return f
+}
+
+// A scaled-down service is restored once its demand is back, and the
+// owner is told; until then, and after restore_within, nothing is done.
+func TestRestoreOnDemand(t *testing.T) {
+	f := scaledDown(t)
+	query := apiDemand
 
 	d := &demand{wanted: map[string]bool{}}
 	require.Empty(t, f.eng.RestoreOnDemand(context.Background(), d), "no demand: nothing restored")
@@ -84,15 +93,9 @@ gpureclaim_reclaimer_errors_total{component="prometheus"} 1
 // After restore_within, the reclaim is no longer watched: the owner
 // restores by hand.
 func TestRestoreOnDemandWindow(t *testing.T) {
-	f := newFixture(t, restorePolicy)
-	f.inspector.Controllers = map[string]reclaim.Controller{
-		"serve/api-0": {APIVersion: "apps/v1", Kind: "Deployment", Namespace: "serve", Name: "api", Replicas: 1, Stop: reclaim.StopScale, Stopped: "scaled down"},
-	}
-	f.ingest(IdlePod("firing", T0, "serve", "api-0"))
-	f.at(0)
-	f.at(5 * time.Minute)
+	f := scaledDown(t)
 	f.clock.Set(T0.Add(5*time.Minute + 2*time.Hour + time.Second))
-	d := &demand{wanted: map[string]bool{`sum(rate(requests_total{namespace="serve", service="api"}[1m])) > 0`: true}}
+	d := &demand{wanted: map[string]bool{apiDemand: true}}
 	require.Empty(t, f.eng.RestoreOnDemand(context.Background(), d))
 	require.Empty(t, d.queries)
 }
