@@ -68,6 +68,31 @@ func (a *actor) Plan(ctx context.Context, action string, r *reclaim.Reclaim) ([]
 	return a.nodes.PIDs(ctx, r.Target)
 }
 
+// Released asks where the action was taken whether the GPU is free.
+func (a *actor) Released(ctx context.Context, r *reclaim.Reclaim) (reclaim.Release, error) {
+	switch r.Action {
+	case config.ActionKill:
+		return a.nodes.Released(ctx, r)
+	case config.ActionCancel, config.ActionRequeue:
+		if a.slurm == nil {
+			return reclaim.Release{Done: true}, nil // refused before acting
+		}
+		return a.slurm.Released(ctx, r.Target.SlurmJob)
+	}
+	if a.kube == nil {
+		return reclaim.Release{}, fmt.Errorf("%s needs Kubernetes, which is off in the config", r.Action)
+	}
+	return a.kube.Released(ctx, r)
+}
+
+// Running asks Kubernetes whether a restored workload runs again.
+func (a *actor) Running(ctx context.Context, r *reclaim.Reclaim) (reclaim.Release, error) {
+	if a.kube == nil {
+		return reclaim.Release{}, reclaim.ErrNotRestorable
+	}
+	return a.kube.Running(ctx, r)
+}
+
 func (a *actor) Restore(ctx context.Context, r *reclaim.Reclaim) error {
 	if a.kube == nil {
 		return reclaim.ErrNotRestorable

@@ -250,7 +250,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}()
 	lead := func(ctx context.Context) error {
 		eng, err := reclaim.New(reclaim.Options{
-			Config: cfg, Store: st, Checker: am, Inspector: insp, Actor: act, Events: events,
+			Config: cfg, Store: st, Checker: am, Inspector: insp, Actor: act, Verifier: act, Events: events,
 			Notifiers: notifiers.list, Clock: time.Now, Logger: logger, Metrics: metrics, Failpoint: failpoint(),
 		})
 		if err != nil {

@@ -75,6 +75,8 @@ type Config struct {
 	// Workloads are the kinds of top owner the reclaimer stops, over the
 	// built-in ones; after loading, every kind, built-in ones included.
 	Workloads []Workload `yaml:"workloads"`
+	// Release is how long each kind may take to free the GPU after its stop.
+	Release Release `yaml:"release"`
 	// WarningDeadline is how long an owner's warning may fail to go out
 	// before the admins are told; the reclaim waits for it either way.
 	// Default 15m.
@@ -534,6 +536,7 @@ func (cfg *Config) validate() error {
 
 	cfg.Slurm.validate(c)
 	cfg.Prometheus.validate(c)
+	cfg.Release.validate(c)
 	n := &cfg.Nodes
 	if n.URLTemplate == "" {
 		n.URLTemplate = "http://{{ .Node }}:9848"

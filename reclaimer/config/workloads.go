@@ -105,6 +105,11 @@ func BuiltinWorkloads() []Workload {
 			ws[i].Stop, ws[i].Restore = suspend()
 			ws[i].Stopped, ws[i].Restored = "suspended", "resumed"
 		}
+		if ws[i].Kind == "RayJob" {
+			// KubeRay deletes a suspended RayJob's cluster and runs the
+			// job anew on resume.
+			ws[i].Restored = "resumed: the Ray job starts again from the beginning"
+		}
 	}
 	// Kubeflow training-operator v1.8: the jobs suspend through their run policy.
 	for _, k := range []string{"PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob"} {

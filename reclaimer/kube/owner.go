@@ -87,6 +87,12 @@ func (c *Client) walk(ctx context.Context, ns, pod string) (*chain, error) {
 	if err != nil {
 		return nil, err
 	}
+	return c.walkPod(ctx, p)
+}
+
+// walkPod reads the controllers of a pod already read.
+func (c *Client) walkPod(ctx context.Context, p *corev1.Pod) (*chain, error) {
+	ns := p.Namespace
 	ch := &chain{pod: p}
 	ref := metav1.GetControllerOf(p)
 	for ref != nil && len(ch.links) < maxChain {
@@ -163,6 +169,8 @@ func (c *Client) decide(ctx context.Context, ch *chain) (reclaim.Controller, err
 		ctl.Stop = reclaim.StopNone
 		ctl.Why = fmt.Sprintf("the pod is owned by %s; stopping %s is turned off in the config (workloads: %s)", ctl, w.Kind, w.Name)
 		return ctl, nil
+	case w != nil && top.kind == rayJob && top.gvr.Group == rayGroup:
+		return c.decideRayJob(ch, top, ctl), nil
 	case w != nil && !w.Scale:
 		ctl.Stop, ctl.Stopped = reclaim.StopPatch, w.Stopped
 		return ctl, nil
@@ -177,6 +185,63 @@ func (c *Client) decide(ctx context.Context, ch *chain) (reclaim.Controller, err
 	}
 	ctl.Stop, ctl.Replicas, ctl.Stopped = reclaim.StopScale, replicas, "scaled down"
 	return ctl, nil
+}
+
+// KubeRay's kinds.
+const (
+	rayGroup   = "ray.io"
+	rayJob     = "RayJob"
+	rayCluster = "RayCluster"
+)
+
+// decideRayJob suspends a RayJob only where KubeRay 1.5 honours it:
+// shutdownAfterJobFinishes true, no clusterSelector, and the job
+// Initializing or Running. Elsewhere KubeRay refuses the suspend for good
+// (ValidationFailed) or ignores it (Waiting, in InteractiveMode), and its
+// RayCluster is suspended instead, which KubeRay honours in every state
+// and the RayJob does not undo.
+func (c *Client) decideRayJob(ch *chain, top *link, ctl reclaim.Controller) reclaim.Controller {
+	why := rayJobUnsuspendable(top.obj)
+	if why == "" {
+		ctl.Stop, ctl.Stopped = reclaim.StopPatch, top.workload.Stopped
+		return ctl
+	}
+	above := ctl
+	for _, l := range ch.links {
+		if l.kind != rayCluster || l.gvr.Group != rayGroup {
+			continue
+		}
+		rc := reclaim.Controller{APIVersion: l.obj.GetAPIVersion(), Kind: l.kind, Namespace: l.obj.GetNamespace(), Name: l.obj.GetName(), Above: &above}
+		if w := l.workload; w == nil || w.Disabled || w.Scale {
+			rc.Stop, rc.Why = reclaim.StopNone, fmt.Sprintf("%s; stopping RayCluster is turned off in the config", why)
+			return rc
+		}
+		rc.Stop, rc.Stopped = reclaim.StopPatch, l.workload.Stopped
+		rc.Why = fmt.Sprintf("%s: its RayCluster is suspended instead, which KubeRay honours in any state", why)
+		return rc
+	}
+	ctl.Stop, ctl.Why = reclaim.StopNone, why+", and the pod is not under a RayCluster of it that could be suspended instead"
+	return ctl
+}
+
+// rayJobUnsuspendable says why KubeRay would not act on a RayJob's
+// spec.suspend; empty when it would.
+func rayJobUnsuspendable(u *unstructured.Unstructured) string {
+	name := fmt.Sprintf("RayJob %s/%s", u.GetNamespace(), u.GetName())
+	if v, _, _ := unstructured.NestedBool(u.Object, "spec", "shutdownAfterJobFinishes"); !v {
+		return "KubeRay refuses to suspend " + name + ": its shutdownAfterJobFinishes is false"
+	}
+	if m, _, _ := unstructured.NestedMap(u.Object, "spec", "clusterSelector"); len(m) > 0 {
+		return "KubeRay does not suspend " + name + ": it runs on a RayCluster it selects (clusterSelector)"
+	}
+	st, _, _ := unstructured.NestedString(u.Object, "status", "jobDeploymentStatus")
+	if st != "Initializing" && st != "Running" {
+		if st == "" {
+			st = "new"
+		}
+		return fmt.Sprintf("KubeRay ignores a suspend of %s while it is %s (it acts only while Initializing or Running)", name, st)
+	}
+	return ""
 }
 
 // kueueManaged finds the highest object on the chain that Kueue admits.

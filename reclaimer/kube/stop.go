@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -38,6 +39,18 @@ func (c *Client) Stop(ctx context.Context, r *reclaim.Reclaim) (reclaim.Result, 
 	if ctl == nil {
 		return reclaim.Result{}, fmt.Errorf("no top owner was recorded for %s", r.Target.Owner())
 	}
+	if isRay(ctl) || (ctl.Above != nil && isRay(ctl.Above)) {
+		// Whether KubeRay honours a RayJob's suspend depends on its state
+		// now, not at the warning: decide again.
+		fresh, err := c.Controller(ctx, r.Target)
+		switch {
+		case errors.Is(err, reclaim.ErrGone):
+			return reclaim.Result{}, err
+		case err != nil:
+			return reclaim.Result{}, fmt.Errorf("reading the owners of %s again: %w", r.Target.Owner(), err)
+		}
+		ctl = &fresh
+	}
 	switch ctl.Stop {
 	case reclaim.StopPatch:
 		return c.stopPatch(ctx, r, ctl)
@@ -49,6 +62,10 @@ func (c *Client) Stop(ctx context.Context, r *reclaim.Reclaim) (reclaim.Result, 
 		return c.ScaleDown(ctx, r, 0)
 	}
 	return reclaim.Result{}, fmt.Errorf("%s cannot be stopped: %s", ctl, ctl.Why)
+}
+
+func isRay(ctl *reclaim.Controller) bool {
+	return ctl.Kind == rayJob && strings.HasPrefix(ctl.APIVersion, rayGroup+"/")
 }
 
 func (c *Client) stopPatch(ctx context.Context, r *reclaim.Reclaim, ctl *reclaim.Controller) (reclaim.Result, error) {
@@ -72,7 +89,11 @@ func (c *Client) stopPatch(ctx context.Context, r *reclaim.Reclaim, ctl *reclaim
 		return reclaim.Result{}, fmt.Errorf("stopping %s: %w", ctl, err)
 	}
 	wl := &reclaim.Workload{APIVersion: ctl.APIVersion, Kind: ctl.Kind, Namespace: ctl.Namespace, Name: ctl.Name, Stop: reclaim.StopPatch, Stopped: w.Stopped, Restored: w.Restored}
-	return reclaim.Result{Workload: wl, Detail: fmt.Sprintf("%s %s", wl, w.Stopped)}, nil
+	detail := fmt.Sprintf("%s %s", wl, w.Stopped)
+	if ctl.Above != nil && ctl.Why != "" {
+		detail += " (" + ctl.Why + ")"
+	}
+	return reclaim.Result{Workload: wl, Detail: detail}, nil
 }
 
 // kueueWorkloadOf finds the Kueue Workload that admits an object: the one

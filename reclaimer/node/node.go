@@ -6,9 +6,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -156,4 +158,29 @@ func (c *Client) Started(ctx context.Context, t reclaim.Target) (time.Time, erro
 		}
 	}
 	return oldest, nil
+}
+
+// Released says whether the processes a kill ended are gone from the unit.
+func (c *Client) Released(ctx context.Context, r *reclaim.Reclaim) (reclaim.Release, error) {
+	procs, err := c.processes(ctx, r.Target)
+	if errors.Is(err, reclaim.ErrGone) {
+		return reclaim.Release{Done: true}, nil
+	}
+	if err != nil {
+		return reclaim.Release{}, err
+	}
+	ended := r.Killed
+	if len(ended) == 0 {
+		ended = r.Planned
+	}
+	var left []int
+	for _, p := range procs {
+		if len(ended) == 0 || slices.Contains(ended, p.PID) {
+			left = append(left, p.PID)
+		}
+	}
+	if len(left) == 0 {
+		return reclaim.Release{Done: true}, nil
+	}
+	return reclaim.Release{Why: fmt.Sprintf("processes %v still run on the unit (node %s)", left, r.Target.Node)}, nil
 }

@@ -121,6 +121,10 @@ func (e *Engine) act(ctx context.Context, id string) {
 	if r == nil || r.State.Terminal() {
 		return
 	}
+	if r.State == Acting && !r.ReleaseBy.IsZero() {
+		e.verify(ctx, r)
+		return
+	}
 	// An action that began and has no recorded outcome (the reclaimer
 	// stopped during it) may have taken effect: the checks passed then, and
 	// checking again now would judge its own effect (the pod gone, the GPU
@@ -185,11 +189,8 @@ func (e *Engine) act(ctx context.Context, id string) {
 			result, detail = ActionGone, "the target was already gone"
 		}
 		e.o.Metrics.action(r.Action, result)
-		idle := max(0, now.Sub(r.IdleSince()).Seconds())
-		e.o.Metrics.reclaimedGPUs.Add(r.Target.Size())
-		e.o.Metrics.reclaimedIdle.Add(r.Target.Size() * idle)
-		e.o.Metrics.idleToAction.Observe(idle)
-		e.finish(id, Done, detail, &res)
+		res.Detail = detail
+		e.carriedOut(ctx, id, &res)
 	case errors.As(err, &refused):
 		e.o.Metrics.action(r.Action, ActionRefused)
 		e.finish(id, Cancelled, refused.Reason, nil)
@@ -225,7 +226,7 @@ func (e *Engine) finish(id string, st State, why string, res *Result) {
 		}
 		now := e.now()
 		c.State, c.Reason, c.Closed, c.NextTry, c.ActingSince = st, why, now, time.Time{}, time.Time{}
-		if st == Done || st == DryRun {
+		if st == DryRun || (st == Done && c.ActedAt.IsZero()) {
 			c.ActedAt = now
 		}
 		if res != nil {
@@ -250,6 +251,8 @@ func (e *Engine) final(ctx context.Context, id string) {
 	switch r.State {
 	case Done:
 		kind = MsgReclaimed
+	case NotReleased:
+		kind = MsgNotReleased
 	case Cancelled:
 		kind = MsgCancelled
 	case Failed:
@@ -283,6 +286,8 @@ func (e *Engine) final(ctx context.Context, id string) {
 		switch r.State {
 		case Done:
 			e.o.Events.Event(ctx, r, "GPUReclaimed", fmt.Sprintf("%s reclaimed (%s): %s", r.Target.Unit(), r.ActionText(), r.Detail))
+		case NotReleased:
+			e.o.Events.Event(ctx, r, "GPUNotReleased", r.Reason)
 		case Cancelled:
 			e.o.Events.Event(ctx, r, "GPUReclaimCancelled", "reclaim cancelled: "+r.Reason)
 		}

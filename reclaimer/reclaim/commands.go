@@ -102,28 +102,42 @@ func (e *Engine) restore(ctx context.Context, id, by string) (*Reclaim, error) {
 	if r.State != Done || r.Workload == nil {
 		return nil, ErrNotRestorable
 	}
-	if !r.Restored.IsZero() {
-		return r, nil // restored before: nothing twice
-	}
 	rs, ok := e.o.Actor.(Restorer)
 	if !ok {
 		return nil, ErrNotRestorable
 	}
+	// One restore per reclaim: the first asker claims it in the store, so
+	// a button, the API and restore_when pressed at once restore once.
+	now := e.now()
+	claimed := false
+	r, err := e.update(id, nil, func(c *Reclaim) bool {
+		if !c.Restorable() {
+			return false
+		}
+		c.RestoreAsked, c.RestoreAskedBy, claimed = now, by, true
+		c.RestoreBy = now.Add(e.o.Config.Release.TimeoutFor(c.ReleaseKind()))
+		return true
+	})
+	if err != nil || !claimed {
+		return r, err // asked before: nothing twice
+	}
 	if err := rs.Restore(ctx, r); err != nil {
 		e.o.Metrics.Error(ComponentKubernetes)
+		if _, uerr := e.update(id, nil, func(c *Reclaim) bool {
+			c.RestoreAsked, c.RestoreAskedBy, c.RestoreBy = time.Time{}, "", time.Time{}
+			return true
+		}); uerr != nil {
+			e.o.Logger.Error("recording a restore that failed", "reclaim", id, "err", uerr)
+		}
 		return nil, err
 	}
-	r, err := e.update(id, func(c *Reclaim) []Event {
-		return []Event{e.event(c, "restored", c.Workload.RestoredText(), by)}
-	}, func(c *Reclaim) bool { c.Restored = e.now(); return true })
-	if err != nil {
+	if _, err := e.update(id, func(c *Reclaim) []Event {
+		return []Event{e.event(c, "restore_asked", c.Workload.RestoredText(), by)}
+	}, func(c *Reclaim) bool { return true }); err != nil {
 		return nil, err
 	}
-	e.send(ctx, Message{Kind: MsgRestored, Reclaim: r, By: by, Text: fmt.Sprintf("%s by %s.", r.Workload.RestoredText(), by)}, nil)
-	if e.o.Events != nil {
-		e.o.Events.Event(ctx, r, "GPUReclaimRestored", fmt.Sprintf("%s by %s", r.Workload.RestoredText(), by))
-	}
-	return r, nil
+	e.verifyRestore(ctx, r)
+	return e.snapshot(id), nil
 }
 
 // ErrNotPending says a reclaim has moved on and the request no longer applies.

@@ -24,7 +24,7 @@ func (e *Engine) RestoreOnDemand(ctx context.Context, q DemandQuerier) []*Reclai
 	now := e.now()
 	var restored []*Reclaim
 	for _, r := range e.List() {
-		if r.State != Done || r.Workload == nil || !r.Restored.IsZero() || r.DryRun {
+		if !r.Restorable() {
 			continue
 		}
 		p := e.o.Config.Policy(r.Policy)

@@ -78,8 +78,13 @@ type Controller struct {
 	Stop string `json:"stop,omitempty"`
 	// Stopped is the verb of messages ("suspended", "stopped").
 	Stopped string `json:"stopped,omitempty"`
-	// Why says why it cannot be stopped (StopNone), for people.
+	// Why says why it cannot be stopped (StopNone), or why it is stopped
+	// below its top owner, for people.
 	Why string `json:"why,omitempty"`
+	// Above is the top owner when the stop is made one level lower, where
+	// its controller always honours it (a RayJob whose RayCluster is
+	// suspended).
+	Above *Controller `json:"above,omitempty"`
 }
 
 // Service says whether the controller keeps a number of replicas running:
@@ -102,6 +107,28 @@ func (c Controller) String() string {
 // repeats the action.
 type Actor interface {
 	Act(ctx context.Context, action string, r *Reclaim) (Result, error)
+}
+
+// Release is what the world shows after a stop (or a restore).
+type Release struct {
+	// Done: the GPU is released (after a restore: the workload runs again).
+	Done bool
+	// Why says what still holds the GPU (or why the workload does not run)
+	// and what its controller says: its status, conditions and latest
+	// Warning events. For people.
+	Why string
+}
+
+// Verifier looks at the world after an action: a reclaim is done only
+// when the GPU was seen released, and restored only when the workload
+// was seen running again.
+type Verifier interface {
+	// Released says whether the holders of the target's unit are gone:
+	// the pods (and no pod of the stopped workload holds a GPU on the
+	// node), the processes, the Slurm job's allocation.
+	Released(ctx context.Context, r *Reclaim) (Release, error)
+	// Running says whether a restored workload runs again.
+	Running(ctx context.Context, r *Reclaim) (Release, error)
 }
 
 // Planner says, before an action, what it will end (the PIDs of a kill),
@@ -143,15 +170,21 @@ type MessageKind string
 const (
 	MsgWarning   MessageKind = "warning"   // the unit is idle and will be reclaimed at ActAt
 	MsgNotice    MessageKind = "notice"    // the policy only notifies (wasted, oversized, ...)
-	MsgReclaimed MessageKind = "reclaimed" // done
-	MsgCancelled MessageKind = "cancelled" // resolved, silenced, busy again
-	MsgFailed    MessageKind = "failed"    // the action failed for good
-	MsgExempt    MessageKind = "exempt"    // kept: nothing will happen
-	MsgRestored  MessageKind = "restored"  // a scale-down or stop was undone
-	MsgAdmin     MessageKind = "admin"     // for admins: breaker, undeliverable warnings
-	MsgSnoozed   MessageKind = "snoozed"   // someone snoozed the reclaim
-	MsgKept      MessageKind = "kept"      // someone kept the unit
-	MsgReleased  MessageKind = "released"  // the owner released it: acting now
+	MsgReclaimed MessageKind = "reclaimed" // done: the GPU was seen released
+	// MsgNotReleased: the stop was carried out but the GPU is still held;
+	// the owner and the admins hear what the controller said.
+	MsgNotReleased MessageKind = "not_released"
+	MsgCancelled   MessageKind = "cancelled" // resolved, silenced, busy again
+	MsgFailed      MessageKind = "failed"    // the action failed for good
+	MsgExempt      MessageKind = "exempt"    // kept: nothing will happen
+	MsgRestored    MessageKind = "restored"  // a scale-down or stop was undone: the workload runs again
+	// MsgRestoreFailed: a restore was asked, but the workload did not run
+	// again by its deadline.
+	MsgRestoreFailed MessageKind = "restore_failed"
+	MsgAdmin         MessageKind = "admin"    // for admins: breaker, undeliverable warnings
+	MsgSnoozed       MessageKind = "snoozed"  // someone snoozed the reclaim
+	MsgKept          MessageKind = "kept"     // someone kept the unit
+	MsgReleased      MessageKind = "released" // the owner released it: acting now
 )
 
 // Message is what a notifier sends. For the owner's messages Reclaim is a

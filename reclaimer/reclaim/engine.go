@@ -24,6 +24,9 @@ type Options struct {
 	Checker   AlertChecker
 	Inspector Inspector
 	Actor     Actor
+	// Verifier looks whether an action freed the GPU and a restore ran the
+	// workload again; nil takes every action's word for it.
+	Verifier  Verifier
 	Events    Events
 	Notifiers []Notifier
 	Clock     func() time.Time
@@ -131,6 +134,7 @@ const (
 	workAct                      // free the unit (or resume an action)
 	workUnsnooze                 // look whether a snooze has ended
 	workFinal                    // tell the owner the outcome
+	workRestore                  // look whether a restored workload runs again
 )
 
 type work struct {
@@ -161,6 +165,8 @@ func (e *Engine) Step(ctx context.Context) {
 			due = append(due, work{id, workUnsnooze})
 		case r.State.Terminal() && !r.Final.Sent && !now.Before(r.NextTry):
 			due = append(due, work{id, workFinal})
+		case r.State == Done && !r.RestoreAsked.IsZero() && r.Restored.IsZero() && r.RestoreFailed == "" && !now.Before(r.NextTry):
+			due = append(due, work{id, workRestore})
 		}
 	}
 	for _, w := range due {
@@ -182,6 +188,10 @@ func (e *Engine) Step(ctx context.Context) {
 			e.final(ctx, w.id)
 		case workUnsnooze:
 			e.unsnooze(ctx, w.id)
+		case workRestore:
+			if r := e.snapshot(w.id); r != nil {
+				e.verifyRestore(ctx, r)
+			}
 		}
 		e.mu.Lock()
 		delete(e.inflight, w.id)

@@ -27,12 +27,14 @@ type fixture struct {
 	actor     *Actor
 	checker   *Checker
 	inspector *Inspector
-	cfg       *config.Config
-	path      string
-	st        *store.Bolt
-	eng       *reclaim.Engine
-	metrics   *reclaim.Metrics
-	reg       *prometheus.Registry
+	// verifier, when set, says whether actions freed the GPU.
+	verifier *Verifier
+	cfg      *config.Config
+	path     string
+	st       *store.Bolt
+	eng      *reclaim.Engine
+	metrics  *reclaim.Metrics
+	reg      *prometheus.Registry
 	// failpoint, when set, is called at the engine's failpoints.
 	failpoint func(string)
 }
@@ -63,10 +65,14 @@ func (f *fixture) open() {
 	f.t.Cleanup(func() { f.st.Close() })
 	f.reg = prometheus.NewRegistry()
 	f.metrics = reclaim.NewMetrics(f.reg)
-	f.eng, err = reclaim.New(reclaim.Options{
+	o := reclaim.Options{
 		Config: f.cfg, Store: f.st, Checker: f.checker, Inspector: f.inspector, Actor: f.actor,
 		Notifiers: []reclaim.Notifier{f.notifier}, Clock: f.clock.Now, Metrics: f.metrics, Failpoint: f.failpoint,
-	})
+	}
+	if f.verifier != nil {
+		o.Verifier = f.verifier
+	}
+	f.eng, err = reclaim.New(o)
 	require.NoError(f.t, err)
 }
 
@@ -164,7 +170,7 @@ func TestWarnGraceAct(t *testing.T) {
 	for _, e := range events {
 		kinds = append([]string{e.Kind}, kinds...)
 	}
-	require.Equal(t, []string{"decided", "warned", "acting", "done"}, kinds, "the audit trail, oldest first")
+	require.Equal(t, []string{"decided", "warned", "acting", "carried_out", "done"}, kinds, "the audit trail, oldest first")
 }
 
 func TestResolvedBeforeTheGraceEndsCancels(t *testing.T) {
@@ -524,10 +530,10 @@ func TestRestartResumesEveryTimer(t *testing.T) {
 	require.Equal(t, 2, count(f.notifier.Kinds(), reclaim.MsgReclaimed))
 }
 
-func count(ks []reclaim.MessageKind, k reclaim.MessageKind) int {
+func count[T comparable](xs []T, want T) int {
 	n := 0
-	for _, x := range ks {
-		if x == k {
+	for _, x := range xs {
+		if x == want {
 			n++
 		}
 	}

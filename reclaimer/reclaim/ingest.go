@@ -76,6 +76,12 @@ func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
 			}
 			continue
 		}
+		if existing != nil && existing.State == NotReleased {
+			// Still firing after a stop its controller refused or ignored:
+			// not a repeat of a reclaim that freed the GPU.
+			decide(DecisionNotReleased)
+			continue
+		}
 		if existing != nil {
 			res.Duplicate++
 			decide(DecisionDuplicate)

@@ -22,12 +22,13 @@ const (
 	DecisionNoPolicy      Decision = "no_policy"      // no policy matches the alert
 	DecisionNotAUnit      Decision = "not_a_unit"     // not an alert about a unit
 	DecisionResolvedFirst Decision = "resolved_first" // a resolved alert never seen firing
+	DecisionNotReleased   Decision = "not_released"   // still firing after a stop the controller refused or ignored
 )
 
 // Decisions lists every Decision.
 var Decisions = []Decision{DecisionPending, DecisionExempt, DecisionNotify, DecisionDuplicate, DecisionStale, DecisionCancelled,
 	DecisionSnoozed, DecisionKept, DecisionMinRuntime, DecisionOutsideWindow, DecisionRateLimited, DecisionNoPolicy, DecisionNotAUnit,
-	DecisionResolvedFirst}
+	DecisionResolvedFirst, DecisionNotReleased}
 
 // Component is the part of the reclaimer an error came from: the
 // component label of gpureclaim_reclaimer_errors_total.
@@ -41,10 +42,11 @@ const (
 	ComponentNotifier     Component = "notifier"
 	ComponentAction       Component = "action"
 	ComponentPrometheus   Component = "prometheus" // restore_when queries
+	ComponentRelease      Component = "release"    // looking whether a stop freed the GPU, or a restore ran it again
 )
 
 // Components lists every Component.
-var Components = []Component{ComponentStore, ComponentAlertmanager, ComponentKubernetes, ComponentInspector, ComponentNotifier, ComponentAction, ComponentPrometheus}
+var Components = []Component{ComponentStore, ComponentAlertmanager, ComponentKubernetes, ComponentInspector, ComponentNotifier, ComponentAction, ComponentPrometheus, ComponentRelease}
 
 // ActionResult is how an action ended: the result label of
 // gpureclaim_reclaimer_actions_total.
@@ -57,10 +59,13 @@ const (
 	ActionRefused ActionResult = "refused"
 	ActionRetry   ActionResult = "retry"
 	ActionFailed  ActionResult = "failed"
+	// ActionNotReleased: carried out, but the GPU was still held at the
+	// release deadline.
+	ActionNotReleased ActionResult = "not_released"
 )
 
 // ActionResults lists every ActionResult.
-var ActionResults = []ActionResult{ActionDone, ActionDryRun, ActionGone, ActionRefused, ActionRetry, ActionFailed}
+var ActionResults = []ActionResult{ActionDone, ActionDryRun, ActionGone, ActionRefused, ActionRetry, ActionFailed, ActionNotReleased}
 
 // MessageResult is whether a notifier delivered a message: the result label
 // of gpureclaim_reclaimer_messages_total.
@@ -75,11 +80,11 @@ const (
 var MessageResults = []MessageResult{MessageSent, MessageError}
 
 // MessageKinds lists every MessageKind.
-var MessageKinds = []MessageKind{MsgWarning, MsgNotice, MsgReclaimed, MsgCancelled, MsgFailed, MsgExempt, MsgRestored, MsgAdmin,
-	MsgSnoozed, MsgKept, MsgReleased}
+var MessageKinds = []MessageKind{MsgWarning, MsgNotice, MsgReclaimed, MsgNotReleased, MsgCancelled, MsgFailed, MsgExempt, MsgRestored,
+	MsgRestoreFailed, MsgAdmin, MsgSnoozed, MsgKept, MsgReleased}
 
 // States lists the states the reclaims gauge reports.
-var States = []State{Pending, Acting, Snoozed, Done, DryRun, Notified, Cancelled, Exempt, Failed}
+var States = []State{Pending, Acting, Snoozed, Done, NotReleased, DryRun, Notified, Cancelled, Exempt, Failed}
 
 // AlertStatuses are the statuses of received alerts: the status label of
 // gpureclaim_reclaimer_alerts_received_total.

@@ -13,6 +13,7 @@ type Metrics struct {
 	actions         *prometheus.CounterVec
 	actionDuration  *prometheus.HistogramVec
 	idleToAction    prometheus.Histogram
+	releaseDuration *prometheus.HistogramVec
 	reclaims        *prometheus.GaugeVec
 	reclaimedGPUs   prometheus.Counter
 	reclaimedIdle   prometheus.Counter
@@ -32,12 +33,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		messages: f.NewCounterVec(prometheus.CounterOpts{Name: "gpureclaim_reclaimer_messages_total",
 			Help: "Messages sent to owners and admins, by notifier, kind and result."}, []string{"notifier", "kind", "result"}),
 		actions: f.NewCounterVec(prometheus.CounterOpts{Name: "gpureclaim_reclaimer_actions_total",
-			Help: "Actions carried out, by action and result (done, dry_run, gone, refused, retry, failed)."}, []string{"action", "result"}),
+			Help: "Actions carried out, by action and result (done, dry_run, gone, refused, retry, failed, not_released)."}, []string{"action", "result"}),
 		actionDuration: f.NewHistogramVec(prometheus.HistogramOpts{Name: "gpureclaim_reclaimer_action_duration_seconds",
 			Help: "Time one action took.", Buckets: []float64{.01, .05, .1, .5, 1, 5, 10, 30, 60, 120}}, []string{"action"}),
 		idleToAction: f.NewHistogram(prometheus.HistogramOpts{Name: "gpureclaim_reclaimer_idle_to_action_seconds",
 			Help:    "Time from the unit going idle to its reclaim.",
 			Buckets: []float64{60, 300, 600, 900, 1200, 1800, 3600, 7200, 14400, 43200, 86400}}),
+		releaseDuration: f.NewHistogramVec(prometheus.HistogramOpts{Name: "gpureclaim_reclaimer_release_duration_seconds",
+			Help:    "Time from an action carried out to the GPU seen released, by what was stopped (a top owner's kind, Pod, process, SlurmJob).",
+			Buckets: []float64{1, 5, 10, 30, 60, 120, 300, 600, 1200}}, []string{"kind"}),
 		reclaims: f.NewGaugeVec(prometheus.GaugeOpts{Name: "gpureclaim_reclaimer_reclaims",
 			Help: "Reclaims the reclaimer knows of, by state."}, []string{"state"}),
 		reclaimedGPUs: f.NewCounter(prometheus.CounterOpts{Name: "gpureclaim_reclaimer_reclaimed_gpus_total",
@@ -45,7 +49,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reclaimedIdle: f.NewCounter(prometheus.CounterOpts{Name: "gpureclaim_reclaimer_reclaimed_gpu_seconds_total",
 			Help: "Idle holding ended by reclaims: each reclaimed unit's share of a GPU times how long it had been idle."}),
 		errors: f.NewCounterVec(prometheus.CounterOpts{Name: "gpureclaim_reclaimer_errors_total",
-			Help: "Errors, by component (store, alertmanager, kubernetes, inspector, notifier, action)."}, []string{"component"}),
+			Help: "Errors, by component (store, alertmanager, kubernetes, inspector, notifier, action, prometheus, release)."}, []string{"component"}),
 		breakerOpen: f.NewGauge(prometheus.GaugeOpts{Name: "gpureclaim_reclaimer_circuit_breaker_open",
 			Help: "1 while the circuit breaker holds every action because too many targets are pending."}),
 		lastStepSeconds: f.NewGauge(prometheus.GaugeOpts{Name: "gpureclaim_reclaimer_last_step_timestamp_seconds",

@@ -28,8 +28,13 @@ const (
 	// Acting: the action has started; after a crash it is run again, which
 	// every action allows (acting twice has the effect of acting once).
 	Acting State = "acting"
-	// Done: the GPU was reclaimed.
+	// Done: the action was carried out and the world showed the GPU
+	// released (the pods, processes or job that held it gone).
 	Done State = "done"
+	// NotReleased: the action was carried out but the GPU was still held
+	// at the kind's release deadline (the controller refused or ignored
+	// the stop); Reason says what it said.
+	NotReleased State = "not_released"
 	// DryRun: the GPU would have been reclaimed.
 	DryRun State = "dry_run"
 	// Notified: the policy only tells the owner.
@@ -181,8 +186,14 @@ type Reclaim struct {
 	Created time.Time `json:"created"`
 	Updated time.Time `json:"updated"`
 	// ActAt is when the action is due (after the grace, and any deferral).
-	ActAt   time.Time `json:"act_at,omitzero"`
+	ActAt time.Time `json:"act_at,omitzero"`
+	// ActedAt is when the action was carried out (the API accepted the
+	// stop, the node signalled the processes).
 	ActedAt time.Time `json:"acted_at,omitzero"`
+	// ReleaseBy is the deadline for the world to show the GPU released,
+	// set when the action was carried out; ReleasedAt is when it did.
+	ReleaseBy  time.Time `json:"release_by,omitzero"`
+	ReleasedAt time.Time `json:"released_at,omitzero"`
 	// ActingSince is when the action began, until its outcome is recorded:
 	// after a restart it says the action may have taken effect.
 	ActingSince time.Time `json:"acting_since,omitzero"`
@@ -202,9 +213,16 @@ type Reclaim struct {
 	Killed     []int       `json:"killed,omitempty"`
 	// Planned is what the action set out to end (a kill's PIDs), written
 	// before it ran.
-	Planned  []int     `json:"planned,omitempty"`
-	Detail   string    `json:"detail,omitempty"`
-	Restored time.Time `json:"restored,omitzero"`
+	Planned []int  `json:"planned,omitempty"`
+	Detail  string `json:"detail,omitempty"`
+	// RestoreAsked is when a restore was asked of the controller, and by
+	// whom; RestoreBy the deadline for the workload to run again; Restored
+	// when it was seen running; RestoreFailed why it was not by then.
+	RestoreAsked   time.Time `json:"restore_asked,omitzero"`
+	RestoreAskedBy string    `json:"restore_asked_by,omitempty"`
+	RestoreBy      time.Time `json:"restore_by,omitzero"`
+	Restored       time.Time `json:"restored,omitzero"`
+	RestoreFailed  string    `json:"restore_failed,omitempty"`
 	// Silence is the Alertmanager silence a snooze or keep created.
 	Silence string `json:"silence,omitempty"`
 	// SnoozedBy and SnoozedUntil say who snoozed or kept it, and until when.
@@ -228,6 +246,10 @@ func (r *Reclaim) Clone() *Reclaim {
 	c.Planned = slices.Clone(r.Planned)
 	if r.Controller != nil {
 		ctl := *r.Controller
+		if ctl.Above != nil {
+			above := *ctl.Above
+			ctl.Above = &above
+		}
 		c.Controller = &ctl
 	}
 	if r.Workload != nil {
@@ -241,6 +263,12 @@ func (d Delivery) clone() Delivery {
 	d.Refs = maps.Clone(d.Refs)
 	d.Channels = slices.Clone(d.Channels)
 	return d
+}
+
+// Restorable says whether a restore may still be asked: a done stop or
+// scale-down that nobody has asked to restore yet.
+func (r *Reclaim) Restorable() bool {
+	return r.State == Done && r.Workload != nil && r.RestoreAsked.IsZero() && r.Restored.IsZero() && !r.DryRun
 }
 
 // ActionText says what the action will do or did, for people: the action,

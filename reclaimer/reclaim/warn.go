@@ -214,6 +214,8 @@ func text(kind MessageKind, r *Reclaim) string {
 		return fmt.Sprintf("%s held by %s: %s", t.Unit(), t.Owner(), r.Annotations["description"])
 	case MsgReclaimed:
 		return fmt.Sprintf("%s held by %s was reclaimed (%s) at %s. %s", t.Unit(), t.Owner(), r.ActionText(), r.ActedAt.UTC().Format(time.RFC3339), r.Detail)
+	case MsgNotReleased:
+		return fmt.Sprintf("%s held by %s was not released: %s. The admins are told.", t.Unit(), t.Owner(), r.Reason)
 	case MsgCancelled:
 		return fmt.Sprintf("Reclaim of %s held by %s cancelled: %s.", t.Unit(), t.Owner(), r.Reason)
 	case MsgFailed:

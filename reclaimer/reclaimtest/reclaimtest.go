@@ -217,3 +217,35 @@ func (i *Inspector) Started(_ context.Context, t reclaim.Target) (time.Time, err
 	}
 	return T0.Add(-24 * time.Hour), nil
 }
+
+// Verifier answers what the world shows after an action: Held keeps the
+// unit held (the controller ignored the stop), NotRunning keeps a restored
+// workload down; Why is what the controller says.
+type Verifier struct {
+	mu                     sync.Mutex
+	Held, NotRunning       bool
+	Why                    string
+	Err                    error
+	ReleaseLooks, RunLooks int
+}
+
+func (v *Verifier) Released(context.Context, *reclaim.Reclaim) (reclaim.Release, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.ReleaseLooks++
+	return reclaim.Release{Done: !v.Held && v.Err == nil, Why: v.Why}, v.Err
+}
+
+func (v *Verifier) Running(context.Context, *reclaim.Reclaim) (reclaim.Release, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.RunLooks++
+	return reclaim.Release{Done: !v.NotRunning, Why: v.Why}, nil
+}
+
+// Set changes what the world shows.
+func (v *Verifier) Set(held, notRunning bool, why string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.Held, v.NotRunning, v.Why = held, notRunning, why
+}

@@ -201,7 +201,7 @@ func Outcome(kind reclaim.MessageKind, r *reclaim.Reclaim, by string, now time.T
 	case reclaim.MsgReclaimed:
 		head = "Reclaimed"
 		body = fmt.Sprintf("Reclaimed on %s: %s.", date(r.ActedAt), esc(r.Detail))
-		if w := r.Workload; w != nil && r.Restored.IsZero() {
+		if w := r.Workload; w != nil && r.RestoreAsked.IsZero() && r.Restored.IsZero() {
 			if w.Stop == reclaim.StopScale || w.Stop == "" {
 				body += fmt.Sprintf(" %s `%s` had %d replicas.", w.Kind, w.Name, w.PreviousReplicas)
 			}
@@ -209,7 +209,13 @@ func Outcome(kind reclaim.MessageKind, r *reclaim.Reclaim, by string, now time.T
 		}
 	case reclaim.MsgRestored:
 		head = "Restored"
-		body = fmt.Sprintf("Restored by %s: %s.", by, esc(r.Workload.RestoredText()))
+		body = fmt.Sprintf("Restored by %s: %s; it runs again.", by, esc(r.Workload.RestoredText()))
+	case reclaim.MsgRestoreFailed:
+		head = "Restore failed"
+		body = "The restore asked by " + by + " did not take: " + esc(r.RestoreFailed) + ". The admins are told."
+	case reclaim.MsgNotReleased:
+		head = "GPU not released"
+		body = "gpureclaim stopped the workload, but the GPU is still held: " + esc(r.Reason) + ". The admins are told."
 	case reclaim.MsgCancelled:
 		head = "Cancelled"
 		body = "Cancelled: " + esc(r.Reason) + "."

@@ -223,7 +223,7 @@ func (h *Interactions) press(ctx context.Context, cb *slack.InteractionCallback)
 		}
 		_, err = h.engine.ReleaseNow(ctx, id, by)
 	case a.ActionID == ActionRestore:
-		if !r.Restored.IsZero() {
+		if !r.RestoreAsked.IsZero() {
 			h.ephemeral(ctx, cb, "Already restored.")
 			return
 		}

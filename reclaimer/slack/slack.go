@@ -241,7 +241,8 @@ func (n *Notifier) Send(ctx context.Context, m reclaim.Message, prev map[string]
 		// Nothing to update (the warning went elsewhere): say it anew.
 		return n.deliver(ctx, r, blocks, m.Text)
 	}
-	if m.Kind == reclaim.MsgFailed {
+	switch m.Kind {
+	case reclaim.MsgFailed, reclaim.MsgNotReleased, reclaim.MsgRestoreFailed:
 		_, _, _ = n.admin(ctx, m)
 	}
 	return nil, updated, errors.Join(errs...)

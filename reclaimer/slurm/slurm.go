@@ -11,6 +11,7 @@ package slurm
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -266,4 +267,29 @@ func (c *Client) Requeue(ctx context.Context, id string) (string, error) {
 		return "", fmt.Errorf("scontrol requeue %s: %w: %s", id, err, strings.TrimSpace(string(out)))
 	}
 	return "Slurm job " + id + " requeued", nil
+}
+
+// Holds says whether a job still holds its GPUs: it runs, starts, ends
+// (its epilog runs) or is suspended with its allocation.
+func (j Job) Holds() bool {
+	switch j.State {
+	case "RUNNING", "SUSPENDED", "CONFIGURING", "COMPLETING", "RESIZING":
+		return true
+	}
+	return false
+}
+
+// Released says whether a cancelled or requeued job has left its GPUs.
+func (c *Client) Released(ctx context.Context, id string) (reclaim.Release, error) {
+	j, err := c.Job(ctx, id)
+	if errors.Is(err, reclaim.ErrGone) {
+		return reclaim.Release{Done: true}, nil
+	}
+	if err != nil {
+		return reclaim.Release{}, err
+	}
+	if j.Holds() {
+		return reclaim.Release{Why: fmt.Sprintf("Slurm job %s is still %s", id, j.State)}, nil
+	}
+	return reclaim.Release{Done: true}, nil
 }

@@ -1,0 +1,273 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+)
+
+// The most a controller's own words take in a message.
+const (
+	maxSaid       = 600
+	warningEvents = 3
+)
+
+// ref names an object the reclaimer stopped or decided on.
+type ref struct{ apiVersion, kind, namespace, name string }
+
+func (o ref) String() string { return fmt.Sprintf("%s %s/%s", o.kind, o.namespace, o.name) }
+
+// stopped lists what a reclaim stopped and decided on: the workload it
+// patched or scaled, and the top owner above it (a RayJob whose
+// RayCluster was suspended). A pod under any of them is the workload's.
+func stopped(r *reclaim.Reclaim) []ref {
+	var out []ref
+	if w := r.Workload; w != nil && w.Name != "" {
+		out = append(out, ref{w.APIVersion, w.Kind, w.Namespace, w.Name})
+	}
+	if c := r.Controller; c != nil && c.Name != "" && c.Stop != reclaim.StopHub {
+		o := ref{c.APIVersion, c.Kind, c.Namespace, c.Name}
+		if len(out) == 0 || out[0] != o {
+			out = append(out, o)
+		}
+		if c.Above != nil {
+			out = append(out, ref{c.Above.APIVersion, c.Above.Kind, c.Above.Namespace, c.Above.Name})
+		}
+	}
+	return out
+}
+
+// holdsGPU says whether a pod asks for a GPU or a MIG slice, through the
+// device plugin's resources or through resource claims, and is not done.
+func holdsGPU(p *corev1.Pod) bool {
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return false
+	}
+	if len(p.Spec.ResourceClaims) > 0 {
+		return true
+	}
+	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for _, c := range cs {
+			for name := range c.Resources.Limits {
+				if strings.HasPrefix(string(name), "nvidia.com/") {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// under says whether a pod's chain of owners reaches one of the objects.
+func (ch *chain) under(objs []ref) bool {
+	for _, l := range ch.links {
+		for _, o := range objs {
+			if l.kind == o.kind && l.obj.GetName() == o.name {
+				return true
+			}
+		}
+	}
+	for _, o := range objs {
+		if o.kind == "Pod" && o.name == ch.pod.Name {
+			return true
+		}
+	}
+	return false
+}
+
+func podState(p *corev1.Pod) string {
+	s := fmt.Sprintf("pod %s/%s (%s", p.Namespace, p.Name, p.Status.Phase)
+	if p.DeletionTimestamp != nil {
+		s += ", terminating"
+	}
+	return s + ")"
+}
+
+// Released says whether the reclaim's pod is gone and no pod of the
+// workload it stopped holds a GPU on the node. While some do, it says
+// which, and what the workload's controller reports.
+func (c *Client) Released(ctx context.Context, r *reclaim.Reclaim) (reclaim.Release, error) {
+	t := r.Target
+	var holders []string
+	p, err := c.cs.CoreV1().Pods(t.Namespace).Get(ctx, t.Pod, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return reclaim.Release{}, err
+	case p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed:
+		holders = append(holders, podState(p))
+	}
+	if objs := stopped(r); len(objs) > 0 {
+		pods, err := c.cs.CoreV1().Pods(t.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + t.Node})
+		if err != nil {
+			return reclaim.Release{}, fmt.Errorf("listing the pods on %s: %w", t.Node, err)
+		}
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if p.Name == t.Pod || !holdsGPU(p) {
+				continue
+			}
+			ch, err := c.walkPod(ctx, p)
+			if err != nil {
+				return reclaim.Release{}, err
+			}
+			if ch.under(objs) {
+				holders = append(holders, podState(p))
+			}
+		}
+	}
+	if len(holders) == 0 {
+		return reclaim.Release{Done: true}, nil
+	}
+	sort.Strings(holders)
+	why := "held by " + strings.Join(holders, ", ")
+	if said := c.said(ctx, r); said != "" {
+		why += "; " + said
+	}
+	return reclaim.Release{Why: why}, nil
+}
+
+// Running says whether a restored workload has a pod running again.
+func (c *Client) Running(ctx context.Context, r *reclaim.Reclaim) (reclaim.Release, error) {
+	w := r.Workload
+	pods, err := c.cs.CoreV1().Pods(w.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return reclaim.Release{}, fmt.Errorf("listing the pods of %s: %w", w, err)
+	}
+	objs := stopped(r)
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+			continue
+		}
+		if w.Stop == reclaim.StopHub {
+			if user, server, ok := hubServer(p); ok && strings.TrimSuffix(user+"/"+server, "/") == w.Name {
+				return reclaim.Release{Done: true}, nil
+			}
+			continue
+		}
+		if metav1.GetControllerOf(p) == nil {
+			continue
+		}
+		ch, err := c.walkPod(ctx, p)
+		if err != nil {
+			return reclaim.Release{}, err
+		}
+		if ch.under(objs) {
+			return reclaim.Release{Done: true}, nil
+		}
+	}
+	why := "no pod of " + w.String() + " runs"
+	if said := c.said(ctx, r); said != "" {
+		why += "; " + said
+	}
+	return reclaim.Release{Why: why}, nil
+}
+
+// controllerNames name the controllers of the built-in kinds, by API group.
+var controllerNames = map[string]string{
+	"": "Kubernetes", "apps": "Kubernetes", "batch": "Kubernetes",
+	"ray.io": "KubeRay", "kubeflow.org": "Kubeflow", "trainer.kubeflow.org": "Kubeflow Trainer",
+	"kueue.x-k8s.io": "Kueue", "jobset.x-k8s.io": "JobSet", "leaderworkerset.x-k8s.io": "LeaderWorkerSet",
+	"serving.kserve.io": "KServe",
+}
+
+// said is what the stopped workload's controller reports: the object's
+// state, its true conditions and its latest Warning events. Empty when
+// it reports nothing (or cannot be read: the holders say enough then).
+func (c *Client) said(ctx context.Context, r *reclaim.Reclaim) string {
+	var parts []string
+	for _, o := range stopped(r) {
+		if o.apiVersion == "" {
+			continue
+		}
+		gv, err := schema.ParseGroupVersion(o.apiVersion)
+		if err != nil {
+			continue
+		}
+		var facts []string
+		if gvr, _, err := c.resourceFor(gv, o.kind); err == nil {
+			if u, err := c.dyn.Resource(gvr).Namespace(o.namespace).Get(ctx, o.name, metav1.GetOptions{}); err == nil {
+				facts = statusFacts(u)
+			}
+		}
+		facts = append(facts, c.warnings(ctx, o)...)
+		if len(facts) == 0 {
+			continue
+		}
+		who := controllerNames[gv.Group]
+		if who == "" {
+			who = "its controller"
+		}
+		parts = append(parts, fmt.Sprintf("%s reports on %s: %s", who, o, strings.Join(facts, "; ")))
+	}
+	s := strings.Join(parts, "; ")
+	if len(s) > maxSaid {
+		s = s[:maxSaid] + "…"
+	}
+	return s
+}
+
+// statusFacts reads the state a controller writes into an object's status.
+func statusFacts(u *unstructured.Unstructured) []string {
+	var out []string
+	for _, k := range []string{"phase", "state", "jobDeploymentStatus", "jobStatus", "reason", "message"} {
+		if v, ok, _ := unstructured.NestedString(u.Object, "status", k); ok && v != "" {
+			out = append(out, k+" "+v)
+		}
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, x := range conds {
+		m, _ := x.(map[string]any)
+		if m["status"] != "True" {
+			continue
+		}
+		s := fmt.Sprint(m["type"])
+		if v, _ := m["reason"].(string); v != "" {
+			s += " (" + v + ")"
+		}
+		if v, _ := m["message"].(string); v != "" {
+			s += ": " + v
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// warnings are the latest Warning events about an object, newest first.
+func (c *Client) warnings(ctx context.Context, o ref) []string {
+	evs, err := c.cs.CoreV1().Events(o.namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: fmt.Sprintf("involvedObject.kind=%s,involvedObject.name=%s,type=%s", o.kind, o.name, corev1.EventTypeWarning)})
+	if err != nil {
+		return nil
+	}
+	items := evs.Items
+	when := func(e *corev1.Event) time.Time {
+		if !e.LastTimestamp.IsZero() {
+			return e.LastTimestamp.Time
+		}
+		return e.EventTime.Time
+	}
+	sort.Slice(items, func(i, j int) bool { return when(&items[j]).Before(when(&items[i])) })
+	var out []string
+	for i := range items {
+		if len(out) == warningEvents {
+			break
+		}
+		if items[i].Source.Component == "gpureclaim-reclaimer" || items[i].ReportingController == fieldManager {
+			continue // our own words are not the controller's
+		}
+		out = append(out, fmt.Sprintf("event %s: %s", items[i].Reason, items[i].Message))
+	}
+	return out
+}

@@ -1,0 +1,180 @@
+package reclaim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+)
+
+// ReleaseKind is what a reclaim's action frees, for its release deadline:
+// the stopped workload's Kind, Pod for an eviction, process for a kill,
+// SlurmJob for a cancel or requeue.
+func (r *Reclaim) ReleaseKind() string {
+	switch r.Action {
+	case config.ActionKill:
+		return config.ReleaseKindProcess
+	case config.ActionCancel, config.ActionRequeue:
+		return config.ReleaseKindSlurmJob
+	}
+	switch {
+	case r.Workload != nil && r.Workload.Kind != "":
+		return r.Workload.Kind
+	case r.Controller != nil && r.Controller.Kind != "":
+		return r.Controller.Kind
+	}
+	return config.ReleaseKindPod
+}
+
+// carriedOut records an action its target accepted: the reclaim stays
+// acting until the world shows the GPU released, or the deadline of what
+// was stopped passes.
+func (e *Engine) carriedOut(ctx context.Context, id string, res *Result) {
+	now := e.now()
+	r, err := e.update(id, func(c *Reclaim) []Event { return []Event{e.event(c, "carried_out", res.Detail, "reclaimer")} }, func(c *Reclaim) bool {
+		if c.State != Acting {
+			return false
+		}
+		c.Workload, c.Killed, c.Detail = res.Workload, res.Killed, res.Detail
+		c.ActedAt, c.ActingSince, c.NextTry = now, time.Time{}, time.Time{}
+		c.ReleaseBy = now.Add(e.o.Config.Release.TimeoutFor(c.ReleaseKind()))
+		c.Reason = "carried out; waiting for the GPU to be released"
+		return true
+	})
+	if err != nil {
+		e.o.Logger.Error("recording an action carried out", "reclaim", id, "err", err)
+		return
+	}
+	e.verify(ctx, r)
+}
+
+// verify looks whether the action's target let go of the GPU. Released,
+// the reclaim is done; past the deadline, it ends not released with what
+// the controller said; in between it looks again after release.interval.
+func (e *Engine) verify(ctx context.Context, r *Reclaim) {
+	now := e.now()
+	rel := Release{Done: true}
+	if e.o.Verifier != nil {
+		var err error
+		if rel, err = e.o.Verifier.Released(ctx, r); err != nil {
+			e.o.Metrics.Error(ComponentRelease)
+			rel = Release{Why: "cannot tell whether it is released: " + err.Error()}
+		}
+	}
+	kind := r.ReleaseKind()
+	switch {
+	case rel.Done:
+		took := max(0, now.Sub(r.ActedAt))
+		e.o.Metrics.releaseDuration.WithLabelValues(kind).Observe(took.Seconds())
+		idle := max(0, r.ActedAt.Sub(r.IdleSince()).Seconds())
+		e.o.Metrics.reclaimedGPUs.Add(r.Target.Size())
+		e.o.Metrics.reclaimedIdle.Add(r.Target.Size() * idle)
+		e.o.Metrics.idleToAction.Observe(idle)
+		detail := r.Detail
+		if e.o.Verifier != nil {
+			detail = fmt.Sprintf("%s; the GPU was seen released %s later", r.Detail, took.Round(time.Second))
+		}
+		e.finishRelease(r.ID, Done, detail, now)
+	case now.Before(r.ReleaseBy):
+		_, err := e.update(r.ID, nil, func(c *Reclaim) bool {
+			if c.State != Acting {
+				return false
+			}
+			c.NextTry = now.Add(time.Duration(e.o.Config.Release.Interval))
+			c.Reason = "carried out; waiting for the GPU to be released: " + rel.Why
+			return true
+		})
+		if err != nil {
+			e.o.Logger.Error("recording a look at the release", "reclaim", r.ID, "err", err)
+		}
+	default:
+		e.o.Metrics.action(r.Action, ActionNotReleased)
+		why := fmt.Sprintf("%s, but %s later the GPU is still held: %s", askedText(r), now.Sub(r.ActedAt).Round(time.Second), rel.Why)
+		e.finishRelease(r.ID, NotReleased, why, time.Time{})
+	}
+}
+
+func (e *Engine) finishRelease(id string, st State, why string, releasedAt time.Time) {
+	_, err := e.update(id, func(c *Reclaim) []Event { return []Event{e.event(c, string(st), why, "reclaimer")} }, func(c *Reclaim) bool {
+		if c.State != Acting {
+			return false
+		}
+		c.State, c.Reason, c.Closed, c.NextTry, c.ReleasedAt = st, why, e.now(), time.Time{}, releasedAt
+		if st == Done {
+			c.Detail = why
+		}
+		return true
+	})
+	if err != nil {
+		e.o.Logger.Error("recording whether the GPU was released", "reclaim", id, "err", err)
+		return
+	}
+	e.o.Logger.Info("reclaim "+string(st), "reclaim", id, "reason", why)
+}
+
+// askedText says what was asked of whom: "asked KubeRay to suspend RayJob ml/x".
+func askedText(r *Reclaim) string {
+	if w := r.Workload; w != nil && w.Kind != "" {
+		verb := w.Stopped
+		if verb == "" {
+			verb = "stopped"
+		}
+		return fmt.Sprintf("%s was %s (%s)", w, verb, r.Detail)
+	}
+	return r.Detail
+}
+
+// verifyRestore looks whether a restored workload runs again.
+func (e *Engine) verifyRestore(ctx context.Context, r *Reclaim) {
+	now := e.now()
+	run := Release{Done: true}
+	if e.o.Verifier != nil {
+		var err error
+		if run, err = e.o.Verifier.Running(ctx, r); err != nil {
+			e.o.Metrics.Error(ComponentRelease)
+			run = Release{Why: "cannot tell whether it runs: " + err.Error()}
+		}
+	}
+	var kind MessageKind
+	r, err := e.update(r.ID, func(c *Reclaim) []Event {
+		switch {
+		case run.Done:
+			return []Event{e.event(c, "restored", c.Workload.RestoredText(), c.RestoreAskedBy)}
+		case !now.Before(c.RestoreBy):
+			return []Event{e.event(c, "restore_failed", c.RestoreFailed, c.RestoreAskedBy)}
+		}
+		return nil
+	}, func(c *Reclaim) bool {
+		if c.RestoreAsked.IsZero() || !c.Restored.IsZero() || c.RestoreFailed != "" {
+			return false
+		}
+		switch {
+		case run.Done:
+			c.Restored, c.NextTry, kind = now, time.Time{}, MsgRestored
+		case now.Before(c.RestoreBy):
+			c.NextTry = now.Add(time.Duration(e.o.Config.Release.Interval))
+		default:
+			c.NextTry, kind = time.Time{}, MsgRestoreFailed
+			c.RestoreFailed = fmt.Sprintf("%s was asked to run again %s ago and does not: %s", c.Workload, now.Sub(c.RestoreAsked).Round(time.Second), run.Why)
+		}
+		return true
+	})
+	if err != nil {
+		e.o.Logger.Error("recording a look at a restore", "reclaim", r.ID, "err", err)
+		return
+	}
+	switch kind {
+	case MsgRestored:
+		e.send(ctx, Message{Kind: MsgRestored, Reclaim: r, By: r.RestoreAskedBy, Text: fmt.Sprintf("%s by %s; it runs again.", r.Workload.RestoredText(), r.RestoreAskedBy)}, nil)
+		if e.o.Events != nil {
+			e.o.Events.Event(ctx, r, "GPUReclaimRestored", fmt.Sprintf("%s by %s", r.Workload.RestoredText(), r.RestoreAskedBy))
+		}
+	case MsgRestoreFailed:
+		e.o.Logger.Warn("restore failed", "reclaim", r.ID, "reason", r.RestoreFailed)
+		e.send(ctx, Message{Kind: MsgRestoreFailed, Reclaim: r, By: r.RestoreAskedBy, Text: "Restore failed: " + r.RestoreFailed + "."}, nil)
+		if e.o.Events != nil {
+			e.o.Events.Event(ctx, r, "GPUReclaimRestoreFailed", r.RestoreFailed)
+		}
+	}
+}

@@ -1,0 +1,165 @@
+package reclaim_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+	. "github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
+)
+
+// suspendedJob is a fixture whose Job batch/train is stopped at T0+5m,
+// with a verifier that decides what the world shows.
+func suspendedJob(t *testing.T, cfg string) *fixture {
+	f := newFixture(t, cfg)
+	f.verifier = &Verifier{}
+	f.restart()
+	f.inspector.Controllers = map[string]reclaim.Controller{
+		"batch/train-0": {APIVersion: "batch/v1", Kind: "Job", Namespace: "batch", Name: "train", Stop: reclaim.StopPatch, Stopped: "suspended"},
+	}
+	f.ingest(IdlePod("firing", T0, "batch", "train-0"))
+	f.at(0)
+	return f
+}
+
+// A stop is done only once the world shows the GPU released: until then
+// the reclaim stays acting, and the time it took is recorded.
+func TestDoneOnlyOnceReleased(t *testing.T) {
+	f := suspendedJob(t, "release: {interval: 10s}\n")
+	f.verifier.Set(true, false, "held by pod batch/train-0 (Running, terminating)")
+	f.at(5 * time.Minute)
+	r := f.only()
+	require.Equal(t, reclaim.Acting, r.State, "carried out, not released yet")
+	require.Equal(t, T0.Add(5*time.Minute), r.ActedAt)
+	require.Equal(t, T0.Add(10*time.Minute), r.ReleaseBy, "a Job's deadline: the default 5m")
+	require.Contains(t, r.Reason, "terminating")
+	require.Equal(t, []reclaim.MessageKind{reclaim.MsgWarning}, f.notifier.Kinds(), "nothing said before the world changed")
+
+	f.at(5*time.Minute + 5*time.Second)
+	require.Equal(t, 1, f.verifier.ReleaseLooks, "no look before release.interval")
+	f.verifier.Set(false, false, "")
+	f.at(5*time.Minute + 30*time.Second)
+	r = f.only()
+	require.Equal(t, reclaim.Done, r.State)
+	require.Equal(t, T0.Add(5*time.Minute+30*time.Second), r.ReleasedAt)
+	require.Equal(t, T0.Add(5*time.Minute), r.ActedAt, "acted_at is the action's time, not the release's")
+	require.Contains(t, r.Detail, "the GPU was seen released 30s later")
+	require.Equal(t, []string{"stop batch/train-0"}, f.actor.Calls, "looking is not acting again")
+	f.at(6 * time.Minute)
+	require.Equal(t, reclaim.MsgReclaimed, f.notifier.Kinds()[len(f.notifier.Kinds())-1])
+	require.Equal(t, 1.0, f.metric("gpureclaim_reclaimer_reclaimed_gpus_total"))
+}
+
+// A controller that refuses or ignores the stop: at the deadline the
+// reclaim ends not released with what the controller said; the owner and
+// the admins hear it; the alert still firing is not a duplicate.
+func TestNotReleasedAtTheDeadline(t *testing.T) {
+	f := suspendedJob(t, "release: {timeouts: {Job: 2m}}\n")
+	why := "held by pod batch/train-0 (Running); Kubernetes reports on Job batch/train: event FailedSuspend: refused"
+	f.verifier.Set(true, false, why)
+	f.at(5 * time.Minute)
+	f.at(6 * time.Minute)
+	require.Equal(t, reclaim.Acting, f.only().State)
+	f.at(7 * time.Minute)
+	r := f.only()
+	require.Equal(t, reclaim.NotReleased, r.State)
+	require.Contains(t, r.Reason, "Job batch/train was suspended")
+	require.Contains(t, r.Reason, "2m0s later the GPU is still held: "+why)
+	require.True(t, r.ReleasedAt.IsZero())
+	f.at(7*time.Minute + time.Second)
+	kinds := f.notifier.Kinds()
+	require.Equal(t, reclaim.MsgNotReleased, kinds[len(kinds)-1])
+	require.Contains(t, f.notifier.Sent[len(f.notifier.Sent)-1].Text, "was not released")
+	require.Equal(t, 1.0, f.metric("gpureclaim_reclaimer_actions_total", "action", "stop", "result", "not_released"))
+	require.Equal(t, 0.0, f.metric("gpureclaim_reclaimer_reclaimed_gpus_total"), "nothing was freed")
+	require.Equal(t, 1.0, f.metric("gpureclaim_reclaimer_reclaims", "state", "not_released"))
+
+	res := f.ingest(IdlePod("firing", T0, "batch", "train-0"))
+	require.Zero(t, res.Duplicate, "the alert firing on is not a repeat of a reclaim that freed the GPU")
+	require.Equal(t, 1.0, f.metric("gpureclaim_reclaimer_decisions_total", "decision", "not_released"))
+	require.Equal(t, 1, f.ingest(IdlePod("firing", T0.Add(20*time.Minute), "batch", "train-0")).New, "a new episode starts a new reclaim")
+}
+
+// A look that fails is not a release: it counts an error and, past the
+// deadline, ends not released saying the reclaimer could not tell.
+func TestReleaseLookFails(t *testing.T) {
+	f := suspendedJob(t, "")
+	f.verifier.Err = context.DeadlineExceeded
+	f.at(5 * time.Minute)
+	require.Equal(t, reclaim.Acting, f.only().State)
+	f.at(11 * time.Minute)
+	require.Equal(t, reclaim.NotReleased, f.only().State)
+	require.Contains(t, f.only().Reason, "cannot tell whether it is released")
+	require.Equal(t, 2.0, f.metric("gpureclaim_reclaimer_errors_total", "component", "release"))
+}
+
+// A restart while waiting for the release does not act again: it looks.
+func TestRestartWhileReleasingLooksAgain(t *testing.T) {
+	f := suspendedJob(t, "")
+	f.verifier.Set(true, false, "held")
+	f.at(5 * time.Minute)
+	f.restart()
+	f.verifier.Set(false, false, "")
+	f.at(6 * time.Minute)
+	require.Equal(t, reclaim.Done, f.only().State)
+	require.Equal(t, []string{"stop batch/train-0"}, f.actor.Calls)
+}
+
+// A restore is restored once the workload runs again; one that does not
+// run by its deadline ends with the reason, told to the owner.
+func TestRestoreIsSeenRunning(t *testing.T) {
+	f := suspendedJob(t, "")
+	f.at(5 * time.Minute)
+	require.Equal(t, reclaim.Done, f.only().State)
+	f.at(5*time.Minute + time.Second) // the owner is told
+	id := f.only().ID
+
+	f.verifier.Set(false, true, "no pod of Job batch/train runs")
+	r, err := f.eng.Restore(context.Background(), id, "alice")
+	require.NoError(t, err)
+	require.True(t, r.Restored.IsZero(), "asked, not yet running")
+	require.Equal(t, "alice", r.RestoreAskedBy)
+	f.verifier.Set(false, false, "")
+	f.at(6 * time.Minute)
+	r = f.only()
+	require.Equal(t, T0.Add(6*time.Minute), r.Restored)
+	require.Equal(t, reclaim.MsgRestored, f.notifier.Sent[len(f.notifier.Sent)-1].Kind)
+	require.Contains(t, f.notifier.Sent[len(f.notifier.Sent)-1].Text, "it runs again")
+
+	g := suspendedJob(t, "")
+	g.at(5 * time.Minute)
+	g.at(5*time.Minute + time.Second)
+	g.verifier.Set(false, true, "no pod of Job batch/train runs; Kubernetes reports on Job batch/train: Suspended (JobSuspended)")
+	_, err = g.eng.Restore(context.Background(), g.only().ID, "alice")
+	require.NoError(t, err)
+	g.at(11 * time.Minute)
+	r = g.only()
+	require.True(t, r.Restored.IsZero())
+	require.Contains(t, r.RestoreFailed, "Job batch/train was asked to run again 5m59s ago and does not: no pod of Job batch/train runs")
+	require.Equal(t, reclaim.MsgRestoreFailed, g.notifier.Sent[len(g.notifier.Sent)-1].Kind)
+	_, err = g.eng.Restore(context.Background(), g.only().ID, "bob")
+	require.NoError(t, err)
+	require.Equal(t, 1, count(g.actor.Calls, "restore batch/train-0"), "one restore per reclaim")
+}
+
+// Restore pressed from several places at once calls the controller once.
+func TestOneRestoreWhatever(t *testing.T) {
+	f := suspendedJob(t, "")
+	f.at(5 * time.Minute)
+	id := f.only().ID
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := f.eng.Restore(context.Background(), id, "someone")
+			require.NoError(t, err)
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, []string{"stop batch/train-0", "restore batch/train-0"}, f.actor.Calls)
+}
