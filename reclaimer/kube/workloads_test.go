@@ -180,15 +180,30 @@ func TestTopOwners(t *testing.T) {
 		detail: "PyTorchJob ml/bert suspended",
 		check:  check{"kubeflow.org/v1", "pytorchjobs", "bert", []string{"spec", "runPolicy", "suspend"}, true, false},
 	}, {
-		name: "KubeRay RayJob above its RayCluster: suspended",
+		name: "KubeRay RayJob whose shutdownAfterJobFinishes is false (the default): its RayCluster suspended",
 		setup: func() string {
 			rj := o.create("ray.io/v1", "RayJob", "rayjobs", "sweep", nil, map[string]any{"entrypoint": "python sweep.py"}, nil)
 			rc := o.create("ray.io/v1", "RayCluster", "rayclusters", "sweep-raycluster-x2x", rj, map[string]any{"headGroupSpec": map[string]any{"template": podTemplate}}, nil)
 			return o.pod("sweep-raycluster-x2x-head-abcde", rc, nil, nil).GetName()
 		},
-		want:   reclaim.Controller{APIVersion: "ray.io/v1", Kind: "RayJob", Namespace: ns, Name: "sweep", Stop: reclaim.StopPatch, Stopped: "suspended"},
-		detail: "RayJob ml/sweep suspended",
-		check:  check{"ray.io/v1", "rayjobs", "sweep", []string{"spec", "suspend"}, true, false},
+		want: reclaim.Controller{APIVersion: "ray.io/v1", Kind: "RayCluster", Namespace: ns, Name: "sweep-raycluster-x2x", Stop: reclaim.StopPatch, Stopped: "suspended",
+			Why:   "KubeRay refuses to suspend RayJob ml/sweep: its shutdownAfterJobFinishes is false: its RayCluster is suspended instead, which KubeRay honours in any state",
+			Above: &reclaim.Controller{APIVersion: "ray.io/v1", Kind: "RayJob", Namespace: ns, Name: "sweep"}},
+		detail: "RayCluster ml/sweep-raycluster-x2x suspended (KubeRay refuses to suspend RayJob ml/sweep: its shutdownAfterJobFinishes is false: its RayCluster is suspended instead, which KubeRay honours in any state)",
+		check:  check{"ray.io/v1", "rayclusters", "sweep-raycluster-x2x", []string{"spec", "suspend"}, true, false},
+	}, {
+		name: "KubeRay RayJob that KubeRay suspends (shutdownAfterJobFinishes, Running): suspended",
+		setup: func() string {
+			rj := o.create("ray.io/v1", "RayJob", "rayjobs", "train", nil, map[string]any{"entrypoint": "python train.py", "shutdownAfterJobFinishes": true}, nil)
+			require.NoError(t, unstructured.SetNestedField(rj.Object, "Running", "status", "jobDeploymentStatus"))
+			rj, err := dyn.Resource(schema.GroupVersionResource{Group: "ray.io", Version: "v1", Resource: "rayjobs"}).Namespace(ns).UpdateStatus(ctx, rj, metav1.UpdateOptions{})
+			require.NoError(t, err)
+			rc := o.create("ray.io/v1", "RayCluster", "rayclusters", "train-raycluster-q7z", rj, map[string]any{"headGroupSpec": map[string]any{"template": podTemplate}}, nil)
+			return o.pod("train-raycluster-q7z-head-abcde", rc, nil, nil).GetName()
+		},
+		want:   reclaim.Controller{APIVersion: "ray.io/v1", Kind: "RayJob", Namespace: ns, Name: "train", Stop: reclaim.StopPatch, Stopped: "suspended"},
+		detail: "RayJob ml/train suspended",
+		check:  check{"ray.io/v1", "rayjobs", "train", []string{"spec", "suspend"}, true, false},
 	}, {
 		name: "KubeRay RayCluster alone: suspended",
 		setup: func() string {
