@@ -88,9 +88,10 @@ gpus:
 `, chatPod, chatPod, chatPod)
 }
 
-// nodeBScenario has a MIG GPU and the pods of a Job and of a Kubeflow
-// Notebook, whose names their controllers choose.
-func nodeBScenario(jobPod, notebookPod string) string {
+// nodeBScenario has a MIG GPU and the pods of a Job, of a Kubeflow
+// Notebook and of a KServe InferenceService, whose names their controllers
+// choose.
+func nodeBScenario(jobPod, notebookPod, predictorPod string) string {
 	return fmt.Sprintf(`node: gpu-b
 system: dgxh100
 pods:
@@ -98,6 +99,7 @@ pods:
   - {name: mig-idle, namespace: research, container: main, annotations: {gpureclaim.io/owner: U0ALICE}}
   - {name: %[1]s, namespace: batch, container: main}
   - {name: %[2]s, namespace: notebooks, container: main}
+  - {name: %[3]s, namespace: kserve, container: main}
 gpus:
   - index: 0
     mig:
@@ -105,7 +107,8 @@ gpus:
       - {profile: 1g.10gb, sm_active: 0, pods: [mig-idle], processes: [{pid: 3002, pod: mig-idle, memory_used: 4GiB, started: -3h}]}
   - {index: 1, sm_active: 0, pods: [%[1]s], processes: [{pid: 3003, pod: %[1]s, memory_used: 40GiB, started: -3h}]}
   - {index: 2, sm_active: 0, pods: [%[2]s], processes: [{pid: 3004, pod: %[2]s, memory_used: 12GiB, started: -3h}]}
-`, jobPod, notebookPod)
+  - {index: 3, sm_active: 0, pods: [%[3]s], processes: [{pid: 3005, pod: %[3]s, memory_used: 30GiB, started: -3h}]}
+`, jobPod, notebookPod, predictorPod)
 }
 
 func reclaimerConfig(slackURL, dir string) string {
@@ -120,6 +123,7 @@ func reclaimerConfig(slackURL, dir string) string {
       users: {bob: U0BOB}
       snoozes: [8s, 4h, 24h]
       max_requests_per_minute: 6000
+release: {interval: 1s, timeouts: {InferenceService: 15s}}
 policies:
   - {name: services, matchers: ['alertname="GPUIdle"', 'namespace="serving"'], action: scale_down, grace: 5s, min_runtime: 0s}
   - {name: flappy, matchers: ['alertname="GPUIdle"', 'namespace="flappy"'], action: auto, grace: 40s, min_runtime: 0s}
@@ -136,7 +140,7 @@ func start(t *testing.T) *suite {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "slack.signing"), []byte(signingSecret+"\n"), 0o600))
 	// The Deployment's pod name is known once it exists: the scenario follows.
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "gpu-a.yaml"), []byte(nodeAScenario("placeholder")), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "gpu-b.yaml"), []byte(nodeBScenario("placeholder-job", "placeholder-nb")), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "gpu-b.yaml"), []byte(nodeBScenario("placeholder-job", "placeholder-nb", "placeholder-isvc")), 0o644))
 	su.nodeA = &stack.Node{Name: "gpu-a", Scenario: filepath.Join(dir, "gpu-a.yaml")}
 	su.nodeB = &stack.Node{Name: "gpu-b", Scenario: filepath.Join(dir, "gpu-b.yaml")}
 	rulesFile, err := rules.RenderFile(filepath.Join(root, "rules", "demo.yaml"))
@@ -159,7 +163,7 @@ func start(t *testing.T) *suite {
 	require.NoError(t, s.StartKubernetes(ctx))
 	chatPod := su.deployChatAPI()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "gpu-a.yaml"), []byte(nodeAScenario(chatPod)), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "gpu-b.yaml"), []byte(nodeBScenario(su.deployJob(), su.deployNotebook())), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "gpu-b.yaml"), []byte(nodeBScenario(su.deployJob(), su.deployNotebook(), su.deployInferenceService())), 0o644))
 	require.NoError(t, su.s.CreatePods(ctx))
 	su.waitRunning()
 	require.NoError(t, su.s.StartExporters(ctx))
@@ -188,7 +192,7 @@ func (su *suite) deployChatAPI() string {
 func (su *suite) waitRunning() {
 	require.Eventually(su.t, func() bool {
 		pods, err := su.s.Admin.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
-		if err != nil || len(pods.Items) < 10 { // six on gpu-a, four on gpu-b
+		if err != nil || len(pods.Items) < 11 { // six on gpu-a, five on gpu-b
 			return false
 		}
 		for _, p := range pods.Items {
@@ -337,6 +341,8 @@ func TestEndToEnd(t *testing.T) {
 	t.Run("an idle Job: suspended, its pod deleted by the Job controller, none started, then resumed", su.idleJob)
 
 	t.Run("an idle Kubeflow Notebook: the stop annotation, its StatefulSet at 0, then started", su.idleNotebook)
+
+	t.Run("an idle InferenceService whose controller ignores the stop: not released, and said so", su.ignoredStop)
 
 	t.Run("a bare-metal process: killed through the node endpoint", func(t *testing.T) {
 		r := su.waitState("bob", func(x stack.Reclaim) bool { return x.Target.User == "bob" }, "done", 60*time.Second)

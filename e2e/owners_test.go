@@ -3,9 +3,11 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,8 +28,9 @@ import (
 )
 
 var (
-	notebooks = schema.GroupVersionResource{Group: "kubeflow.org", Version: "v1", Resource: "notebooks"}
-	crds      = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	notebooks         = schema.GroupVersionResource{Group: "kubeflow.org", Version: "v1", Resource: "notebooks"}
+	inferenceServices = schema.GroupVersionResource{Group: "serving.kserve.io", Version: "v1beta1", Resource: "inferenceservices"}
+	crds              = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 )
 
 // The Kubeflow Notebook's annotation that its controller honours.
@@ -56,16 +59,9 @@ func (su *suite) deployJob() string {
 // here. It returns the notebook's pod.
 func (su *suite) deployNotebook() string {
 	t := su.t
-	dyn, err := dynamic.NewForConfig(su.s.Cluster.RESTConfig(cluster.AdminToken))
-	require.NoError(t, err)
-	b, err := os.ReadFile(filepath.Join(tooltest.Root(t), "reclaimer", "kube", "testdata", "crds", "notebook.yaml"))
-	require.NoError(t, err)
-	var crd map[string]any
-	require.NoError(t, yaml.Unmarshal(b, &crd))
-	_, err = dyn.Resource(crds).Create(ctx, &unstructured.Unstructured{Object: crd}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	dyn := su.installCRD("notebook.yaml")
 	admin := su.s.Admin
-	_, err = admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "notebooks"}}, metav1.CreateOptions{})
+	_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "notebooks"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	want := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kubeflow.org/v1", "kind": "Notebook",
 		"metadata": map[string]any{"name": "alice", "namespace": "notebooks", "annotations": map[string]any{"gpureclaim.io/owner": "U0ALICE"}},
@@ -109,6 +105,73 @@ func (su *suite) deployNotebook() string {
 		}
 	}()
 	return su.onePod("notebooks", "notebook-name=alice")
+}
+
+// deployInferenceService makes a KServe InferenceService the way KServe
+// lays out a raw deployment (a Deployment owned by it) with no KServe
+// controller running: nothing acts on its stop annotation. It returns the
+// predictor's pod.
+func (su *suite) deployInferenceService() string {
+	t := su.t
+	dyn := su.installCRD("inferenceservice.yaml")
+	admin := su.s.Admin
+	_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kserve"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	want := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+		"metadata": map[string]any{"name": "chat-llm", "namespace": "kserve", "annotations": map[string]any{"gpureclaim.io/owner": "U0ERIN"}},
+		"spec":     map[string]any{"predictor": map[string]any{}}}}
+	var isvc *unstructured.Unstructured
+	require.Eventually(t, func() bool {
+		isvc, err = dyn.Resource(inferenceServices).Namespace("kserve").Create(ctx, want.DeepCopy(), metav1.CreateOptions{})
+		return err == nil
+	}, 30*time.Second, 200*time.Millisecond, "the InferenceService is created")
+	labels := map[string]string{"app": "chat-llm"}
+	_, err = admin.AppsV1().Deployments("kserve").Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "chat-llm-predictor", OwnerReferences: []metav1.OwnerReference{{APIVersion: "serving.kserve.io/v1beta1", Kind: "InferenceService", Name: "chat-llm", UID: isvc.GetUID(), Controller: ptr(true)}}},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr(int32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: stack.PodSpec("gpu-b", 1)}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return su.onePod("kserve", "app=chat-llm")
+}
+
+// installCRD creates one of the reclaimer's test CRDs.
+func (su *suite) installCRD(file string) dynamic.Interface {
+	t := su.t
+	dyn, err := dynamic.NewForConfig(su.s.Cluster.RESTConfig(cluster.AdminToken))
+	require.NoError(t, err)
+	b, err := os.ReadFile(filepath.Join(tooltest.Root(t), "reclaimer", "kube", "testdata", "crds", file))
+	require.NoError(t, err)
+	var crd map[string]any
+	require.NoError(t, yaml.Unmarshal(b, &crd))
+	_, err = dyn.Resource(crds).Create(ctx, &unstructured.Unstructured{Object: crd}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return dyn
+}
+
+// ignoredStop: the InferenceService's stop annotation is written, nothing
+// acts on it, and the reclaim ends not released, saying what holds the GPU;
+// the owner hears it, the status page shows it.
+func (su *suite) ignoredStop(t *testing.T) {
+	r := su.waitState("chat-llm", func(x stack.Reclaim) bool { return x.Target.Namespace == "kserve" }, "not_released", 120*time.Second)
+	require.Equal(t, "stop", r.Action)
+	require.Equal(t, "InferenceService kserve/chat-llm stopped", r.Detail)
+	require.Contains(t, r.Reason, "the GPU is still held: held by pod kserve/"+r.Target.Pod+" (Running)")
+	require.True(t, r.ReleasedAt.IsZero())
+	require.False(t, su.podGone("kserve", r.Target.Pod), "nothing acted on the stop")
+	require.Eventually(t, func() bool {
+		return strings.Contains(headers(su.slack.Updates(), "D0ERIN"), "GPU not released")
+	}, 30*time.Second, 200*time.Millisecond, "the owner is told the GPU is still held")
+	require.Eventually(t, func() bool {
+		return strings.Contains(su.s.Log("reclaimer"), "was not released")
+	}, 30*time.Second, 200*time.Millisecond, "the admins' log says so")
+	req, _ := http.NewRequest(http.MethodGet, su.s.ReclaimerURL+"/", nil)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Contains(t, string(page), "not_released")
+	require.Contains(t, string(page), "InferenceService kserve/chat-llm stopped")
 }
 
 func (su *suite) onePod(ns, selector string) string {

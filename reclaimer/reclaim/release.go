@@ -71,11 +71,11 @@ func (e *Engine) verify(ctx context.Context, r *Reclaim) {
 		e.o.Metrics.reclaimedGPUs.Add(r.Target.Size())
 		e.o.Metrics.reclaimedIdle.Add(r.Target.Size() * idle)
 		e.o.Metrics.idleToAction.Observe(idle)
-		detail := r.Detail
+		why := r.Detail
 		if e.o.Verifier != nil {
-			detail = fmt.Sprintf("%s; the GPU was seen released %s later", r.Detail, took.Round(time.Second))
+			why = fmt.Sprintf("%s; the GPU was seen released %s after the action", r.Detail, took.Round(time.Second))
 		}
-		e.finishRelease(r.ID, Done, detail, now)
+		e.finishRelease(r.ID, Done, why, now)
 	case now.Before(r.ReleaseBy):
 		_, err := e.update(r.ID, nil, func(c *Reclaim) bool {
 			if c.State != Acting {
@@ -101,9 +101,6 @@ func (e *Engine) finishRelease(id string, st State, why string, releasedAt time.
 			return false
 		}
 		c.State, c.Reason, c.Closed, c.NextTry, c.ReleasedAt = st, why, e.now(), time.Time{}, releasedAt
-		if st == Done {
-			c.Detail = why
-		}
 		return true
 	})
 	if err != nil {

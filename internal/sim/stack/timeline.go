@@ -94,8 +94,9 @@ type Reclaim struct {
 		At   time.Time         `json:"at"`
 		Refs map[string]string `json:"refs"`
 	} `json:"warning"`
-	ActedAt time.Time `json:"acted_at"`
-	Created time.Time `json:"created"`
+	ActedAt    time.Time `json:"acted_at"`
+	ReleasedAt time.Time `json:"released_at"`
+	Created    time.Time `json:"created"`
 }
 
 func (r Reclaim) owner() string {
@@ -166,7 +167,7 @@ func (t *Timeline) poll(ctx context.Context) {
 			t.say("%-20s %s: %s", "snoozed:", r.owner(), r.Reason)
 		case "done":
 			t.say("%-20s %s: %s", "reclaimed:", r.owner(), r.Detail)
-		case "cancelled", "exempt", "failed", "dry_run":
+		case "cancelled", "exempt", "failed", "dry_run", "not_released":
 			t.say("%-20s %s: %s", now+":", r.owner(), r.Reason)
 		}
 	}
