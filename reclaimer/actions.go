@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpureclaim/gpureclaim/internal/names"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/kube"
 	"github.com/gpureclaim/gpureclaim/reclaimer/node"
+	"github.com/gpureclaim/gpureclaim/reclaimer/promquery"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/slurm"
 )
@@ -20,6 +22,8 @@ type actor struct {
 	kube  *kube.Client  // nil without Kubernetes
 	slurm *slurm.Client // nil without Slurm
 	nodes *node.Client
+	// prom, when set, confirms a release: the unit's holder series gone.
+	prom *promquery.Client
 }
 
 func (a *actor) Act(ctx context.Context, action string, r *reclaim.Reclaim) (reclaim.Result, error) {
@@ -68,8 +72,26 @@ func (a *actor) Plan(ctx context.Context, action string, r *reclaim.Reclaim) ([]
 	return a.nodes.PIDs(ctx, r.Target)
 }
 
-// Released asks where the action was taken whether the GPU is free.
+// Released asks where the action was taken whether the GPU is free and,
+// where Prometheus is configured, whether the exporter still sees the
+// holder on the unit.
 func (a *actor) Released(ctx context.Context, r *reclaim.Reclaim) (reclaim.Release, error) {
+	rel, err := a.releasedWhereActed(ctx, r)
+	if err != nil || !rel.Done || a.prom == nil {
+		return rel, err
+	}
+	t := r.Target
+	held, q, err := a.prom.Holds(ctx, t.UUID, map[string]string{names.LabelNamespace: t.Namespace, names.LabelPod: t.Pod, names.LabelUser: t.User, names.LabelSlurmJob: t.SlurmJob})
+	if err != nil {
+		return reclaim.Release{}, err
+	}
+	if held {
+		return reclaim.Release{Why: fmt.Sprintf("%s is gone, but Prometheus still sees it hold the unit (%s)", t.Owner(), q)}, nil
+	}
+	return rel, nil
+}
+
+func (a *actor) releasedWhereActed(ctx context.Context, r *reclaim.Reclaim) (reclaim.Release, error) {
 	switch r.Action {
 	case config.ActionKill:
 		return a.nodes.Released(ctx, r)

@@ -208,6 +208,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	nodes := node.New(cfg.Nodes)
 	act := &actor{cfg: cfg, nodes: nodes}
+	var prom *promquery.Client
+	if cfg.Prometheus.On() {
+		prom = &promquery.Client{URL: cfg.Prometheus.URL, Token: cfg.Prometheus.BearerToken, Timeout: time.Duration(cfg.Prometheus.Timeout)}
+		act.prom = prom
+	}
 	insp := &inspector{nodes: nodes}
 	if cfg.Slurm.On() {
 		sc, err := slurm.New(cfg.Slurm)
@@ -265,8 +270,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				logger.Info("pruned finished reclaims", "count", n)
 			}
 		})
-		if cfg.Prometheus.On() {
-			prom := &promquery.Client{URL: cfg.Prometheus.URL, Token: cfg.Prometheus.BearerToken, Timeout: time.Duration(cfg.Prometheus.Timeout)}
+		if prom != nil {
 			go every(ctx, time.Duration(cfg.Prometheus.Interval), func() { eng.RestoreOnDemand(ctx, prom) })
 		}
 		front.lead(srv)

@@ -22,3 +22,7 @@ const ExporterJob = "gpureclaim-exporter"
 // NodeDashboardUID is the uid of the node and GPU dashboard, which the
 // alerts link to.
 const NodeDashboardUID = "gpureclaim-node"
+
+// UnitOwnerInfo is the exporter's series of who holds a unit: the
+// reclaimer reads it to confirm a released GPU.
+const UnitOwnerInfo = "gpureclaim_unit_owner_info"
