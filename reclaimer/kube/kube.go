@@ -227,7 +227,8 @@ func (c *Client) Event(ctx context.Context, r *reclaim.Reclaim, reason, message 
 			LastTimestamp:  now,
 			Count:          1,
 		}
-		if reason == "GPUReclaimed" || reason == "GPUIdleWarning" {
+		switch reason {
+		case "GPUReclaimed", "GPUIdleWarning", "GPUNotReleased", "GPUReclaimRestoreFailed":
 			ev.Type = corev1.EventTypeWarning
 		}
 		if _, err := c.cs.CoreV1().Events(o.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {

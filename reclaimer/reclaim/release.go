@@ -90,7 +90,7 @@ func (e *Engine) verify(ctx context.Context, r *Reclaim) {
 		}
 	default:
 		e.o.Metrics.action(r.Action, ActionNotReleased)
-		why := fmt.Sprintf("%s, but %s later the GPU is still held: %s", askedText(r), now.Sub(r.ActedAt).Round(time.Second), rel.Why)
+		why := fmt.Sprintf("%s, but %s later the GPU is still held: %s", r.Detail, now.Sub(r.ActedAt).Round(time.Second), rel.Why)
 		e.finishRelease(r.ID, NotReleased, why, time.Time{})
 	}
 }
@@ -108,18 +108,6 @@ func (e *Engine) finishRelease(id string, st State, why string, releasedAt time.
 		return
 	}
 	e.o.Logger.Info("reclaim "+string(st), "reclaim", id, "reason", why)
-}
-
-// askedText says what was asked of whom: "asked KubeRay to suspend RayJob ml/x".
-func askedText(r *Reclaim) string {
-	if w := r.Workload; w != nil && w.Kind != "" {
-		verb := w.Stopped
-		if verb == "" {
-			verb = "stopped"
-		}
-		return fmt.Sprintf("%s was %s (%s)", w, verb, r.Detail)
-	}
-	return r.Detail
 }
 
 // verifyRestore looks whether a restored workload runs again.

@@ -68,7 +68,7 @@ func TestNotReleasedAtTheDeadline(t *testing.T) {
 	f.at(7 * time.Minute)
 	r := f.only()
 	require.Equal(t, reclaim.NotReleased, r.State)
-	require.Contains(t, r.Reason, "Job batch/train was suspended")
+	require.Contains(t, r.Reason, "did stop, but")
 	require.Contains(t, r.Reason, "2m0s later the GPU is still held: "+why)
 	require.True(t, r.ReleasedAt.IsZero())
 	f.at(7*time.Minute + time.Second)
