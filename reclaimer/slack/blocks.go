@@ -215,7 +215,7 @@ func Outcome(kind reclaim.MessageKind, r *reclaim.Reclaim, by string, now time.T
 		body = "The restore asked by " + by + " did not take: " + esc(r.RestoreFailed) + ". The admins are told."
 	case reclaim.MsgNotReleased:
 		head = "GPU not released"
-		body = "gpureclaim stopped the workload, but the GPU is still held: " + esc(r.Reason) + ". The admins are told."
+		body = "The GPU was not released: " + esc(r.Reason) + ". The admins are told."
 	case reclaim.MsgCancelled:
 		head = "Cancelled"
 		body = "Cancelled: " + esc(r.Reason) + "."

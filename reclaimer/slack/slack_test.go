@@ -233,6 +233,14 @@ func TestMessagesGolden(t *testing.T) {
 	unknown.Controller = &reclaim.Controller{Kind: "TrainingRun", Namespace: "ml", Name: "run-1", Stop: reclaim.StopNone, Why: unknown.Reason}
 	golden(t, "notice-unknown-owner.json", rslack.Notice(unknown, T0, p, page))
 
+	held := sample()
+	held.Action, held.State, held.ActedAt = "stop", reclaim.NotReleased, T0.Add(5*time.Minute)
+	held.Reason = "InferenceService ml/chat stopped, but 5m0s later the GPU is still held: held by pod ml/chat-predictor-7d9c (Running); <!here> KServe reports on InferenceService ml/chat: Ready (Ready)"
+	golden(t, "not-released.json", rslack.Outcome(reclaim.MsgNotReleased, held, "", T0.Add(10*time.Minute), p, page))
+
+	job.Restored, job.RestoreFailed = time.Time{}, "Job ml/train-7 was asked to run again 5m0s ago and does not: no pod of Job ml/train-7 runs"
+	golden(t, "restore-failed-job.json", rslack.Outcome(reclaim.MsgRestoreFailed, job, "<@U0CAROL>", T0.Add(25*time.Minute), p, page))
+
 	cancelled := sample()
 	cancelled.Reason = "the alert no longer fires: the GPU is busy again or was released"
 	golden(t, "cancelled.json", rslack.Outcome(reclaim.MsgCancelled, cancelled, "", T0.Add(3*time.Minute), p, page))
