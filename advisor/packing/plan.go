@@ -98,13 +98,13 @@ type Advice struct {
 
 // Plan is the advice for a fleet.
 type Plan struct {
-	Options   Options  `json:"-"`
+	Options   Options   `json:"-"`
 	Start     time.Time `json:"start"`
-	Steps     int      `json:"steps"`
-	PlanSteps int      `json:"plan_steps"`
-	Advice    []Advice `json:"workloads"`
-	GPUs      []GPU    `json:"shared_gpus"`
-	Summary   Summary  `json:"summary"`
+	Steps     int       `json:"steps"`
+	PlanSteps int       `json:"plan_steps"`
+	Advice    []Advice  `json:"workloads"`
+	GPUs      []GPU     `json:"shared_gpus"`
+	Summary   Summary   `json:"summary"`
 }
 
 // Make plans on the first PlanShare of the steps and replays the rest.

@@ -27,9 +27,9 @@ type Summary struct {
 	FreedShare float64 `json:"freed_share"`
 	// GPU-minutes of the shared GPUs over the compute cap and over memory,
 	// as shares of all GPU-minutes after.
-	GPUMinutes         float64 `json:"gpu_minutes_after"`
-	OverComputeShare   float64 `json:"over_compute_share"`
-	OverMemoryShare    float64 `json:"over_memory_share"`
+	GPUMinutes          float64 `json:"gpu_minutes_after"`
+	OverComputeShare    float64 `json:"over_compute_share"`
+	OverMemoryShare     float64 `json:"over_memory_share"`
 	EffectiveUtilBefore float64 `json:"effective_utilization_before"`
 	EffectiveUtilAfter  float64 `json:"effective_utilization_after"`
 	// CostSaved is the freed GPU-hours of the replayed steps, priced.
