@@ -32,6 +32,9 @@ type Summary struct {
 	OverMemoryShare     float64 `json:"over_memory_share"`
 	EffectiveUtilBefore float64 `json:"effective_utilization_before"`
 	EffectiveUtilAfter  float64 `json:"effective_utilization_after"`
+	// OverTheirLimit counts the packed workloads that passed their own
+	// memory limit at some replayed step: under MPS, an out-of-memory error.
+	OverTheirLimit int `json:"workloads_over_their_limit"`
 	// CostSaved is the freed GPU-hours of the replayed steps, priced.
 	CostSaved float64 `json:"cost_saved"`
 	Currency  string  `json:"currency,omitempty"`
@@ -97,6 +100,7 @@ func (p *Plan) replay(split int) {
 		for _, id := range g.Workloads {
 			if over[id] {
 				g.Replay.OverLimit = append(g.Replay.OverLimit, id)
+				s.OverTheirLimit++
 			}
 		}
 		s.OverComputeShare += float64(g.Replay.OverCompute)

@@ -22,7 +22,7 @@ func (p *Plan) JSON(w io.Writer) error {
 	return enc.Encode(p)
 }
 
-func pct(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) }
+func pct(v float64) string { return fmt.Sprintf("%.2f%%", 100*v) }
 
 func (p *Plan) write(w io.Writer, md bool) error {
 	o, s := p.Options, p.Summary
@@ -49,6 +49,7 @@ func (p *Plan) write(w io.Writer, md bool) error {
 		{"GPUs freed", pct(s.FreedShare)},
 		{"GPU-minutes over the compute cap", pct(s.OverComputeShare)},
 		{"GPU-minutes over memory", pct(s.OverMemoryShare)},
+		{"packed workloads over their own memory limit", fmt.Sprint(s.OverTheirLimit)},
 		{"effective utilization before → after", fmt.Sprintf("%s → %s", pct(s.EffectiveUtilBefore), pct(s.EffectiveUtilAfter))},
 	}
 	if o.CostPerGPUHour > 0 {
