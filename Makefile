@@ -47,6 +47,7 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS) -extldflags=-Wl,-z,lazy' -o $(BIN)/gpureclaim-exporter-sim ./exporter/simulated
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/gpureclaim-reclaimer ./reclaimer
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/gpureclaim-backtest ./backtest
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/gpureclaim-advisor ./advisor
 
 ## run: on a GPU node, the exporter on its GPUs; elsewhere the whole system on a simulated node.
 run: build

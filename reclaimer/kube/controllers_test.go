@@ -128,7 +128,7 @@ func TestStopsUnderRealControllers(t *testing.T) {
 	notifier := reclaimtest.NewNotifier("test")
 	eng, err := reclaim.New(reclaim.Options{
 		Config: reclaimtest.Config(t, `
-release: {timeout: 3m, interval: 1s, timeouts: {InferenceService: 20s, JobSet: 20s}}
+release: {timeout: 3m, interval: 1s, timeouts: {InferenceService: 20s, JobSet: 20s, Notebook: 20s, LeaderWorkerSet: 20s}}
 policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 1s, min_runtime: 0s}]
 `),
 		Store: st, Inspector: kc, Actor: kubeActor{kc}, Verifier: kubeActor{kc}, Events: kc, Notifiers: []reclaim.Notifier{notifier}, Clock: time.Now,
@@ -157,11 +157,12 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 
 		tmpl["spec"].(map[string]any)["restartPolicy"] = "Never"
 		return map[string]any{"suspend": true, "parallelism": int64(1), "completions": int64(1), "template": tmpl}
 	}
-	// noController is what a KServe or JobSet controller would have made:
-	// a Deployment under the top owner, which the controller manager runs.
+	// noController is what a controller that is not running here would
+	// have made: a Deployment under the top owner, which the controller
+	// manager runs.
 	noController := func(o *objects, apiVersion, kind, resource, name string, spec map[string]any) {
 		top := o.create(apiVersion, kind, resource, name, nil, spec, nil)
-		o.create("apps/v1", "Deployment", "deployments", name+"-predictor", top, map[string]any{"replicas": int64(1),
+		o.create("apps/v1", "Deployment", "deployments", name+"-x", top, map[string]any{"replicas": int64(1),
 			"selector": map[string]any{"matchLabels": map[string]any{"app": name}},
 			"template": map[string]any{"metadata": map[string]any{"labels": map[string]any{"app": name}}, "spec": gpuPodTemplate("main")["spec"]}}, nil)
 	}
@@ -200,10 +201,16 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 
 		}, "PyTorchJob %s/llm stopped: Kueue Workload", reclaim.Done, ""},
 		{"InferenceService without its controller: not released", "none", func(o *objects) {
 			noController(o, "serving.kserve.io/v1beta1", "InferenceService", "inferenceservices", "chat", map[string]any{"predictor": map[string]any{}})
-		}, "InferenceService %s/chat stopped", reclaim.NotReleased, "the GPU is still held: held by pod %s/chat-predictor-"},
+		}, "InferenceService %s/chat stopped", reclaim.NotReleased, "the GPU is still held: held by pod %s/chat-x-"},
 		{"JobSet without its controller: not released", "none", func(o *objects) {
 			noController(o, "jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets", "sweep", map[string]any{"replicatedJobs": []any{}})
-		}, "JobSet %s/sweep suspended", reclaim.NotReleased, "the GPU is still held: held by pod %s/sweep-predictor-"},
+		}, "JobSet %s/sweep suspended", reclaim.NotReleased, "the GPU is still held: held by pod %s/sweep-x-"},
+		{"Notebook without its controller: not released", "none", func(o *objects) {
+			noController(o, "kubeflow.org/v1", "Notebook", "notebooks", "alice", map[string]any{"template": map[string]any{}})
+		}, "Notebook %s/alice stopped", reclaim.NotReleased, "the GPU is still held: held by pod %s/alice-x-"},
+		{"LeaderWorkerSet without its controller: not released", "none", func(o *objects) {
+			noController(o, "leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "leaderworkersets", "lws", map[string]any{"replicas": int64(1)})
+		}, "LeaderWorkerSet %s/lws scaled from 1 to 0 replicas", reclaim.NotReleased, "the GPU is still held: held by pod %s/lws-x-"},
 	}
 	var namespaces []string
 	for i := range cases {
