@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -219,10 +220,15 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 
 	}
 	kueueQueues(t, dyn, namespaces)
 
+	// Every case at once: they wait on controllers, not on the CPUs, and
+	// t.Run from several goroutines is not held to -parallel.
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for i, tc := range cases {
 		ns := namespaces[i]
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
+		wg.Add(1)
+		go t.Run(tc.name, func(t *testing.T) {
+			defer wg.Done()
 			tc.create(o(ns))
 			var pod string
 			require.Eventually(t, func() bool {
