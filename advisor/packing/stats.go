@@ -13,10 +13,13 @@ import (
 
 // Stats summarize one signal of a workload over the steps it was sampled.
 type Stats struct {
-	P50, P95, P99, Max float64
+	P50 float64 `json:"p50"`
+	P95 float64 `json:"p95"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
 	// TrendPerDay is the least-squares slope, per day.
-	TrendPerDay float64
-	Samples     int
+	TrendPerDay float64 `json:"trend_per_day"`
+	Samples     int     `json:"samples"`
 }
 
 // statsOf summarizes vs (NaN: not sampled), one value per step.
