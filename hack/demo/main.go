@@ -18,7 +18,10 @@ import (
 	"github.com/gpureclaim/gpureclaim/rules"
 )
 
+// The demo's clock runs a minute a second: the reclaimer looks for the
+// release every second too.
 const reclaimerPolicies = `notifiers: [{type: log}]
+release: {interval: 1s}
 policies:
   - name: idle
     matchers: ['alertname="GPUIdle"']
