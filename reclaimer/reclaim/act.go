@@ -17,7 +17,7 @@ func (e *Engine) actedTimes(namespace string) []time.Time {
 	defer e.mu.Unlock()
 	var out []time.Time
 	for _, r := range e.index {
-		if (r.State == Done || r.State == Acting) && !r.ActedAt.IsZero() && (namespace == "" || r.Target.Namespace == namespace) {
+		if (r.State == Done || r.State == NotReleased || r.State == Acting) && !r.ActedAt.IsZero() && (namespace == "" || r.Target.Namespace == namespace) {
 			out = append(out, r.ActedAt)
 		}
 	}
