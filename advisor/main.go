@@ -22,7 +22,6 @@ import (
 	"github.com/prometheus/common/version"
 
 	"github.com/gpureclaim/gpureclaim/advisor/packing"
-	"github.com/gpureclaim/gpureclaim/internal/mig"
 	"github.com/gpureclaim/gpureclaim/internal/trace"
 	"github.com/gpureclaim/gpureclaim/reclaimer/backtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
@@ -62,7 +61,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.window, "prometheus.window", 7*24*time.Hour, "How far back --prometheus.url is read.")
 	fs.DurationVar(&o.step, "prometheus.step", time.Minute, "The step of the range query.")
 	fs.DurationVar(&o.timeout, "prometheus.timeout", 2*time.Minute, "Timeout of the range query.")
-	fs.StringVar(&o.model, "gpu.model", "H100-80GB", "The GPU model the workloads run on: "+strings.Join(mig.ModelNames(), ", ")+".")
+	fs.StringVar(&o.model, "gpu.model", "H100-80GB", "The GPU model the workloads run on: "+strings.Join(packing.ModelNames(), ", ")+".")
 	fs.Float64Var(&o.packing.ComputeCap, "plan.compute-cap", o.packing.ComputeCap, "Summed activity on a shared GPU stays under this at every planning step (0-1].")
 	fs.Float64Var(&o.packing.ComputeSlack, "plan.compute-slack", o.packing.ComputeSlack, "Share of the planning steps a shared GPU's summed activity may pass the compute cap [0-1).")
 	fs.Float64Var(&o.packing.MemoryCap, "plan.memory-cap", o.packing.MemoryCap, "Summed memory on a shared GPU stays under this share of its memory (0-1].")
@@ -87,7 +86,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 			n++
 		}
 	}
-	model, ok := mig.ModelOf(o.model)
+	model, ok := packing.ModelOf(o.model)
 	p.Model = model
 	switch {
 	case o.printVersion:
@@ -97,7 +96,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	case n != 1:
 		return nil, errors.New("give one history: --history.trace, --history.prometheus or --prometheus.url")
 	case !ok:
-		return nil, fmt.Errorf("--gpu.model: %q is not one of %s", o.model, strings.Join(mig.ModelNames(), ", "))
+		return nil, fmt.Errorf("--gpu.model: %q is not one of %s", o.model, strings.Join(packing.ModelNames(), ", "))
 	case p.ComputeCap <= 0 || p.ComputeCap > 1:
 		return nil, fmt.Errorf("--plan.compute-cap: %g must be over 0 and at most 1", p.ComputeCap)
 	case p.ComputeSlack < 0 || p.ComputeSlack >= 1:

@@ -3,8 +3,6 @@ package packing
 import (
 	"fmt"
 	"math"
-
-	"github.com/gpureclaim/gpureclaim/internal/mig"
 )
 
 // How a workload fits.
@@ -35,7 +33,7 @@ func fitOf(w *Workload, act, mem Stats, o *Options) Fit {
 	f := Fit{MemoryLimitBytes: math.Ceil(mem.Max * (1 + o.Headroom))}
 	// The smallest slice that holds the memory peak and whose share of the
 	// SMs keeps the workload's p95 activity under the compute cap there.
-	for _, p := range mig.Table(o.Model) {
+	for _, p := range Profiles(o.Model) {
 		if float64(p.MemoryBytes) >= f.MemoryLimitBytes && act.P95*7/float64(p.Slices) <= o.ComputeCap && p.Slices < 7 {
 			f.Profile = p.Name
 			break

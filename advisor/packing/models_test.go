@@ -1,4 +1,4 @@
-package mig
+package packing
 
 import (
 	"testing"
@@ -7,9 +7,9 @@ import (
 )
 
 // The sizing profiles of an H100 80GB, named as the device plugin names them.
-func TestTable(t *testing.T) {
+func TestProfiles(t *testing.T) {
 	var names []string
-	for _, p := range Table(Models["H100-80GB"]) {
+	for _, p := range Profiles(Models["H100-80GB"]) {
 		names = append(names, p.Name)
 	}
 	require.Equal(t, []string{"1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"}, names)

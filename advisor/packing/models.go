@@ -1,10 +1,12 @@
-package mig
+package packing
 
 import (
 	"sort"
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
+
+	"github.com/gpureclaim/gpureclaim/internal/mig"
 )
 
 // Models are the GPU models whose MIG profiles are known without a GPU
@@ -29,16 +31,16 @@ func ModelNames() []string {
 	return out
 }
 
-// Table lists the sizing profiles of a GPU model, smallest first, named
-// as the device plugin names them.
-func Table(c gpus.Config) []Profile {
+// Profiles lists the sizing profiles of a GPU model, smallest first, named
+// as the exporter and the device plugin name them.
+func Profiles(c gpus.Config) []mig.Profile {
 	gpuBytes := c.MemoryMB << 20
-	var out []Profile
+	var out []mig.Profile
 	for id, info := range c.MIGProfiles.GpuInstanceProfiles {
-		if !Sizing(id) {
+		if !mig.Sizing(id) {
 			continue
 		}
-		out = append(out, Profile{ID: id, Name: Name(id, info, gpuBytes), Slices: int(info.SliceCount), MemoryBytes: info.MemorySizeMB << 20})
+		out = append(out, mig.Profile{ID: id, Name: mig.Name(id, info, gpuBytes), Slices: int(info.SliceCount), MemoryBytes: info.MemorySizeMB << 20})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Slices != out[j].Slices {
