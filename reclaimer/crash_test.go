@@ -141,11 +141,14 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 
 				require.NoError(t, cmd.Start())
 				t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 				require.Eventually(t, func() bool {
+					// Ready, not only listening: until it leads, a replica
+					// answers the webhook 503.
 					resp, err := http.Get("http://" + addr + "/readyz")
-					if err == nil {
-						resp.Body.Close()
+					if err != nil {
+						return false
 					}
-					return err == nil || cmd.ProcessState != nil
+					resp.Body.Close()
+					return resp.StatusCode == http.StatusOK
 				}, 10*time.Second, 20*time.Millisecond)
 				return cmd
 			}

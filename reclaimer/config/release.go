@@ -17,7 +17,8 @@ const (
 )
 
 // Release is how the reclaimer sees that an action freed the GPU: it looks
-// at the world every interval until the holders are gone, and gives up at
+// at the world at once, then after as long as it has been since the action
+// (1s, 2s, 4s, ...) but at most every interval, until the holders are gone; it gives up at
 // the deadline of what it stopped, telling the owner and the admins that
 // the GPU is still held and what the controller said.
 type Release struct {
@@ -27,7 +28,7 @@ type Release struct {
 	// Deployment, ...), Pod (an eviction), process (a kill) or SlurmJob.
 	// They extend the built-in ones (DefaultReleaseTimeouts).
 	Timeouts map[string]Duration `yaml:"timeouts"`
-	// Interval between two looks. Default 10s.
+	// Interval is the longest wait between two looks. Default 10s.
 	Interval Duration `yaml:"interval"`
 }
 

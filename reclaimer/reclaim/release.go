@@ -81,7 +81,7 @@ func (e *Engine) verify(ctx context.Context, r *Reclaim) {
 			if c.State != Acting {
 				return false
 			}
-			c.NextTry = now.Add(time.Duration(e.o.Config.Release.Interval))
+			c.NextTry = now.Add(nextLook(now.Sub(c.ActedAt), time.Duration(e.o.Config.Release.Interval)))
 			c.Reason = "carried out; waiting for the GPU to be released: " + rel.Why
 			return true
 		})
@@ -93,6 +93,14 @@ func (e *Engine) verify(ctx context.Context, r *Reclaim) {
 		why := fmt.Sprintf("%s, but %s later the GPU is still held: %s", r.Detail, now.Sub(r.ActedAt).Round(time.Second), rel.Why)
 		e.finishRelease(r.ID, NotReleased, why, time.Time{})
 	}
+}
+
+// nextLook is how long to wait before looking at the world again: as long
+// as it has been since the action (1s, 2s, 4s, ...), at least a second and
+// at most interval, so a quick stop is seen quickly and a slow one is not
+// asked about every second.
+func nextLook(since, interval time.Duration) time.Duration {
+	return min(interval, max(time.Second, since))
 }
 
 func (e *Engine) finishRelease(id string, st State, why string, releasedAt time.Time) {
@@ -138,7 +146,7 @@ func (e *Engine) verifyRestore(ctx context.Context, r *Reclaim) {
 		case run.Done:
 			c.Restored, c.NextTry, kind = now, time.Time{}, MsgRestored
 		case now.Before(c.RestoreBy):
-			c.NextTry = now.Add(time.Duration(e.o.Config.Release.Interval))
+			c.NextTry = now.Add(nextLook(now.Sub(c.RestoreAsked), time.Duration(e.o.Config.Release.Interval)))
 		default:
 			c.NextTry, kind = time.Time{}, MsgRestoreFailed
 			c.RestoreFailed = fmt.Sprintf("%s was asked to run again %s ago and does not: %s", c.Workload, now.Sub(c.RestoreAsked).Round(time.Second), run.Why)

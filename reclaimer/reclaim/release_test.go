@@ -39,16 +39,23 @@ func TestDoneOnlyOnceReleased(t *testing.T) {
 	require.Contains(t, r.Reason, "terminating")
 	require.Equal(t, []reclaim.MessageKind{reclaim.MsgWarning}, f.notifier.Kinds(), "nothing said before the world changed")
 
-	f.at(5*time.Minute + 5*time.Second)
-	require.Equal(t, 1, f.verifier.ReleaseLooks, "no look before release.interval")
+	// Looks at 1s, 2s, 4s, 8s after the action, then every release.interval.
+	f.at(5*time.Minute + 500*time.Millisecond)
+	require.Equal(t, 1, f.verifier.ReleaseLooks, "the next look waits a second")
+	for _, s := range []time.Duration{1, 2, 4, 8, 16, 26} {
+		f.at(5*time.Minute + s*time.Second)
+	}
+	require.Equal(t, 7, f.verifier.ReleaseLooks, "then as long as it has been, up to release.interval: at 0, 1s, 2s, 4s, 8s, 16s, 26s")
 	f.verifier.Set(false, false, "")
-	f.at(5*time.Minute + 30*time.Second)
+	f.at(5*time.Minute + 35*time.Second)
+	require.Equal(t, 7, f.verifier.ReleaseLooks, "no look before release.interval")
+	f.at(5*time.Minute + 36*time.Second)
 	r = f.only()
 	require.Equal(t, reclaim.Done, r.State)
-	require.Equal(t, T0.Add(5*time.Minute+30*time.Second), r.ReleasedAt)
+	require.Equal(t, T0.Add(5*time.Minute+36*time.Second), r.ReleasedAt)
 	require.Equal(t, T0.Add(5*time.Minute), r.ActedAt, "acted_at is the action's time, not the release's")
 	require.Equal(t, "did stop", r.Detail, "what the action did")
-	require.Equal(t, "did stop; the GPU was seen released 30s after the action", r.Reason)
+	require.Equal(t, "did stop; the GPU was seen released 36s after the action", r.Reason)
 	require.Equal(t, []string{"stop batch/train-0"}, f.actor.Calls, "looking is not acting again")
 	f.at(6 * time.Minute)
 	require.Equal(t, reclaim.MsgReclaimed, f.notifier.Kinds()[len(f.notifier.Kinds())-1])
