@@ -24,8 +24,7 @@ KUEUE_VERSION             := v0.17.0
 KUBERAY_VERSION           := v1.5.0
 TRAINING_OPERATOR_VERSION := v1.8.1
 TRAINER_VERSION           := v2.0.0
-WORKLOAD_CRDS_STAMP := $(BIN)/workload-crds/.$(KUEUE_VERSION)-$(KUBERAY_VERSION)-$(TRAINING_OPERATOR_VERSION)-$(TRAINER_VERSION)
-OPERATOR_CRDS_STAMP := $(BIN)/operator-crds/.$(KUEUE_VERSION)-$(KUBERAY_VERSION)-$(TRAINING_OPERATOR_VERSION)
+WORKLOAD_CRDS_STAMP := $(BIN)/workload-crds/.operators-$(KUEUE_VERSION)-$(KUBERAY_VERSION)-$(TRAINING_OPERATOR_VERSION)-$(TRAINER_VERSION)
 
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
@@ -36,7 +35,7 @@ LDFLAGS  := -X github.com/prometheus/common/version.Version=$(VERSION) \
 KUBE_BINS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl
 # The workload controllers the reclaimer's stops are tested against.
 OPERATORS := $(BIN)/ray-operator $(BIN)/training-operator.v1 $(BIN)/kueue
-TOOLS := $(BIN)/promtool $(BIN)/prometheus $(BIN)/alertmanager $(BIN)/amtool $(BIN)/etcd $(KUBE_BINS) $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/helm $(BIN)/crds/.$(PROMETHEUS_OPERATOR_VERSION) $(WORKLOAD_CRDS_STAMP) $(OPERATORS) $(OPERATOR_CRDS_STAMP) $(BIN)/golangci-lint
+TOOLS := $(BIN)/promtool $(BIN)/prometheus $(BIN)/alertmanager $(BIN)/amtool $(BIN)/etcd $(KUBE_BINS) $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/helm $(BIN)/crds/.$(PROMETHEUS_OPERATOR_VERSION) $(WORKLOAD_CRDS_STAMP) $(OPERATORS) $(BIN)/golangci-lint
 
 .PHONY: all build run demo test e2e bench bench-rules lint tools chromium rules dashboards manifests images backtest clean device-check
 
@@ -232,9 +231,11 @@ $(BIN)/training-operator.v1: $(BIN)/.training-operator-$(TRAINING_OPERATOR_VERSI
 $(BIN)/kueue: $(BIN)/.kueue-$(KUEUE_VERSION)
 	@test -x $@ || { rm -f $< && $(MAKE) --no-print-directory $<; }
 
-# The CRDs as each project ships them in its Go module, pinned.
+# The CRDs as each project ships them in its Go module, pinned: those the
+# reclaimer's kinds need, and every CRD the three controllers watch (they
+# will not start without them).
 $(WORKLOAD_CRDS_STAMP):
-	@rm -rf $(BIN)/workload-crds && mkdir -p $(BIN)/workload-crds
+	@rm -rf $(BIN)/workload-crds $(BIN)/operator-crds && mkdir -p $(BIN)/workload-crds $(BIN)/operator-crds
 	set -e; moddir() { $(GO) mod download -json "$$1" | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'; }; \
 	kueue=$$(moddir sigs.k8s.io/kueue@$(KUEUE_VERSION)); \
 	ray=$$(moddir github.com/ray-project/kuberay/ray-operator@$(KUBERAY_VERSION)); \
@@ -244,19 +245,9 @@ $(WORKLOAD_CRDS_STAMP):
 	   "$$ray/config/crd/bases/ray.io_rayclusters.yaml" "$$ray/config/crd/bases/ray.io_rayjobs.yaml" \
 	   "$$training/manifests/base/crds/kubeflow.org_pytorchjobs.yaml" \
 	   "$$trainer/manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml" $(BIN)/workload-crds/; \
-	chmod u+w $(BIN)/workload-crds/*.yaml
-	@touch $@
-
-# Every CRD the three controllers watch (they will not start without them).
-$(OPERATOR_CRDS_STAMP):
-	@rm -rf $(BIN)/operator-crds && mkdir -p $(BIN)/operator-crds
-	set -e; moddir() { $(GO) mod download -json "$$1" | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'; }; \
-	kueue=$$(moddir sigs.k8s.io/kueue@$(KUEUE_VERSION)); \
-	ray=$$(moddir github.com/ray-project/kuberay/ray-operator@$(KUBERAY_VERSION)); \
-	training=$$(moddir github.com/kubeflow/training-operator@$(TRAINING_OPERATOR_VERSION)); \
 	cp "$$kueue"/config/components/crd/bases/*.yaml "$$ray"/config/crd/bases/*.yaml \
 	   "$$training/manifests/base/crds/kubeflow.org_pytorchjobs.yaml" $(BIN)/operator-crds/; \
-	chmod u+w $(BIN)/operator-crds/*.yaml
+	chmod u+w $(BIN)/workload-crds/*.yaml $(BIN)/operator-crds/*.yaml
 	@touch $@
 
 ## device-check: on a machine with a real GPU, run the exporter while a matmul loads the GPU.

@@ -54,14 +54,7 @@ func (e *Engine) carriedOut(ctx context.Context, id string, res *Result) {
 // the controller said; in between it looks again after release.interval.
 func (e *Engine) verify(ctx context.Context, r *Reclaim) {
 	now := e.now()
-	rel := Release{Done: true}
-	if e.o.Verifier != nil {
-		var err error
-		if rel, err = e.o.Verifier.Released(ctx, r); err != nil {
-			e.o.Metrics.Error(ComponentRelease)
-			rel = Release{Why: "cannot tell whether it is released: " + err.Error()}
-		}
-	}
+	rel := e.look(ctx, r, false)
 	kind := r.ReleaseKind()
 	switch {
 	case rel.Done:
@@ -95,6 +88,26 @@ func (e *Engine) verify(ctx context.Context, r *Reclaim) {
 	}
 }
 
+// look asks the world whether the GPU is released (or, for a restore,
+// whether the workload runs again). Without a Verifier every action is
+// taken at its word; a look that fails is no release.
+func (e *Engine) look(ctx context.Context, r *Reclaim, restore bool) Release {
+	v := e.o.Verifier
+	if v == nil {
+		return Release{Done: true}
+	}
+	ask, what := v.Released, "it is released"
+	if restore {
+		ask, what = v.Running, "it runs"
+	}
+	rel, err := ask(ctx, r)
+	if err != nil {
+		e.o.Metrics.Error(ComponentRelease)
+		return Release{Why: "cannot tell whether " + what + ": " + err.Error()}
+	}
+	return rel
+}
+
 // nextLook is how long to wait before looking at the world again: as long
 // as it has been since the action (1s, 2s, 4s, ...), at least a second and
 // at most interval, so a quick stop is seen quickly and a slow one is not
@@ -121,14 +134,7 @@ func (e *Engine) finishRelease(id string, st State, why string, releasedAt time.
 // verifyRestore looks whether a restored workload runs again.
 func (e *Engine) verifyRestore(ctx context.Context, r *Reclaim) {
 	now := e.now()
-	run := Release{Done: true}
-	if e.o.Verifier != nil {
-		var err error
-		if run, err = e.o.Verifier.Running(ctx, r); err != nil {
-			e.o.Metrics.Error(ComponentRelease)
-			run = Release{Why: "cannot tell whether it runs: " + err.Error()}
-		}
-	}
+	run := e.look(ctx, r, true)
 	var kind MessageKind
 	r, err := e.update(r.ID, func(c *Reclaim) []Event {
 		switch {
