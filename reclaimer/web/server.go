@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/gpureclaim/gpureclaim/internal/httpserver"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
@@ -163,7 +164,7 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusForbidden, problem{Error: "restores through the API need admin_bearer_token_file in the config"})
 		return
 	}
-	if tok, ok := cutBearer(r); !ok || !eq(tok, s.cfg.AdminBearerToken) {
+	if tok, ok := httpserver.BearerToken(r); !ok || !eq(tok, s.cfg.AdminBearerToken) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="gpureclaim-reclaimer"`)
 		writeJSON(w, http.StatusUnauthorized, problem{Error: "the admin bearer token is required"})
 		return

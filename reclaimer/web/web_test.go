@@ -137,6 +137,14 @@ func TestWebhookBadInputChangesNothing(t *testing.T) {
 	}
 }
 
+// The auth scheme is case-insensitive: BEARER is Bearer.
+func TestWebhookBearerSchemeAnyCase(t *testing.T) {
+	s := newServer(t, false)
+	code, body := s.post(t, payload(t), func(r *http.Request) { r.Header.Set("Authorization", "BEARER t0ken") })
+	require.Equal(t, http.StatusOK, code, body)
+	require.Len(t, s.engine.List(), 1)
+}
+
 func TestWebhookAsksForARetryWhenItCannotRecord(t *testing.T) {
 	s := newServer(t, true)
 	code, body := s.post(t, payload(t), bearer("t0ken"))

@@ -13,13 +13,14 @@ import (
 
 	"github.com/prometheus/alertmanager/template"
 
+	"github.com/gpureclaim/gpureclaim/internal/httpserver"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 )
 
 // authorized checks a bearer token or basic auth (either passes).
 func authorized(r *http.Request, bearer string, basic *config.BasicAuth) bool {
 	if bearer != "" {
-		if tok, ok := cutBearer(r); ok && eq(tok, bearer) {
+		if tok, ok := httpserver.BearerToken(r); ok && eq(tok, bearer) {
 			return true
 		}
 	}
@@ -29,14 +30,6 @@ func authorized(r *http.Request, bearer string, basic *config.BasicAuth) bool {
 		}
 	}
 	return false
-}
-
-func cutBearer(r *http.Request) (string, bool) {
-	h := r.Header.Get("Authorization")
-	if len(h) > 7 && (h[:7] == "Bearer " || h[:7] == "bearer ") {
-		return h[7:], true
-	}
-	return "", false
 }
 
 func eq(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
