@@ -184,7 +184,7 @@ func (n *Notifier) owner(ctx context.Context, t reclaim.Target) (string, error) 
 func (n *Notifier) post(ctx context.Context, channel string, blocks []slack.Block, text string) (string, string, error) {
 	var ch, ts string
 	err := n.call(ctx, func() (err error) {
-		ch, ts, err = n.api.PostMessageContext(ctx, channel, slack.MsgOptionBlocks(blocks...), slack.MsgOptionText(text, false))
+		ch, ts, err = n.api.PostMessageContext(ctx, channel, slack.MsgOptionBlocks(blocks...), slack.MsgOptionText(esc(text), false))
 		return err
 	})
 	return ch, ts, err
@@ -228,7 +228,7 @@ func (n *Notifier) Send(ctx context.Context, m reclaim.Message, prev map[string]
 			continue
 		}
 		err := n.call(ctx, func() error {
-			_, _, _, err := n.api.UpdateMessageContext(ctx, ch, ts, slack.MsgOptionBlocks(blocks...), slack.MsgOptionText(m.Text, false))
+			_, _, _, err := n.api.UpdateMessageContext(ctx, ch, ts, slack.MsgOptionBlocks(blocks...), slack.MsgOptionText(esc(m.Text), false))
 			return err
 		})
 		if err != nil {
@@ -305,7 +305,7 @@ func (n *Notifier) admin(ctx context.Context, m reclaim.Message) (map[string]str
 	if ch == "" {
 		return nil, []string{"none"}, nil // the log notifier has it
 	}
-	_, _, err := n.post(ctx, ch, []slack.Block{slack.NewSectionBlock(mrkdwn(":rotating_light: "+m.Text), nil, nil)}, m.Text)
+	_, _, err := n.post(ctx, ch, []slack.Block{slack.NewSectionBlock(mrkdwn(":rotating_light: "+esc(m.Text)), nil, nil)}, m.Text)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -556,6 +556,24 @@ func TestMessagesEscapeWhatTheyQuote(t *testing.T) {
 	}
 }
 
+// The fallback text (notifications, screen readers) is escaped as the
+// blocks are: a description cannot ping a channel or link elsewhere.
+func TestFallbackTextEscapesWhatItQuotes(t *testing.T) {
+	e := newEnv(t, "", owners{"ml/nb-0": "U0CAROL"}, false, &Checker{})
+	a := IdlePod("firing", T0, "ml", "nb-0", "alertname", "GPUWasted")
+	a.Annotations["description"] = "<!here> see <https://evil.example.com|the fix> <@U0ADMIN>"
+	e.ingest(a)
+	e.at(0)
+	posts := e.slack.Posts()
+	require.NotEmpty(t, posts)
+	require.Contains(t, posts[0].Text, "see &lt;https://evil.example.com|the fix&gt;", "the notice quotes the description")
+	for _, p := range posts {
+		for _, bad := range []string{"<!here>", "<https://evil", "<@U0ADMIN>"} {
+			require.NotContains(t, p.Text, bad)
+		}
+	}
+}
+
 // A press with no Slack user is nobody's: it never passes for the owner of
 // a reclaim whose owner Slack does not know.
 func TestAPressWithNoUserIsRefused(t *testing.T) {
