@@ -3,6 +3,8 @@ package config
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"strconv"
 	"text/template"
 	tmplparse "text/template/parse"
 	"time"
@@ -57,17 +59,48 @@ const (
 )
 
 // RestoreQuery renders the policy's restore_when for one reclaim; a
-// missing label is an error rather than an empty matcher.
+// missing label is an error rather than an empty matcher. Every value is
+// escaped for the double-quoted PromQL string the template puts it in (the
+// config check makes sure it does), so a label value stays one string
+// whatever it holds; the rendered query is parsed before it is returned.
 func (p *Policy) RestoreQuery(d RestoreData) (string, error) {
 	if p.restoreWhen == nil {
 		return "", nil
 	}
+	q, err := render(p.restoreWhen, d)
+	if err != nil {
+		return "", err
+	}
+	if _, err := promql.NewParser(promql.Options{}).ParseExpr(q); err != nil {
+		return "", fmt.Errorf("rendered, restore_when is not PromQL (%q): %w", q, err)
+	}
+	return q, nil
+}
+
+// render executes a restore_when with every value escaped.
+func render(t *template.Template, d RestoreData) (string, error) {
+	escaped := make(RestoreData, len(d))
+	for k, v := range d {
+		escaped[k] = quoteInner(v)
+	}
 	var b bytes.Buffer
-	if err := p.restoreWhen.Execute(&b, d); err != nil {
+	if err := t.Execute(&b, escaped); err != nil {
 		return "", err
 	}
 	return b.String(), nil
 }
+
+// quoteInner escapes v as the inside of a double-quoted PromQL string
+// (PromQL reads Go's escapes).
+func quoteInner(v string) string {
+	q := strconv.Quote(v)
+	return q[1 : len(q)-1]
+}
+
+// hostileValue is what the config check renders each label as: every
+// character that could end a string or an expression, and the label's name
+// to find it again.
+func hostileValue(field string) string { return "x\"'`\\\n}) or vector(1) or ({a=\"" + field }
 
 // Restorable says whether the policy's action can be undone, so that a
 // restore_when may bring the workload back.
@@ -102,26 +135,63 @@ func (p *Policy) validateRestore(c *checker, field string, prom Prometheus) {
 		c.errorf(field+".restore_when", "%v", err)
 		return
 	}
-	// Rendered with a value for every label it reads, it must be PromQL.
-	sample := RestoreData{}
-	for _, k := range fields(t.Root) {
-		sample[k] = "x"
+	// Rendered with a value for every label it reads, it must be PromQL
+	// that returns a sample; rendered with hostile values, each must come
+	// back whole as one string of the query (so the template puts every
+	// value inside a double-quoted string); rendered with empty values (the
+	// other branch of an if), it must still be PromQL.
+	ks := fields(t.Root)
+	hostile, empty := RestoreData{}, RestoreData{}
+	for _, k := range ks {
+		hostile[k], empty[k] = hostileValue(k), ""
 	}
-	var b bytes.Buffer
-	if err := t.Execute(&b, sample); err != nil {
+	q, err := render(t, hostile)
+	if err != nil {
 		c.errorf(field+".restore_when", "%v", err)
 		return
 	}
-	expr, err := promql.NewParser(promql.Options{}).ParseExpr(b.String())
+	expr, err := promql.NewParser(promql.Options{}).ParseExpr(q)
 	if err != nil {
-		c.errorf(field+".restore_when", "not PromQL once rendered (%q): %v", b.String(), err)
+		c.errorf(field+".restore_when", "not PromQL once rendered with hostile label values (%q): %v; put each {{ .label }} inside a double-quoted string", q, err)
 		return
 	}
 	if expr.Type() != promql.ValueTypeVector {
-		c.errorf(field+".restore_when", "%q is a %s: give an expression that returns a sample (an instant vector) when the workload is wanted", b.String(), expr.Type())
+		c.errorf(field+".restore_when", "%q is a %s: give an expression that returns a sample (an instant vector) when the workload is wanted", q, expr.Type())
+		return
+	}
+	strs := literals(expr)
+	for _, k := range ks {
+		if !strs[hostileValue(k)] {
+			c.errorf(field+".restore_when", "{{ .%s }} is not a whole string of the query: put it inside a double-quoted string", k)
+			return
+		}
+	}
+	if q, err := render(t, empty); err != nil {
+		c.errorf(field+".restore_when", "%v", err)
+		return
+	} else if _, err := promql.NewParser(promql.Options{}).ParseExpr(q); err != nil {
+		c.errorf(field+".restore_when", "not PromQL once rendered with empty label values (%q): %v", q, err)
 		return
 	}
 	p.restoreWhen = t
+}
+
+// literals are the strings of a query: its label matchers' values and
+// its string literals.
+func literals(expr promql.Expr) map[string]bool {
+	out := map[string]bool{}
+	promql.Inspect(expr, func(n promql.Node, _ []promql.Node) error {
+		switch n := n.(type) {
+		case *promql.VectorSelector:
+			for _, m := range n.LabelMatchers {
+				out[m.Value] = true
+			}
+		case *promql.StringLiteral:
+			out[n.Val] = true
+		}
+		return nil
+	})
+	return out
 }
 
 // fields are the keys a template reads ({{ .namespace }}), to check its
@@ -151,6 +221,10 @@ func fields(n tmplparse.Node) []string {
 		}
 	case *tmplparse.FieldNode:
 		out = append(out, n.Ident[0])
+	case *tmplparse.VariableNode:
+		if n.Ident[0] == "$" && len(n.Ident) > 1 { // $.namespace
+			out = append(out, n.Ident[1])
+		}
 	case *tmplparse.IfNode:
 		out = append(append(append(out, fields(n.Pipe)...), fields(n.List)...), fields(n.ElseList)...)
 	case *tmplparse.WithNode:
