@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
+	"sort"
 	"strings"
 )
 
@@ -251,19 +253,21 @@ func (w *Workload) validate(c *checker, field string) {
 	case !w.Scale && (len(w.Stop) == 0 || len(w.Restore) == 0):
 		c.errorf(field, "needs stop and restore (JSON merge patches), or scale: true")
 	}
+	if w.Group == "" && (w.Kind == "Pod" || w.Kind == "Namespace") {
+		c.errorf(field+".kind", "%s is not a workload the reclaimer stops: a bare pod is evicted, a namespace never touched", w.Kind)
+	}
 	for _, p := range []struct {
 		name  string
 		patch map[string]any
 	}{{"stop", w.Stop}, {"restore", w.Restore}} {
-		if p.patch == nil {
-			continue
+		if p.patch != nil {
+			checkPatch(c, field+"."+p.name, p.patch)
 		}
-		if _, err := json.Marshal(p.patch); err != nil {
-			c.errorf(field+"."+p.name, "is not a JSON merge patch: %v", err)
-		}
-		for k := range p.patch {
-			if k != "spec" && k != "metadata" {
-				c.errorf(field+"."+p.name, "patches %q; a stop or restore patch changes only spec and metadata", k)
+	}
+	if len(w.Stop) > 0 && len(w.Restore) > 0 {
+		for _, path := range leaves(w.Stop, nil) {
+			if !hasPath(w.Restore, path) {
+				c.errorf(field+".restore", "does not undo %s, which stop sets: a restore must set it back (or to null)", strings.Join(path, "."))
 			}
 		}
 	}
@@ -275,6 +279,96 @@ func (w *Workload) validate(c *checker, field string) {
 			w.Restored = "restored"
 		}
 	}
+}
+
+// maxPatchBytes bounds a stop or restore patch: a few fields, not a manifest.
+const maxPatchBytes = 64 << 10
+
+// checkPatch holds a stop or restore patch to what stopping a workload
+// may change: fields under spec, and annotations and labels; never the
+// whole spec or metadata (a null there deletes it), never identity or
+// ownership (name, namespace, ownerReferences, finalizers, ...).
+func checkPatch(c *checker, field string, patch map[string]any) {
+	b, err := json.Marshal(patch)
+	if err != nil {
+		c.errorf(field, "is not a JSON merge patch: %v", err)
+		return
+	}
+	if len(b) > maxPatchBytes {
+		c.errorf(field, "is %d bytes; a stop or restore patch is at most %d", len(b), maxPatchBytes)
+	}
+	for _, k := range sortedKeys(patch) {
+		v := patch[k]
+		switch k {
+		case "spec":
+			m, ok := v.(map[string]any)
+			if !ok || len(m) == 0 {
+				c.errorf(field+".spec", "must be an object of the fields to change, not %s", describeValue(v))
+			}
+		case "metadata":
+			m, ok := v.(map[string]any)
+			if !ok || len(m) == 0 {
+				c.errorf(field+".metadata", "must be an object of annotations or labels, not %s", describeValue(v))
+				continue
+			}
+			for _, mk := range sortedKeys(m) {
+				if mk != "annotations" && mk != "labels" {
+					c.errorf(field+".metadata."+mk, "is not for a stop or restore patch to change: only metadata.annotations and metadata.labels")
+					continue
+				}
+				if am, ok := m[mk].(map[string]any); !ok || len(am) == 0 {
+					c.errorf(field+".metadata."+mk, "must be an object of keys to set (or null to remove), not %s", describeValue(m[mk]))
+				}
+			}
+		default:
+			c.errorf(field, "patches %q; a stop or restore patch changes only spec and metadata", k)
+		}
+	}
+}
+
+func describeValue(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return "null"
+	case map[string]any:
+		return "an empty object"
+	default:
+		return fmt.Sprintf("%T %v", v, v)
+	}
+}
+
+func sortedKeys(m map[string]any) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// leaves lists the paths a patch sets to a value: [spec suspend].
+func leaves(m map[string]any, prefix []string) [][]string {
+	var out [][]string
+	for _, k := range sortedKeys(m) {
+		p := append(slices.Clone(prefix), k)
+		if sub, ok := m[k].(map[string]any); ok && len(sub) > 0 {
+			out = append(out, leaves(sub, p)...)
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// hasPath says whether a patch sets a path (to any value, null included),
+// or replaces a parent of it.
+func hasPath(m map[string]any, path []string) bool {
+	v, ok := m[path[0]]
+	if !ok {
+		return false
+	}
+	sub, isMap := v.(map[string]any)
+	return len(path) == 1 || !isMap || hasPath(sub, path[1:])
 }
 
 // WorkloadFor finds the enabled entry for an API group and kind.
