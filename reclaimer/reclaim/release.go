@@ -37,8 +37,14 @@ func (e *Engine) carriedOut(ctx context.Context, id string, res *Result) {
 			return false
 		}
 		c.Workload, c.Killed, c.Detail = res.Workload, res.Killed, res.Detail
-		c.ActedAt, c.ActingSince, c.NextTry = now, time.Time{}, time.Time{}
-		c.ReleaseBy = now.Add(e.o.Config.Release.TimeoutFor(c.ReleaseKind()))
+		// The action's time is when it began, as recorded before it ran: a
+		// restart in the middle resumes it, and must not move it.
+		c.ActedAt = now
+		if !c.ActingSince.IsZero() {
+			c.ActedAt = c.ActingSince
+		}
+		c.ActingSince, c.NextTry = time.Time{}, time.Time{}
+		c.ReleaseBy = c.ActedAt.Add(e.o.Config.Release.TimeoutFor(c.ReleaseKind()))
 		c.Reason = "carried out; waiting for the GPU to be released"
 		return true
 	})
