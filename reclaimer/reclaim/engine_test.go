@@ -679,7 +679,7 @@ func TestRestartAfterTheActionRecordsTheTruth(t *testing.T) {
 			f.stepUntilCrash(5*time.Minute, "after-action")
 			require.Equal(t, reclaim.Acting, f.only().State, "the action ran; its outcome was not written")
 			tc.after(f)
-			f.actor.Err = reclaim.ErrGone // run again, the eviction finds the pod gone
+			f.actor.Err = reclaim.ErrGone        // run again, the eviction finds the pod gone
 			f.at(5*time.Minute + 40*time.Second) // down 40 s
 			r := f.only()
 			require.Equal(t, reclaim.Done, r.State, r.Reason)

@@ -2,6 +2,7 @@ package reclaim
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/prometheus/alertmanager/template"
@@ -35,6 +36,7 @@ func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
 	decide := e.o.Metrics.decide
 	pendingByFP := map[string][]string{}
 	latest := map[string]time.Time{} // the newest episode seen of each alert
+	open := map[string]string{}      // the alert (fingerprint) of each unit's open reclaim
 	for id, r := range e.index {
 		if r.State == Pending {
 			pendingByFP[r.Fingerprint] = append(pendingByFP[r.Fingerprint], id)
@@ -42,7 +44,14 @@ func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
 		if r.StartsAt.After(latest[r.Fingerprint]) {
 			latest[r.Fingerprint] = r.StartsAt
 		}
+		if !r.State.Terminal() {
+			open[r.Target.key()] = r.Fingerprint
+		}
 	}
+	// Newest episode first: an older one in the same notification is then
+	// stale, and never warned only to be cancelled.
+	alerts = slices.Clone(alerts)
+	slices.SortStableFunc(alerts, func(a, b template.Alert) int { return b.StartsAt.Compare(a.StartsAt) })
 
 	for _, a := range alerts {
 		e.o.Metrics.alertsReceived.WithLabelValues(a.Status).Inc()
@@ -94,6 +103,13 @@ func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
 			decide(DecisionStale)
 			continue
 		}
+		if other, ok := open[t.key()]; ok && other != fp {
+			// Another alert (other labels, the same unit and holder) has
+			// the unit's reclaim open: one warning per unit.
+			res.Duplicate++
+			decide(DecisionDuplicate)
+			continue
+		}
 		latest[fp] = a.StartsAt
 		// A new episode of an alert supersedes the last one's pending reclaim.
 		for _, oldID := range pendingByFP[fp] {
@@ -131,6 +147,9 @@ func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
 			decide(DecisionPending)
 		}
 		put(r)
+		if !r.State.Terminal() {
+			open[t.key()] = fp
+		}
 		events = append(events, e.event(r, "decided", fmt.Sprintf("%s: policy %s, action %s", r.State, r.Policy, r.Action), "alertmanager"))
 		res.New++
 	}

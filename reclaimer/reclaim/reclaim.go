@@ -11,6 +11,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gpureclaim/gpureclaim/internal/names"
@@ -85,6 +86,12 @@ func TargetFrom(l map[string]string) (Target, bool) {
 		User: l[names.LabelUser], SlurmJob: l[names.LabelSlurmJob], Keep: l[names.LabelKeep] == "true", Suggested: l[names.LabelAction],
 	}
 	return t, t.UUID != "" && t.Node != ""
+}
+
+// key identifies the alert's unit and holder apart from its other labels:
+// two alerts with one key are about one thing to reclaim.
+func (t Target) key() string {
+	return strings.Join([]string{t.Alertname, t.UUID, t.Node, t.Namespace, t.Pod, t.User, t.SlurmJob}, "\xff")
 }
 
 // Owner names who holds the unit, for people.
