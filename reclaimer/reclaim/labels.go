@@ -11,7 +11,7 @@ const (
 	DecisionPending       Decision = "pending"        // a warning is due
 	DecisionExempt        Decision = "exempt"         // kept by annotation or config
 	DecisionNotify        Decision = "notify"         // the policy, or the owner, only allows a notice
-	DecisionDuplicate     Decision = "duplicate"      // an episode already known
+	DecisionDuplicate     Decision = "duplicate"      // an episode already known, or another alert about a unit already open
 	DecisionStale         Decision = "stale"          // an episode older than one already ended
 	DecisionCancelled     Decision = "cancelled"      // resolved before the action
 	DecisionSnoozed       Decision = "snoozed"        // silenced, by Slack or by hand
