@@ -223,8 +223,15 @@ func (h *Interactions) press(ctx context.Context, cb *slack.InteractionCallback)
 		}
 		_, err = h.engine.ReleaseNow(ctx, id, by)
 	case a.ActionID == ActionRestore:
-		if !r.RestoreAsked.IsZero() {
+		switch {
+		case r.RestoreFailed != "":
+			h.ephemeral(ctx, cb, "A restore was asked by "+esc(r.RestoreAskedBy)+" and did not take: "+esc(r.RestoreFailed)+". The admins are told.")
+			return
+		case !r.Restored.IsZero():
 			h.ephemeral(ctx, cb, "Already restored.")
+			return
+		case !r.RestoreAsked.IsZero():
+			h.ephemeral(ctx, cb, "A restore asked by "+esc(r.RestoreAskedBy)+" is under way: the workload is not running yet.")
 			return
 		}
 		_, err = h.engine.Restore(ctx, id, by)
