@@ -261,7 +261,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return err
 		}
-		srv := rweb.New(rweb.Options{Config: cfg, Engine: eng, Logger: logger, Clock: time.Now, Registry: reg, Ready: func() error { return nil }})
+		srv := rweb.New(rweb.Options{Config: cfg, Engine: eng, Logger: logger, Clock: time.Now, Registry: reg, Ready: storeReady(st)})
 		notifiers.mount(ctx, srv, eng)
 		go every(ctx, time.Hour, func() {
 			if n, err := eng.Prune(time.Now().Add(-o.retention)); err != nil {
@@ -339,6 +339,15 @@ func ownNamespace(flagged string) (string, error) {
 }
 
 // every runs f now and then every interval until ctx ends.
+// storeReady is the readiness of a store that can tell (the kubernetes
+// store asks its API server); a bbolt file is ready while open.
+func storeReady(st reclaim.Store) func() error {
+	if r, ok := st.(interface{ Ready() error }); ok {
+		return r.Ready
+	}
+	return func() error { return nil }
+}
+
 func every(ctx context.Context, interval time.Duration, f func()) {
 	t := time.NewTicker(interval)
 	defer t.Stop()

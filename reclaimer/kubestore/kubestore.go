@@ -113,6 +113,20 @@ func New(rc *rest.Config, ns, replayMap string) (*Store, error) {
 	return &Store{ns: ns, res: dyn.Resource(GVR).Namespace(ns), cm: cs, replayMap: replayMap, timeout: 30 * time.Second, objs: map[string]*object{}}, nil
 }
 
+// readyTimeout bounds the readiness probe's look at the API server.
+const readyTimeout = 3 * time.Second
+
+// Ready says whether the API server answers for the store: while it does
+// not, the replica is not ready (a notification could not be recorded).
+func (s *Store) Ready() error {
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	if _, err := s.res.List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+		return fmt.Errorf("the store's API server does not answer: %w", err)
+	}
+	return nil
+}
+
 func (s *Store) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), s.timeout)
 }

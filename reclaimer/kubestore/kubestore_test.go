@@ -46,6 +46,12 @@ func TestStore(t *testing.T) {
 
 	leader, err := kubestore.New(rc, ns, "gpureclaim-reclaimer-replays")
 	require.NoError(t, err)
+	require.NoError(t, leader.Ready())
+	gone := *rc
+	gone.Host = "https://127.0.0.1:1"
+	unreachable, err := kubestore.New(&gone, ns, "gpureclaim-reclaimer-replays")
+	require.NoError(t, err)
+	require.ErrorContains(t, unreachable.Ready(), "the store's API server does not answer", "no API server: not ready")
 	loaded, err := leader.Load()
 	require.NoError(t, err)
 	require.Empty(t, loaded)
