@@ -52,12 +52,14 @@ func (e *Engine) carriedOut(ctx context.Context, id string, res *Result) {
 		e.o.Logger.Error("recording an action carried out", "reclaim", id, "err", err)
 		return
 	}
-	e.verify(ctx, r)
+	if r.State == Acting && !r.ReleaseBy.IsZero() {
+		e.verify(ctx, r)
+	}
 }
 
 // verify looks whether the action's target let go of the GPU. Released,
 // the reclaim is done; past the deadline, it ends not released with what
-// the controller said; in between it looks again after release.interval.
+// the controller said; in between it looks again (nextLook).
 func (e *Engine) verify(ctx context.Context, r *Reclaim) {
 	now := e.now()
 	rel := e.look(ctx, r, false)
