@@ -96,6 +96,10 @@ type Sampler struct {
 	quiet        map[string]bool // not-supported calls already logged
 	migState     map[string]string
 	causes       map[string]bool // why processes went unattributed, logged once each
+	// byIndex is each GPU's last known UUID, so that a GPU whose handle
+	// can no longer be had (lost, off the bus) stays visible as down.
+	byIndex map[int]string
+	lost    map[string]bool // why a GPU was unreadable, logged once each
 }
 
 type staticInfo struct{ model, pciBusID string }
@@ -120,6 +124,8 @@ func New(cfg Config) *Sampler {
 		quiet:        map[string]bool{},
 		migState:     map[string]string{},
 		causes:       map[string]bool{},
+		byIndex:      map[int]string{},
+		lost:         map[string]bool{},
 	}
 }
 
@@ -283,16 +289,30 @@ func (c *cycle) gpu(i int) (g GPU) {
 		}
 	}()
 	lib := c.s.cfg.NVML
-	dev, ret := lib.DeviceGetHandleByIndex(i)
-	if err := c.check("nvmlDeviceGetHandleByIndex", "", ret); err != nil {
+	unreadable := func(call string, err error) GPU {
+		// Known before: it stays, down, with what was known of it.
+		if uuid, ok := c.s.byIndex[i]; ok {
+			g.UUID = uuid
+			if st, ok := c.s.static[uuid]; ok {
+				g.Model, g.PCIBusID = st.model, st.pciBusID
+			}
+			if cause := uuid + "/" + call + "/" + err.Error(); !c.s.lost[cause] {
+				c.s.lost[cause] = true
+				c.s.cfg.Logger.Warn("GPU unreadable: exported as down with its last known identity", "index", i, "uuid", uuid, "pci_bus_id", g.PCIBusID, "call", call, "err", err)
+			}
+		}
 		c.track(StepDevice, start, err)
 		return g
+	}
+	dev, ret := lib.DeviceGetHandleByIndex(i)
+	if err := c.check("nvmlDeviceGetHandleByIndex", c.s.byIndex[i], ret); err != nil {
+		return unreadable("nvmlDeviceGetHandleByIndex", err)
 	}
 	uuid, ret := dev.GetUUID()
-	if err := c.check("nvmlDeviceGetUUID", "", ret); err != nil {
-		c.track(StepDevice, start, err)
-		return g
+	if err := c.check("nvmlDeviceGetUUID", c.s.byIndex[i], ret); err != nil {
+		return unreadable("nvmlDeviceGetUUID", err)
 	}
+	c.s.byIndex[i] = uuid
 	g.UUID = uuid
 	err := c.deviceValues(dev, &g)
 	c.track(StepDevice, start, err)

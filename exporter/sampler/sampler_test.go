@@ -174,7 +174,12 @@ gpus:
 	require.Equal(t, "NVIDIA H100 80GB HBM3", lost.Model, "from before it was lost")
 	require.Empty(t, lost.Units)
 	require.False(t, step(t, s, sampler.StepDevice).Success)
-	require.NotZero(t, s.NVMLErrors[sampler.ErrorKey{Call: "nvmlDeviceGetMemoryInfo", UUID: lost.UUID, Error: "ERROR_GPU_IS_LOST"}])
+	require.NotZero(t, s.NVMLErrors[sampler.ErrorKey{Call: "nvmlDeviceGetHandleByIndex", UUID: lost.UUID, Error: "ERROR_GPU_IS_LOST"}],
+		"as real NVML, a lost GPU has no handle; it is known by its index")
+	s = n.SampleAt(t, 4*time.Minute, 5*time.Second)
+	require.Equal(t, lost.UUID, s.GPUs[3].UUID, "it stays visible, down, cycle after cycle")
+	require.Equal(t, lost.PCIBusID, s.GPUs[3].PCIBusID)
+	require.False(t, s.GPUs[3].Up)
 	for i, g := range s.GPUs {
 		if i == 3 {
 			continue

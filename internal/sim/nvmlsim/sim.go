@@ -176,6 +176,10 @@ func (s *Sim) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
 	if i < 0 || i >= len(s.devices) {
 		return nil, nvml.ERROR_INVALID_ARGUMENT
 	}
+	if s.devices[i].lost() {
+		// As real NVML: a GPU off the bus has no handle to get.
+		return nil, nvml.ERROR_GPU_IS_LOST
+	}
 	return s.devices[i], nvml.SUCCESS
 }
 
