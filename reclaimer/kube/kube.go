@@ -236,6 +236,3 @@ func (c *Client) Event(ctx context.Context, r *reclaim.Reclaim, reason, message 
 		}
 	}
 }
-
-// ErrNoPod says a Kubernetes action was asked for a target without a pod.
-var ErrNoPod = errors.New("the target is not a pod")

@@ -50,8 +50,6 @@ type Inspector interface {
 
 // How the reclaimer stops a pod's top owner.
 const (
-	// StopEvict: a bare pod, evicted.
-	StopEvict = ""
 	// StopScale: replicas through the scale subresource.
 	StopScale = config.StopScale
 	// StopPatch: a JSON merge patch its controller honours (suspend, a stop annotation).

@@ -16,12 +16,10 @@ import (
 
 // Button action ids. A snooze button's id says how long: snooze_<seconds>.
 const (
-	ActionSnooze1h  = "snooze_3600"
-	ActionSnooze4h  = "snooze_14400"
-	ActionSnooze24h = "snooze_86400"
-	ActionKeep      = "keep"
-	ActionRelease   = "release"
-	ActionRestore   = "restore"
+	ActionSnooze1h = "snooze_3600"
+	ActionKeep     = "keep"
+	ActionRelease  = "release"
+	ActionRestore  = "restore"
 )
 
 // DefaultSnoozes are the snooze buttons: 1 h, 4 h, 24 h.
