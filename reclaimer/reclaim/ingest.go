@@ -36,7 +36,7 @@ func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
 	decide := e.o.Metrics.decide
 	pendingByFP := map[string][]string{}
 	latest := map[string]time.Time{} // the newest episode seen of each alert
-	open := map[string]string{}      // the alert (fingerprint) of each unit's open reclaim
+	open := map[targetKey]string{}   // the alert (fingerprint) of each unit's open reclaim
 	for id, r := range e.index {
 		if r.State == Pending {
 			pendingByFP[r.Fingerprint] = append(pendingByFP[r.Fingerprint], id)

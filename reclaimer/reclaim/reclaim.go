@@ -11,7 +11,6 @@ import (
 	"maps"
 	"regexp"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/gpureclaim/gpureclaim/internal/names"
@@ -88,10 +87,12 @@ func TargetFrom(l map[string]string) (Target, bool) {
 	return t, t.UUID != "" && t.Node != ""
 }
 
-// key identifies the alert's unit and holder apart from its other labels:
-// two alerts with one key are about one thing to reclaim.
-func (t Target) key() string {
-	return strings.Join([]string{t.Alertname, t.UUID, t.Node, t.Namespace, t.Pod, t.User, t.SlurmJob}, "\xff")
+// targetKey identifies an alert's unit and holder apart from its other
+// labels: two alerts with one key are about one thing to reclaim.
+type targetKey struct{ alertname, uuid, node, namespace, pod, user, slurmJob string }
+
+func (t Target) key() targetKey {
+	return targetKey{t.Alertname, t.UUID, t.Node, t.Namespace, t.Pod, t.User, t.SlurmJob}
 }
 
 // Owner names who holds the unit, for people.
