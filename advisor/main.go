@@ -14,23 +14,15 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/prometheus/common/version"
-
 	"github.com/gpureclaim/gpureclaim/advisor/packing"
+	"github.com/gpureclaim/gpureclaim/internal/cli"
 	"github.com/gpureclaim/gpureclaim/internal/trace"
 	"github.com/gpureclaim/gpureclaim/reclaimer/backtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
-
-type stringList []string
-
-func (l *stringList) String() string     { return strings.Join(*l, ",") }
-func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 type options struct {
 	trace, prometheus, promURL string
@@ -38,7 +30,7 @@ type options struct {
 	dcgmHonorLabels            bool
 	model                      string
 	packing                    packing.Options
-	exclusive                  stringList
+	exclusive                  cli.StringList
 	format, svg                string
 	heldApart                  float64
 	part                       string
@@ -119,31 +111,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	return o, nil
 }
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
-}
+// tool is the command: flags, --version, the work.
+var tool = cli.Tool[*options]{Name: "gpureclaim-advisor", Parse: parseFlags, Version: func(o *options) bool { return o.printVersion }, Do: advise}
+
+func main() { tool.Main() }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	o, err := parseFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "gpureclaim-advisor:", err)
-		return 2
-	}
-	if o.printVersion {
-		fmt.Fprintln(stdout, version.Print("gpureclaim-advisor"))
-		return 0
-	}
-	if err := advise(ctx, o, stdout); err != nil {
-		fmt.Fprintln(stderr, "gpureclaim-advisor:", err)
-		return 1
-	}
-	return 0
+	return tool.Run(ctx, args, stdout, stderr)
 }
 
 func advise(ctx context.Context, o *options, stdout io.Writer) error {

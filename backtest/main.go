@@ -12,13 +12,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/prometheus/common/version"
-
+	"github.com/gpureclaim/gpureclaim/internal/cli"
 	"github.com/gpureclaim/gpureclaim/internal/names"
 	"github.com/gpureclaim/gpureclaim/internal/trace"
 	"github.com/gpureclaim/gpureclaim/reclaimer/backtest"
@@ -26,14 +23,9 @@ import (
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
-type stringList []string
-
-func (l *stringList) String() string     { return strings.Join(*l, ",") }
-func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
-
 type backtestOptions struct {
 	trace, prometheus, controller string
-	rules                         stringList
+	rules                         cli.StringList
 	configFile                    string
 	regret                        time.Duration
 	heldApart                     float64
@@ -94,31 +86,13 @@ func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, erro
 	return o, nil
 }
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
-}
+// tool is the command: flags, --version, the work.
+var tool = cli.Tool[*backtestOptions]{Name: "gpureclaim-backtest", Parse: parseBacktestFlags, Version: func(o *backtestOptions) bool { return o.printVersion }, Do: runBacktest}
+
+func main() { tool.Main() }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	o, err := parseBacktestFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "gpureclaim-backtest:", err)
-		return 2
-	}
-	if o.printVersion {
-		fmt.Fprintln(stdout, version.Print("gpureclaim-backtest"))
-		return 0
-	}
-	if err := runBacktest(ctx, o, stdout); err != nil {
-		fmt.Fprintln(stderr, "gpureclaim-backtest:", err)
-		return 1
-	}
-	return 0
+	return tool.Run(ctx, args, stdout, stderr)
 }
 
 func runBacktest(ctx context.Context, o *backtestOptions, stdout io.Writer) error {
