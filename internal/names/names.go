@@ -2,6 +2,8 @@
 // writes, so that each lives in one place. It depends on nothing.
 package names
 
+import "strings"
+
 // UnattributedUser is the owner user of the processes NVML lists on a unit
 // that the exporter's /proc cannot place (no process attribution, or a PID
 // namespace of its own): the unit is held, by someone unknown. It is not a
@@ -26,3 +28,11 @@ const NodeDashboardUID = "gpureclaim-node"
 // UnitOwnerInfo is the exporter's series of who holds a unit: the
 // reclaimer reads it to confirm a released GPU.
 const UnitOwnerInfo = "gpureclaim_unit_owner_info"
+
+// IsGPUResource says whether a device-plugin resource is an NVIDIA GPU or MIG
+// resource (nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-1g.10gb, ...):
+// the exporter reads holders of these from the kubelet, the reclaimer looks
+// for pods that ask for them.
+func IsGPUResource(name string) bool {
+	return name == "nvidia.com/gpu" || strings.HasPrefix(name, "nvidia.com/gpu.") || strings.HasPrefix(name, "nvidia.com/mig-")
+}

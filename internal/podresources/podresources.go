@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/gpureclaim/gpureclaim/internal/names"
 )
 
 // DefaultSocket is where the kubelet serves the API.
@@ -63,12 +65,6 @@ func (c *Client) List(ctx context.Context) (Allocations, error) {
 	return FromPods(resp.GetPodResources()), nil
 }
 
-// IsGPUResource says whether a device-plugin resource is an NVIDIA GPU or MIG
-// resource (nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-1g.10gb, ...).
-func IsGPUResource(name string) bool {
-	return name == "nvidia.com/gpu" || strings.HasPrefix(name, "nvidia.com/gpu.") || strings.HasPrefix(name, "nvidia.com/mig-")
-}
-
 // FromPods turns a List answer into allocations per unit.
 func FromPods(pods []*podresourcesapi.PodResources) Allocations {
 	out := Allocations{}
@@ -76,7 +72,7 @@ func FromPods(pods []*podresourcesapi.PodResources) Allocations {
 		for _, c := range p.GetContainers() {
 			holder := Container{Namespace: p.GetNamespace(), Pod: p.GetName(), Container: c.GetName()}
 			for _, d := range c.GetDevices() {
-				if !IsGPUResource(d.GetResourceName()) {
+				if !names.IsGPUResource(d.GetResourceName()) {
 					continue
 				}
 				for _, id := range d.GetDeviceIds() {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/gpureclaim/gpureclaim/internal/names"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
@@ -47,10 +48,15 @@ func stopped(r *reclaim.Reclaim) []ref {
 	return out
 }
 
+// finished says whether a pod has ended: it holds no device any more.
+func finished(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
 // holdsGPU says whether a pod asks for a GPU or a MIG slice, through the
 // device plugin's resources or through resource claims, and is not done.
 func holdsGPU(p *corev1.Pod) bool {
-	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+	if finished(p) {
 		return false
 	}
 	if len(p.Spec.ResourceClaims) > 0 {
@@ -59,7 +65,7 @@ func holdsGPU(p *corev1.Pod) bool {
 	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
 		for _, c := range cs {
 			for name := range c.Resources.Limits {
-				if strings.HasPrefix(string(name), "nvidia.com/") {
+				if names.IsGPUResource(string(name)) {
 					return true
 				}
 			}
@@ -104,7 +110,7 @@ func (c *Client) Released(ctx context.Context, r *reclaim.Reclaim) (reclaim.Rele
 	case apierrors.IsNotFound(err):
 	case err != nil:
 		return reclaim.Release{}, err
-	case p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed:
+	case !finished(p):
 		holders = append(holders, podState(p))
 	}
 	if objs := stopped(r); len(objs) > 0 {
