@@ -1,7 +1,8 @@
 package config
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"time"
 )
 
@@ -61,12 +62,7 @@ func (r *Release) validate(c *checker) {
 		c.errorf("release.interval", "%s must be positive and at most release.timeout (%s)", r.Interval, r.Timeout)
 	}
 	all := DefaultReleaseTimeouts()
-	kinds := make([]string, 0, len(r.Timeouts))
-	for k := range r.Timeouts {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
-	for _, k := range kinds {
+	for _, k := range slices.Sorted(maps.Keys(r.Timeouts)) {
 		d := r.Timeouts[k]
 		if k == "" {
 			c.errorf("release.timeouts", "a kind is empty")

@@ -3,9 +3,9 @@ package config
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 )
 
@@ -297,7 +297,7 @@ func checkPatch(c *checker, field string, patch map[string]any) {
 	if len(b) > maxPatchBytes {
 		c.errorf(field, "is %d bytes; a stop or restore patch is at most %d", len(b), maxPatchBytes)
 	}
-	for _, k := range sortedKeys(patch) {
+	for _, k := range slices.Sorted(maps.Keys(patch)) {
 		v := patch[k]
 		switch k {
 		case "spec":
@@ -311,7 +311,7 @@ func checkPatch(c *checker, field string, patch map[string]any) {
 				c.errorf(field+".metadata", "must be an object of annotations or labels, not %s", describeValue(v))
 				continue
 			}
-			for _, mk := range sortedKeys(m) {
+			for _, mk := range slices.Sorted(maps.Keys(m)) {
 				if mk != "annotations" && mk != "labels" {
 					c.errorf(field+".metadata."+mk, "is not for a stop or restore patch to change: only metadata.annotations and metadata.labels")
 					continue
@@ -337,19 +337,10 @@ func describeValue(v any) string {
 	}
 }
 
-func sortedKeys(m map[string]any) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
-}
-
 // leaves lists the paths a patch sets to a value: [spec suspend].
 func leaves(m map[string]any, prefix []string) [][]string {
 	var out [][]string
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		p := append(slices.Clone(prefix), k)
 		if sub, ok := m[k].(map[string]any); ok && len(sub) > 0 {
 			out = append(out, leaves(sub, p)...)
