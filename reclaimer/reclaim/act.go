@@ -229,6 +229,9 @@ func (e *Engine) finish(id string, st State, why string, res *Result) {
 		if st == DryRun || (st == Done && c.ActedAt.IsZero()) {
 			c.ActedAt = now
 		}
+		if st == Done && !c.ReleaseBy.IsZero() {
+			c.ReleasedAt = now // seen released, now
+		}
 		if res != nil {
 			c.Workload, c.Killed, c.Detail = res.Workload, res.Killed, res.Detail
 		}

@@ -76,7 +76,7 @@ func (e *Engine) verify(ctx context.Context, r *Reclaim) {
 		if e.o.Verifier != nil {
 			why = fmt.Sprintf("%s; the GPU was seen released %s after the action", r.Detail, took.Round(time.Second))
 		}
-		e.finishRelease(r.ID, Done, why, now)
+		e.finish(r.ID, Done, why, nil)
 	case now.Before(r.ReleaseBy):
 		_, err := e.update(r.ID, nil, func(c *Reclaim) bool {
 			if c.State != Acting {
@@ -92,7 +92,7 @@ func (e *Engine) verify(ctx context.Context, r *Reclaim) {
 	default:
 		e.o.Metrics.action(r.Action, ActionNotReleased)
 		why := fmt.Sprintf("%s, but %s later the GPU is still held: %s", r.Detail, now.Sub(r.ActedAt).Round(time.Second), rel.Why)
-		e.finishRelease(r.ID, NotReleased, why, time.Time{})
+		e.finish(r.ID, NotReleased, why, nil)
 	}
 }
 
@@ -122,21 +122,6 @@ func (e *Engine) look(ctx context.Context, r *Reclaim, restore bool) Release {
 // asked about every second.
 func nextLook(since, interval time.Duration) time.Duration {
 	return min(interval, max(time.Second, since))
-}
-
-func (e *Engine) finishRelease(id string, st State, why string, releasedAt time.Time) {
-	_, err := e.update(id, func(c *Reclaim) []Event { return []Event{e.event(c, string(st), why, "reclaimer")} }, func(c *Reclaim) bool {
-		if c.State != Acting {
-			return false
-		}
-		c.State, c.Reason, c.Closed, c.NextTry, c.ReleasedAt = st, why, e.now(), time.Time{}, releasedAt
-		return true
-	})
-	if err != nil {
-		e.o.Logger.Error("recording whether the GPU was released", "reclaim", id, "err", err)
-		return
-	}
-	e.o.Logger.Info("reclaim "+string(st), "reclaim", id, "reason", why)
 }
 
 // verifyRestore looks whether a restored workload runs again.
