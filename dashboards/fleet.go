@@ -1,8 +1,12 @@
 package dashboards
 
-import "github.com/gpureclaim/gpureclaim/internal/names"
+import (
+	"fmt"
 
-const alertsOfUnits = `alertname=~"` + names.AlertIdle + "|" + names.AlertWasted + "|" + names.AlertOvercommitted + "|" + names.AlertMIGOversized + `"`
+	"github.com/gpureclaim/gpureclaim/internal/names"
+)
+
+const alertsOfUnits = `alertname=~"` + names.AlertIdle + "|" + names.AlertWasted + "|" + names.AlertOvercommitted + "|" + names.AlertMIGOversized + "|" + names.AlertPackable + `"`
 
 // fleet is the fleet dashboard: how much of what is held is used, what is
 // idle, wasted or overcommitted now, what idleness costs, what right-sizing
@@ -43,6 +47,11 @@ func fleet() *layout {
 	add(l, statPanel("Memory right-sizing would free", "Memory of MIG instances beyond the smallest profile that fits their peak use.", "bytes", names.RecFleetMIGFreed), 6, 8)
 	add(l, tablePanel("Oversized MIG instances", "Each instance's suggested profile (the profile label) and the memory it would free.", "bytes",
 		Target{Expr: `(` + names.RecRightsizeFreed + ` > 0) * on (uuid) group_left (node, mig_profile) max by (uuid, node, mig_profile) (gpureclaim_unit_info)`}), 18, 8)
+
+	l.row("Packing")
+	add(l, statPanel("GPUs a packing plan would free", "Whole GPUs whose one owner needs at most half a GPU over the packing window (GPUPackable), less the GPUs their summed needs fill: an upper bound. gpureclaim-advisor plans on the series and replays the plan.", "short", names.RecFleetPackFreed), 6, 8)
+	add(l, tablePanel("Owners who could share a GPU", "The share of a GPU each owner needs over the packing window, and whether compute or memory binds; 50% or less is packable.", "percentunit",
+		Target{Expr: fmt.Sprintf("sort(%s <= %g)", names.RecPackNeed, names.PackableNeed)}), 18, 8)
 
 	l.row("Alerts")
 	add(l, tablePanel("Units that need attention", "Firing gpureclaim alerts on units, with their owners and suggested actions.", "none",

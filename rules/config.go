@@ -31,6 +31,7 @@ type Config struct {
 	Wasted     Wasted     `yaml:"wasted"`
 	Overcommit Overcommit `yaml:"overcommit"`
 	MIG        MIG        `yaml:"mig"`
+	Packing    Packing    `yaml:"packing"`
 	Exporter   Exporter   `yaml:"exporter"`
 	Cost       Cost       `yaml:"cost"`
 	Links      Links      `yaml:"links"`
@@ -113,6 +114,32 @@ type MIG struct {
 	For model.Duration `yaml:"for"`
 }
 
+// Packing: whole GPUs whose one owner, measured over Window, needs at most
+// half a GPU, so that two like it could share one (GPUPackable; the
+// advisor plans which, on the series).
+type Packing struct {
+	// Window is how far back each owner's use is measured. Default 7d.
+	Window model.Duration `yaml:"window"`
+	// Step is the resolution the window's activity is sampled at. Default 5m.
+	Step model.Duration `yaml:"step"`
+	// Evidence is how long the owner must have held the GPU within Window
+	// before it is judged. Default 3d.
+	Evidence model.Duration `yaml:"evidence"`
+	// Quantile of the activity taken as what the owner needs. Default 0.95.
+	Quantile float64 `yaml:"quantile"`
+	// ComputeCap bounds the summed activity of the owners of a shared GPU. Default 0.9.
+	ComputeCap float64 `yaml:"compute_cap"`
+	// MemoryCap bounds their summed memory, as a share of the GPU's. Default 0.95.
+	MemoryCap float64 `yaml:"memory_cap"`
+	// Headroom is added to the owner's memory peak: its memory limit. Default 0.1.
+	Headroom float64 `yaml:"headroom"`
+	// For is how long the owner must stay packable before GPUPackable fires. Default 1h.
+	For model.Duration `yaml:"for"`
+	// SharedResource is the resource a shared GPU is requested by in the
+	// cluster's device plugin config. Default nvidia.com/gpu.shared.
+	SharedResource string `yaml:"shared_resource"`
+}
+
 // Exporter: health of the exporters.
 type Exporter struct {
 	// Job is the Prometheus job that scrapes the exporters. Default gpureclaim-exporter.
@@ -166,10 +193,12 @@ func DefaultConfig() Config {
 		Wasted:     Wasted{ActivityBelow: 0.2, MemoryAbove: 0.5, Window: dur(30 * time.Minute), For: dur(15 * time.Minute)},
 		Overcommit: Overcommit{MinTenants: 2, MemoryAbove: 0.95, ActivityAbove: 0.95, Window: dur(5 * time.Minute), For: dur(5 * time.Minute)},
 		MIG:        MIG{PeakWindow: dur(24 * time.Hour), Headroom: 0.1, For: dur(time.Hour)},
-		Exporter:   Exporter{Job: names.ExporterJob, DownFor: dur(5 * time.Minute), StaleAfter: dur(time.Minute), FailingFor: dur(10 * time.Minute)},
-		Cost:       Cost{PricePerGPUHour: 2.5, Currency: "USD", Window: dur(24 * time.Hour), Step: dur(time.Minute)},
-		Shards:     1,
-		Links:      Links{Runbook: "https://github.com/gpureclaim/gpureclaim/blob/main/rules/runbook.md", Grafana: "http://localhost:3000"},
+		Packing: Packing{Window: dur(7 * 24 * time.Hour), Step: dur(5 * time.Minute), Evidence: dur(3 * 24 * time.Hour), Quantile: 0.95,
+			ComputeCap: 0.9, MemoryCap: 0.95, Headroom: 0.1, For: dur(time.Hour), SharedResource: names.SharedGPUResource},
+		Exporter: Exporter{Job: names.ExporterJob, DownFor: dur(5 * time.Minute), StaleAfter: dur(time.Minute), FailingFor: dur(10 * time.Minute)},
+		Cost:     Cost{PricePerGPUHour: 2.5, Currency: "USD", Window: dur(24 * time.Hour), Step: dur(time.Minute)},
+		Shards:   1,
+		Links:    Links{Runbook: "https://github.com/gpureclaim/gpureclaim/blob/main/rules/runbook.md", Grafana: "http://localhost:3000"},
 	}
 }
 
@@ -209,7 +238,12 @@ func Parse(b []byte) (Config, error) {
 	return c, c.Validate()
 }
 
-var jobName = regexp.MustCompile(`^[a-zA-Z0-9_.:-]+$`)
+var (
+	jobName = regexp.MustCompile(`^[a-zA-Z0-9_.:-]+$`)
+	// resourceName is a Kubernetes extended resource name: a domain prefix
+	// and a name; it goes into alert text, so nothing else passes.
+	resourceName = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?/[a-zA-Z0-9]([a-zA-Z0-9._-]*[a-zA-Z0-9])?$`)
+)
 
 // Validate checks every field and names the first one that is wrong.
 func (c *Config) Validate() error {
@@ -275,6 +309,32 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("mig.headroom: %g must be between 0 and 1", c.MIG.Headroom))
 	}
 	positive("mig.for", c.MIG.For)
+	pk := c.Packing
+	positive("packing.window", pk.Window)
+	positive("packing.step", pk.Step)
+	positive("packing.evidence", pk.Evidence)
+	positive("packing.for", pk.For)
+	if pk.Step > pk.Window {
+		errs = append(errs, fmt.Errorf("packing.step: %s is longer than packing.window (%s)", pk.Step, pk.Window))
+	}
+	if pk.Evidence > pk.Window {
+		errs = append(errs, fmt.Errorf("packing.evidence: %s is longer than packing.window (%s): no owner would ever have enough", pk.Evidence, pk.Window))
+	}
+	ratio("packing.quantile", pk.Quantile)
+	for _, f := range []struct {
+		field string
+		v     float64
+	}{{"packing.compute_cap", pk.ComputeCap}, {"packing.memory_cap", pk.MemoryCap}} {
+		if f.v <= 0 || f.v > 1 {
+			errs = append(errs, fmt.Errorf("%s: %g must be in (0, 1]", f.field, f.v))
+		}
+	}
+	if pk.Headroom < 0 || pk.Headroom > 1 {
+		errs = append(errs, fmt.Errorf("packing.headroom: %g must be between 0 and 1", pk.Headroom))
+	}
+	if !resourceName.MatchString(pk.SharedResource) {
+		errs = append(errs, fmt.Errorf("packing.shared_resource: %q is not an extended resource name (vendor.example/name)", pk.SharedResource))
+	}
 	if !jobName.MatchString(c.Exporter.Job) {
 		errs = append(errs, fmt.Errorf("exporter.job: %q is not a job name", c.Exporter.Job))
 	}

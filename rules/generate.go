@@ -20,8 +20,11 @@ type File struct {
 
 // Group is a rule group.
 type Group struct {
-	Name  string `yaml:"name"`
-	Rules []Rule `yaml:"rules"`
+	Name string `yaml:"name"`
+	// Interval overrides the global evaluation interval: a long window
+	// need not be read every minute.
+	Interval string `yaml:"interval,omitempty"`
+	Rules    []Rule `yaml:"rules"`
 }
 
 // Rule is a recording or an alerting rule.
@@ -88,6 +91,7 @@ func Generate(c Config) File {
 	// them, which a dashboard does not see.
 	return File{Groups: append(groups,
 		Group{Name: "gpureclaim.fleet", Rules: fleetRules(c)},
+		Group{Name: packingGroup, Interval: c.Packing.Step.String(), Rules: packingRules(c)},
 		Group{Name: "gpureclaim.exporter", Rules: exporterRules(c)},
 	)}
 }
@@ -182,6 +186,17 @@ and on (uuid) %s
 `, in.memUsed, names.RecActivityWaste, num(c.Wasted.ActivityBelow), names.RecOwners))},
 		{Record: names.RecMemoryPressure, Expr: Expr(fmt.Sprintf("%s\nand on (uuid) (%s >= %d)\n", names.RecMemoryRatio, names.RecOwners, c.Overcommit.MinTenants))},
 		{Record: names.RecSMSaturation, Expr: Expr(fmt.Sprintf("avg_over_time(%s[%s])\nand on (uuid) (%s >= %d)\n", names.RecActivity, c.Overcommit.Window, names.RecOwners, c.Overcommit.MinTenants))},
+		// A whole GPU's one owner: what the packing group measures over its window.
+		{Record: names.RecOwnerActivity, Expr: Expr(fmt.Sprintf(`  %s{kind="gpu"}
+* on (uuid) group_left (signal)
+  %s
+and on (uuid) (%s == 1)
+`, names.RecHeld, names.RecActivity, names.RecOwners))},
+		{Record: names.RecOwnerMemory, Expr: Expr(fmt.Sprintf(`  %s{kind="gpu"}
+* on (uuid) group_left ()
+  max by (uuid) (%s)
+and on (uuid) (%s == 1)
+`, names.RecHeld, in.memUsed, names.RecOwners))},
 	}
 	if in.rightsizing {
 		rs = append(rs, rightsizeRules(c, h)...)

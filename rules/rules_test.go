@@ -172,15 +172,15 @@ func TestAlertsCarryWhatPeopleAndTheReclaimerNeed(t *testing.T) {
 			anchor := strings.TrimPrefix(r.Annotations["runbook_url"], c.Links.Runbook+"#")
 			require.Equal(t, strings.ToLower(r.Alert), anchor, r.Alert)
 			require.True(t, anchors[anchor], "runbook.md has no section ## %s", r.Alert)
-			if g.Name == "gpureclaim.units" {
+			if g.Name == "gpureclaim.units" || g.Name == packingGroup {
 				require.Contains(t, r.Annotations, "dashboard_url", r.Alert)
 				require.True(t, r.Labels["action"] != "" || strings.Contains(string(r.Expr), `"action"`), "%s says what to do", r.Alert)
 			}
 		}
 	}
-	require.Len(t, alerts, 8)
+	require.Len(t, alerts, 9)
 	require.Len(t, anchors, len(alerts), "runbook.md has a section for each alert and no other")
-	for _, a := range []string{names.AlertIdle, names.AlertWasted, names.AlertOvercommitted, names.AlertMIGOversized} {
+	for _, a := range []string{names.AlertIdle, names.AlertWasted, names.AlertOvercommitted, names.AlertMIGOversized, names.AlertPackable} {
 		require.Equal(t, []string{names.AudiencePeople, names.AudienceReclaimer}, alerts[a], "%s comes once for people, once for the reclaimer", a)
 	}
 }

@@ -54,6 +54,7 @@ func TestShardsComputeTheSame(t *testing.T) {
 		c := DefaultConfig()
 		c.Shards = shards
 		c.MIG.PeakWindow = dur(time.Hour)
+		c.Packing.Window, c.Packing.Step, c.Packing.Evidence = dur(time.Hour), dur(time.Minute), dur(30*time.Minute)
 		b, err := Render(c)
 		require.NoError(t, err)
 		p := filepath.Join(t.TempDir(), "rules.yml")

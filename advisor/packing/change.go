@@ -3,12 +3,9 @@ package packing
 import (
 	"fmt"
 	"math"
-)
 
-// SharedResource is the extended resource a shared GPU is requested by
-// under the NVIDIA device plugin's sharing (time-slicing or MPS with
-// renameByDefault).
-const SharedResource = "nvidia.com/gpu.shared"
+	"github.com/gpureclaim/gpureclaim/internal/names"
+)
 
 // changes writes, per workload, the change its owner makes.
 func (p *Plan) changes() {
@@ -18,10 +15,10 @@ func (p *Plan) changes() {
 		switch {
 		case a.GPU >= 0 && p.GPUs[a.GPU].Sharing == SharingMPS:
 			a.Change = fmt.Sprintf("resources.limits: {%s: 1}; env CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=%dG (MPS, shared GPU %d; or a DRA claim on a shared device with capacity {memory: %dGi})",
-				SharedResource, limitGiB, a.GPU, limitGiB)
+				names.SharedGPUResource, limitGiB, a.GPU, limitGiB)
 		case a.GPU >= 0:
 			a.Change = fmt.Sprintf("resources.limits: {%s: 1}; cap the framework's memory at %d GiB (time-slicing, shared GPU %d: no memory isolation across teams; or a DRA claim with capacity {memory: %dGi})",
-				SharedResource, limitGiB, a.GPU, limitGiB)
+				names.SharedGPUResource, limitGiB, a.GPU, limitGiB)
 		case a.Fit.Profile != "" && a.Fit.Kind != FitWhole:
 			a.Change = fmt.Sprintf("resources.limits: {nvidia.com/mig-%s: 1} instead of nvidia.com/gpu: 1", a.Fit.Profile)
 		}

@@ -7,6 +7,7 @@ const (
 	AlertWasted        = "GPUWasted"
 	AlertOvercommitted = "GPUOvercommitted"
 	AlertMIGOversized  = "MIGInstanceOversized"
+	AlertPackable      = "GPUPackable"
 	AlertExporterDown  = "GPUExporterDown"
 	AlertCollector     = "GPUExporterCollectorFailing"
 	AlertStale         = "GPUExporterSamplesStale"

@@ -29,6 +29,11 @@ const NodeDashboardUID = "gpureclaim-node"
 // reclaimer reads it to confirm a released GPU.
 const UnitOwnerInfo = "gpureclaim_unit_owner_info"
 
+// SharedGPUResource is the extended resource a shared GPU is requested by
+// under the NVIDIA device plugin's sharing (time-slicing, or MPS, with
+// renameByDefault): what the advisor and GPUPackable tell an owner to ask for.
+const SharedGPUResource = "nvidia.com/gpu.shared"
+
 // IsGPUResource says whether a device-plugin resource is an NVIDIA GPU or MIG
 // resource (nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-1g.10gb, ...):
 // the exporter reads holders of these from the kubelet, the reclaimer looks

@@ -22,18 +22,27 @@ const (
 	RecRightsizeScore  = "uuid:gpureclaim_mig_rightsize_candidate:score"
 	RecRightsizeMemory = "uuid:gpureclaim_mig_rightsize_memory:bytes"
 	RecRightsizeFreed  = "uuid:gpureclaim_mig_rightsize_freed:bytes"
-	RecFleetTotal      = "fleet:gpureclaim_gpus:total"
-	RecFleetHeld       = "fleet:gpureclaim_gpus:held"
-	RecFleetUsed       = "fleet:gpureclaim_gpus:used"
-	RecFleetIdleHeld   = "fleet:gpureclaim_gpus:idle_held"
-	RecFleetEffective  = "fleet:gpureclaim_effective_utilization:ratio"
-	RecFleetMIGFreed   = "fleet:gpureclaim_mig_rightsize_freed:bytes"
-	RecOwnerIdle       = "owner:gpureclaim_gpus_idle_held:sum"
-	RecNamespaceIdle   = "namespace:gpureclaim_gpus_idle_held:sum"
-	RecOwnerIdleHours  = "owner:gpureclaim_idle_gpu_hours:cost_window"
-	RecNSIdleHours     = "namespace:gpureclaim_idle_gpu_hours:cost_window"
-	RecOwnerIdleCost   = "owner:gpureclaim_idle_cost:cost_window"
-	RecNSIdleCost      = "namespace:gpureclaim_idle_cost:cost_window"
+	// Packing: a whole GPU's one owner, its use over the packing window,
+	// and the share of a GPU it needs.
+	RecOwnerActivity  = "uuid_owner:gpureclaim_unit_activity:ratio"
+	RecOwnerMemory    = "uuid_owner:gpureclaim_unit_memory_used:bytes"
+	RecPackActivity   = "uuid_owner:gpureclaim_unit_activity:quantile_packing_window"
+	RecPackMemory     = "uuid_owner:gpureclaim_unit_memory_used_bytes:max_packing_window"
+	RecPackHeld       = "uuid_owner:gpureclaim_unit_held:seconds_packing_window"
+	RecPackNeed       = "uuid_owner:gpureclaim_packing_need:ratio"
+	RecFleetPackFreed = "fleet:gpureclaim_packing_freed:gpus"
+	RecFleetTotal     = "fleet:gpureclaim_gpus:total"
+	RecFleetHeld      = "fleet:gpureclaim_gpus:held"
+	RecFleetUsed      = "fleet:gpureclaim_gpus:used"
+	RecFleetIdleHeld  = "fleet:gpureclaim_gpus:idle_held"
+	RecFleetEffective = "fleet:gpureclaim_effective_utilization:ratio"
+	RecFleetMIGFreed  = "fleet:gpureclaim_mig_rightsize_freed:bytes"
+	RecOwnerIdle      = "owner:gpureclaim_gpus_idle_held:sum"
+	RecNamespaceIdle  = "namespace:gpureclaim_gpus_idle_held:sum"
+	RecOwnerIdleHours = "owner:gpureclaim_idle_gpu_hours:cost_window"
+	RecNSIdleHours    = "namespace:gpureclaim_idle_gpu_hours:cost_window"
+	RecOwnerIdleCost  = "owner:gpureclaim_idle_cost:cost_window"
+	RecNSIdleCost     = "namespace:gpureclaim_idle_cost:cost_window"
 
 	// With sharded rules, each shard's group sums its units into these, and
 	// the fleet group sums the shards: it reads a series a shard, not one a
@@ -46,3 +55,7 @@ const (
 	RecShardOwnerIdle      = "shard_owner:gpureclaim_gpus_idle_held:sum"
 	RecShardOwnerIdleHours = "shard_owner:gpureclaim_idle_gpu_hours:cost_window"
 )
+
+// PackableNeed is the share of a GPU at or under which a whole GPU's one
+// owner is packable (GPUPackable): it leaves room for another like it.
+const PackableNeed = 0.5

@@ -165,7 +165,7 @@ func Warning(r *reclaim.Reclaim, now time.Time, p Pricing, statusPage string, sn
 
 // Notice tells the owner about an underused, oversized or overcommitted unit.
 func Notice(r *reclaim.Reclaim, now time.Time, p Pricing, statusPage string) []slack.Block {
-	title := map[string]string{names.AlertWasted: "Underused GPU", names.AlertMIGOversized: "Oversized MIG slice", names.AlertOvercommitted: "Overcommitted GPU"}[r.Target.Alertname]
+	title := map[string]string{names.AlertWasted: "Underused GPU", names.AlertMIGOversized: "Oversized MIG slice", names.AlertOvercommitted: "Overcommitted GPU", names.AlertPackable: "GPU that could be shared"}[r.Target.Alertname]
 	if title == "" {
 		title = r.Target.Alertname
 	}

@@ -1,0 +1,68 @@
+package rules
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gpureclaim/gpureclaim/internal/names"
+)
+
+// packingGroup names the group that measures owners over the packing
+// window: it runs every packing.step, not every evaluation.
+const packingGroup = "gpureclaim.packing"
+
+// packKey is what a packing record is kept per: a whole GPU's one owner.
+const packKey = "uuid, gpu_uuid, " + ownerLabels + ", keep, node, model"
+
+// packingRules measure each whole GPU's one owner over the packing window
+// and say which need at most half a GPU: its activity quantile against the
+// compute cap, or its memory peak with headroom against the memory cap,
+// whichever binds. The advisor checks a plan on the series; these rules
+// only find the candidates and tell their owners.
+func packingRules(c Config) []Rule {
+	pk := c.Packing
+	in := c.inputs()
+	held := fmt.Sprintf("max by (%s) (%s) >= %d", packKey, names.RecPackHeld, int64(time.Duration(pk.Evidence).Seconds()))
+	packable := fmt.Sprintf(`%s{keep!="true"} <= %s`, names.RecPackNeed, num(names.PackableNeed))
+	rs := []Rule{
+		{Record: names.RecPackActivity, Expr: Expr(fmt.Sprintf("quantile_over_time(%s, %s[%s:%s])", num(pk.Quantile), names.RecOwnerActivity, pk.Window, pk.Step))},
+		// Every sample: a memory spike between steps is what overflows a shared GPU.
+		{Record: names.RecPackMemory, Expr: Expr(fmt.Sprintf("max_over_time(%s[%s])", names.RecOwnerMemory, pk.Window))},
+		{Record: names.RecPackHeld, Expr: Expr(fmt.Sprintf("count_over_time(%s[%s:%s]) * %s", names.RecOwnerMemory, pk.Window, pk.Step, num(time.Duration(pk.Step).Seconds())))},
+		{Record: names.RecPackNeed, Expr: Expr(fmt.Sprintf(`topk by (%s) (1,
+    label_replace(max by (%s) (%s) / %s, "binds", "compute", "", "")
+  or
+    label_replace(
+        max by (%s) (%s) * %s
+      / on (uuid) group_left ()
+        (max by (uuid) (%s) * %s),
+      "binds", "memory", "", "")
+)
+and on (%s) (%s)
+`, packKey, packKey, names.RecPackActivity, num(pk.ComputeCap), packKey, names.RecPackMemory, num(1+pk.Headroom), in.memTotal, num(pk.MemoryCap), packKey, held))},
+		// Packing n owners whose needs sum to s frees at most n - ceil(s) GPUs.
+		{Record: names.RecFleetPackFreed, Expr: Expr(fmt.Sprintf("count(%s) - ceil(sum(%s)) or vector(0)", packable, packable))},
+	}
+	return append(rs, forEachAudience([]Rule{c.packable()})...)
+}
+
+// packable is GPUPackable: it tells the owner the exact change.
+func (c Config) packable() Rule {
+	pk := c.Packing
+	quantile := fmt.Sprintf(`{{ with printf "max(%s{uuid='%%s'})" $labels.uuid | query }}{{ . | first | value | humanizePercentage }}{{ end }}`, names.RecPackActivity)
+	peak := fmt.Sprintf(`{{ with printf "max(%s{uuid='%%s'})" $labels.uuid | query }}{{ . | first | value | humanize1024 }}B{{ end }}`, names.RecPackMemory)
+	limit := fmt.Sprintf(`{{ with printf "max(%s{uuid='%%s'}) * %s" $labels.uuid | query }}{{ . | first | value | humanize1024 }}B{{ end }}`, names.RecPackMemory, num(1+pk.Headroom))
+	return Rule{
+		Alert:  names.AlertPackable,
+		Expr:   Expr(fmt.Sprintf(`%s{keep!="true"} <= %s`, names.RecPackNeed, num(names.PackableNeed))),
+		For:    pk.For.String(),
+		Labels: map[string]string{"severity": "info", "action": "notify"},
+		Annotations: c.annotations("gpupackable",
+			`GPU `+"{{ $labels.uuid }} on {{ $labels.node }}"+` could be shared`,
+			`Over the last `+pk.Window.String()+`, `+whoHolds+` used `+quantile+` of GPU {{ $labels.uuid }} (its p`+num(pk.Quantile*100)+` activity) and at most `+peak+` of its memory: it needs {{ $value | humanizePercentage }} of a GPU ({{ $labels.binds }} binds), so two like it fit on one. `+
+				`{{ if $labels.pod }}Ask for `+"`"+pk.SharedResource+`: 1`+"`"+` instead of `+"`nvidia.com/gpu: 1`"+`, with its memory capped at `+limit+` (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT under MPS, the framework's memory fraction under time-slicing)`+
+				`{{ else if $labels.slurm_job }}Ask for a GPU shard (`+"`--gres=shard:1`"+` where the cluster has shards) instead of a whole GPU, with its memory capped at `+limit+
+				`{{ else }}Run it on a shared GPU (MPS, with CUDA_MPS_PINNED_DEVICE_MEM_LIMIT at `+limit+`){{ end }}. gpureclaim-advisor plans which GPUs to share and replays the plan on the history.`,
+			c.unitDashboard()),
+	}
+}
