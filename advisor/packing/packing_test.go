@@ -114,3 +114,32 @@ func TestSmallestSlice(t *testing.T) {
 	require.Equal(t, "resources.limits: {nvidia.com/mig-1g.20gb: 1} instead of nvidia.com/gpu: 1", a.Change)
 	require.Equal(t, FitMIG, a.Fit.Kind)
 }
+
+// The bound is the fewest GPUs any plan within the caps holds.
+func TestBoundIsTheFewestGPUsAnyPlanHolds(t *testing.T) {
+	never := func(int) bool { return false }
+	always := func(int) bool { return true }
+	o := DefaultOptions()
+	o.Bound = true
+	for _, tc := range []struct {
+		name                 string
+		ws                   []Workload
+		alone, triples, gpus int
+	}{
+		// Busy all day, it shares with none, nor does the day one with it.
+		{"alone", []Workload{synthetic("busy", "ml", always, 10*gib), synthetic("day", "ml", day, 10*gib)}, 2, 0, 2},
+		// Any two fit (2 x 33 GiB), no three (99 GiB): two GPUs at best.
+		{"pairs only", []Workload{synthetic("a", "ml", never, 30*gib), synthetic("b", "ml", never, 30*gib), synthetic("c", "ml", never, 30*gib)}, 0, 0, 2},
+		// Three small idle ones fit one GPU: one triple, one GPU.
+		{"a triple", []Workload{synthetic("a", "ml", never, 10*gib), synthetic("b", "ml", never, 10*gib), synthetic("c", "ml", never, 10*gib)}, 0, 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Make(tc.ws, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), o)
+			require.NoError(t, err)
+			require.Equal(t, tc.alone, p.Bound.Alone)
+			require.Equal(t, tc.triples, p.Bound.Triples)
+			require.Equal(t, tc.gpus, p.Bound.GPUsAfter)
+			require.Equal(t, tc.gpus, p.Summary.GPUsAfter, "first-fit meets the bound here")
+		})
+	}
+}

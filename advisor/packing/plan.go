@@ -55,6 +55,9 @@ type Options struct {
 	// CostPerGPUHour prices a GPU-hour (the rules' cost config); 0 leaves cost out.
 	CostPerGPUHour float64
 	Currency       string
+	// Bound also checks every pair and triple of packable workloads for
+	// the fewest GPUs any plan within the caps could hold (Plan.Bound).
+	Bound bool
 }
 
 // DefaultOptions are the limits the advisor plans with unless told.
@@ -105,6 +108,7 @@ type Plan struct {
 	Advice    []Advice  `json:"workloads"`
 	GPUs      []GPU     `json:"shared_gpus"`
 	Summary   Summary   `json:"summary"`
+	Bound     *Bound    `json:"bound,omitempty"`
 }
 
 // Make plans on the first PlanShare of the steps and replays the rest.
@@ -127,8 +131,17 @@ func Make(ws []Workload, start time.Time, o Options) (*Plan, error) {
 		a.Fit = fitOf(&w, a.Activity, a.Memory, &o)
 		p.Advice = append(p.Advice, a)
 	}
+	var packable []int
+	for i, a := range p.Advice {
+		if a.Fit.Kind == FitPackable {
+			packable = append(packable, i)
+		}
+	}
 	p.place(split)
 	p.replay(split)
+	if o.Bound {
+		p.Bound = p.bound(packable, split)
+	}
 	p.changes()
 	return p, nil
 }
@@ -167,7 +180,7 @@ type bin struct {
 // planning step. A GPU left with one workload is no sharing: it keeps its GPU.
 func (p *Plan) place(split int) {
 	o := p.Options
-	usable := float64(o.Model.MemoryMB<<20) * o.MemoryCap
+	usable := usableMemory(&o)
 	var order []int
 	for i, a := range p.Advice {
 		if a.Fit.Kind == FitPackable {
@@ -186,10 +199,7 @@ func (p *Plan) place(split int) {
 		a := &p.Advice[i]
 		placed := false
 		for _, b := range bins {
-			if !fitsMostly(b.activity, a.Workload.Activity, o.ComputeCap, int(o.ComputeSlack*float64(split))) {
-				continue
-			}
-			if o.MemoryBySeries && !fits(b.used, a.Workload.Memory, 1+o.Headroom, usable) || !o.MemoryBySeries && b.memory+a.Fit.MemoryLimitBytes > usable {
+			if !b.takes(a, &o, split) {
 				continue
 			}
 			b.add(i, a, o.Headroom)
@@ -197,7 +207,7 @@ func (p *Plan) place(split int) {
 			break
 		}
 		if !placed {
-			b := &bin{domains: map[string]bool{}, activity: make([]float64, split), used: make([]float64, split)}
+			b := newBin(split)
 			b.add(i, a, o.Headroom)
 			bins = append(bins, b)
 		}
@@ -225,6 +235,25 @@ func (p *Plan) place(split int) {
 		}
 		p.GPUs = append(p.GPUs, g)
 	}
+}
+
+func newBin(steps int) *bin {
+	return &bin{domains: map[string]bool{}, activity: make([]float64, steps), used: make([]float64, steps)}
+}
+
+// usableMemory is the memory a shared GPU's workloads may fill.
+func usableMemory(o *Options) float64 { return float64(o.Model.MemoryMB<<20) * o.MemoryCap }
+
+// takes says whether a joins the bin within the caps at the planning steps.
+func (b *bin) takes(a *Advice, o *Options, split int) bool {
+	usable := usableMemory(o)
+	if !fitsMostly(b.activity, a.Workload.Activity, o.ComputeCap, int(o.ComputeSlack*float64(split))) {
+		return false
+	}
+	if o.MemoryBySeries {
+		return fits(b.used, a.Workload.Memory, 1+o.Headroom, usable)
+	}
+	return b.memory+a.Fit.MemoryLimitBytes <= usable
 }
 
 func (b *bin) add(i int, a *Advice, headroom float64) {

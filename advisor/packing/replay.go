@@ -41,6 +41,17 @@ type Summary struct {
 	Hours     float64 `json:"hours_replayed"`
 }
 
+// presentInReplay says whether workload i holds a GPU at some replayed step.
+func (p *Plan) presentInReplay(i, split int) bool {
+	m := p.Advice[i].Workload.Memory
+	for t := split; t < min(p.Steps, len(m)); t++ {
+		if !math.IsNaN(m[t]) {
+			return true
+		}
+	}
+	return false
+}
+
 // replay plays the replayed steps on the plan's GPUs and totals the fleet.
 func (p *Plan) replay(split int) {
 	o := p.Options
@@ -54,16 +65,14 @@ func (p *Plan) replay(split int) {
 	steps := p.Steps - split
 	var work float64
 	live := map[int]bool{} // shared GPUs in use in the replay
-	for _, a := range p.Advice {
-		present := false
+	for i, a := range p.Advice {
 		for t := split; t < p.Steps; t++ {
 			work += at(a.Workload.Activity, t)
-			present = present || t < len(a.Workload.Memory) && !math.IsNaN(a.Workload.Memory[t])
 		}
 		if a.GPU >= 0 {
 			s.Packed++
 		}
-		if !present {
+		if !p.presentInReplay(i, split) {
 			continue
 		}
 		s.GPUsBefore++

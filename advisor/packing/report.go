@@ -52,6 +52,9 @@ func (p *Plan) write(w io.Writer, md bool) error {
 		{"packed workloads over their own memory limit", fmt.Sprint(s.OverTheirLimit)},
 		{"effective utilization before → after", fmt.Sprintf("%s → %s", pct(s.EffectiveUtilBefore), pct(s.EffectiveUtilAfter))},
 	}
+	if bd := p.Bound; bd != nil {
+		rows = append(rows, [2]string{"bound: fewest GPUs any plan within the caps holds", fmt.Sprintf("%d (at most %s freed; %d workloads share with none, %d triples fit, each holding one of %d)", bd.GPUsAfter, pct(bd.FreedShare), bd.Alone, bd.Triples, bd.Cover)})
+	}
 	if o.CostPerGPUHour > 0 {
 		rows = append(rows, [2]string{"cost saved", fmt.Sprintf("%.0f %s over %.1f hours", s.CostSaved, s.Currency, s.Hours)})
 	}
