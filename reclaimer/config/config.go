@@ -98,8 +98,13 @@ type Config struct {
 type Webhook struct {
 	BearerTokenFile string     `yaml:"bearer_token_file"`
 	BasicAuth       *BasicAuth `yaml:"basic_auth"`
-	// MaxBodyBytes bounds a notification's size. Default 4MiB.
+	// MaxBodyBytes bounds a notification's size. Default 32MiB: about
+	// 70,000 alerts; a notification refused for its size is never retried.
 	MaxBodyBytes Bytes `yaml:"max_body_bytes"`
+	// MaxConcurrent bounds the notifications read and decoded at once, so
+	// that memory stays near MaxConcurrent times MaxBodyBytes whatever
+	// Alertmanager sends; the others wait for a turn. Default 4.
+	MaxConcurrent int `yaml:"max_concurrent"`
 
 	BearerToken string `yaml:"-"`
 }
@@ -501,7 +506,13 @@ func (cfg *Config) validate() error {
 	w.BearerToken = c.secret("webhook.bearer_token_file", w.BearerTokenFile)
 	c.basicAuth("webhook.basic_auth", w.BasicAuth)
 	if w.MaxBodyBytes == 0 {
-		w.MaxBodyBytes = 4 << 20
+		w.MaxBodyBytes = 32 << 20
+	}
+	if w.MaxConcurrent == 0 {
+		w.MaxConcurrent = 4
+	}
+	if w.MaxConcurrent < 1 || w.MaxConcurrent > 1024 {
+		c.errorf("webhook.max_concurrent", "%d is not from 1 to 1024", w.MaxConcurrent)
 	}
 	if w.MaxBodyBytes < 1024 {
 		c.errorf("webhook.max_body_bytes", "%d is too small for one notification (at least 1KiB)", w.MaxBodyBytes)

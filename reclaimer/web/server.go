@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"errors"
@@ -43,6 +44,11 @@ type Server struct {
 	requests *prometheus.CounterVec
 	mux      *http.ServeMux
 	ready    func() error
+	// turns holds a token per notification being read and decoded
+	// (webhook.max_concurrent); turnWait is how long one waits for a turn.
+	turns    chan struct{}
+	turnWait time.Duration
+	inFlight prometheus.Gauge
 }
 
 // Options configure a Server.
@@ -54,6 +60,9 @@ type Options struct {
 	Registry *prometheus.Registry
 	// Ready reports whether the reclaimer can take notifications (the store is open).
 	Ready func() error
+	// TurnWait is how long a notification waits for its turn to be read
+	// (webhook.max_concurrent) before it is answered 503. Default 10s.
+	TurnWait time.Duration
 }
 
 // New builds the server and its routes.
@@ -62,10 +71,15 @@ func New(o Options) *Server {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: o.Config, engine: o.Engine, log: o.Logger, clock: o.Clock, gatherer: o.Registry, ready: o.Ready, mux: http.NewServeMux(),
+		turns: make(chan struct{}, max(1, o.Config.Webhook.MaxConcurrent)), turnWait: cmp.Or(o.TurnWait, 10*time.Second),
 		requests: promauto.With(o.Registry).NewCounterVec(prometheus.CounterOpts{
 			Name: "gpureclaim_reclaimer_http_requests_total",
 			Help: "HTTP requests, by handler and status code.",
 		}, []string{"handler", "code"}),
+		inFlight: promauto.With(o.Registry).NewGauge(prometheus.GaugeOpts{
+			Name: "gpureclaim_reclaimer_webhook_requests_in_flight",
+			Help: "Notifications being read or recorded: at most webhook.max_concurrent.",
+		}),
 	}
 	s.mux.HandleFunc("/webhook", s.webhook)
 	s.mux.Handle("GET /api/v1/reclaims", s.readers(s.list))

@@ -3,6 +3,7 @@ package web_test
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -281,4 +282,69 @@ func TestReadersAuth(t *testing.T) {
 	} {
 		require.Equal(t, tc.code, get(tc.path, tc.auth), tc.path)
 	}
+}
+
+// With every turn taken, a notification is not read: it is answered 503
+// (Alertmanager retries) after TurnWait, and the one being read goes on.
+func TestWebhookReadsAtMostMaxConcurrentAtOnce(t *testing.T) {
+	cfg := Config(t, "webhook: {bearer_token_file: token, max_concurrent: 1}\n")
+	st, err := store.Open(filepath.Join(t.TempDir(), "s.db"), time.Second)
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	clock := NewClock()
+	reg := prometheus.NewRegistry()
+	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &Actor{}, Clock: clock.Now, Metrics: reclaim.NewMetrics(reg)})
+	require.NoError(t, err)
+	srv := httptest.NewServer(web.New(web.Options{Config: cfg, Engine: eng, Clock: clock.Now, Registry: reg, TurnWait: 50 * time.Millisecond}))
+	t.Cleanup(srv.Close)
+	s := &server{Server: srv, engine: eng, clock: clock}
+
+	// The first notification's body arrives slowly: it holds the one turn.
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequest(http.MethodPost, s.URL+"/webhook", pr)
+	bearer("t0ken")(req)
+	first := make(chan int, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			first <- 0
+			return
+		}
+		resp.Body.Close()
+		first <- resp.StatusCode
+	}()
+	body := payload(t)
+	_, err = pw.Write(body[:10])
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return inFlight(t, reg) == 1
+	}, 10*time.Second, 5*time.Millisecond, "the first is being read")
+
+	code, msg := s.post(t, body, bearer("t0ken"))
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, msg, "webhook.max_concurrent")
+	require.Empty(t, s.engine.List(), "nothing of the refused one was recorded")
+
+	_, err = pw.Write(body[10:])
+	require.NoError(t, err)
+	require.NoError(t, pw.Close())
+	require.Equal(t, http.StatusOK, <-first)
+	require.Len(t, s.engine.List(), 1)
+
+	code, _ = s.post(t, body, bearer("t0ken"))
+	require.Equal(t, http.StatusOK, code, "the turn is free again")
+	require.Zero(t, inFlight(t, reg))
+}
+
+// inFlight reads gpureclaim_reclaimer_webhook_requests_in_flight.
+func inFlight(t *testing.T, reg *prometheus.Registry) float64 {
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == "gpureclaim_reclaimer_webhook_requests_in_flight" {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("no gpureclaim_reclaimer_webhook_requests_in_flight")
+	return 0
 }

@@ -109,6 +109,22 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusUnauthorized, "a valid bearer token or basic auth is required")
 		return
 	}
+	// Wait for a turn before reading: a burst of large notifications holds
+	// at most max_concurrent bodies in memory. 5xx: Alertmanager retries.
+	wait := time.NewTimer(s.turnWait)
+	defer wait.Stop()
+	select {
+	case s.turns <- struct{}{}:
+		s.inFlight.Inc()
+		defer func() { s.inFlight.Dec(); <-s.turns }()
+	case <-wait.C:
+		w.Header().Set("Retry-After", "1")
+		fail(http.StatusServiceUnavailable, fmt.Sprintf("%d notifications are being read (webhook.max_concurrent); retry", cap(s.turns)))
+		return
+	case <-r.Context().Done():
+		fail(http.StatusServiceUnavailable, "the request ended while waiting for a turn")
+		return
+	}
 	body := http.MaxBytesReader(w, r.Body, int64(s.cfg.Webhook.MaxBodyBytes))
 	m, err := DecodeMessage(body)
 	if err != nil {
