@@ -122,6 +122,7 @@ func restConfig(cfg *config.Config) (*rest.Config, error) {
 		return nil, fmt.Errorf("kubernetes: %w (set kubernetes.kubeconfig, or kubernetes.enabled: false)", err)
 	}
 	rc.UserAgent = "gpureclaim-reclaimer/" + version.Version
+	rc.QPS, rc.Burst = cfg.Kubernetes.QPS, cfg.Kubernetes.Burst
 	return rc, nil
 }
 
