@@ -53,3 +53,37 @@ func BenchmarkIngest10kAlerts(b *testing.B) {
 	b.ReportMetric(float64(heap)/(1<<20), "heap-MiB")
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/float64(len(alerts)), "µs/alert")
 }
+
+// BenchmarkIngestOneAlertBeside100k records a one-alert notification
+// into a store that already holds 100,000 reclaims: what one alert costs
+// must not grow with what the store holds.
+func BenchmarkIngestOneAlertBeside100k(b *testing.B) {
+	cfg := Config(b, "circuit_breaker: {max_pending: 0}\n")
+	st, err := store.Open(filepath.Join(b.TempDir(), "s.db"), time.Second)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &Actor{}, Clock: NewClock().Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for batch := range 10 {
+		alerts := make([]template.Alert, 10000)
+		for i := range alerts {
+			alerts[i] = IdlePod("firing", T0, fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("stored-%d-%d", batch, i))
+		}
+		if _, err := eng.Ingest(alerts); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		res, err := eng.Ingest([]template.Alert{IdlePod("firing", T0, "ns-new", fmt.Sprintf("new-%d", i))})
+		if err != nil || res.New != 1 {
+			b.Fatalf("%+v %v", res, err)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -43,7 +44,12 @@ type Engine struct {
 
 	mu       sync.Mutex
 	index    map[string]*Reclaim // values are never changed once in: a write puts a new copy
-	version  uint64              // counts the index's changes
+	// Kept with the index by set and remove, so that a notification costs
+	// what its alerts do, not what the store holds.
+	byAlert  map[string][]string    // reclaim ids by alert fingerprint
+	openUnit map[targetKey][]string // ids of the reclaims not ended, by unit
+	counts   map[State]int
+	version  uint64 // counts the index's changes
 	inflight map[string]bool     // side effects in progress, outside the lock
 	breaker  bool
 	wake     chan struct{}
@@ -71,10 +77,11 @@ func New(o Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading the store: %w", err)
 	}
-	e := &Engine{o: o, index: make(map[string]*Reclaim, len(rs)), inflight: map[string]bool{}, wake: make(chan struct{}, 1)}
+	e := &Engine{o: o, index: make(map[string]*Reclaim, len(rs)), byAlert: map[string][]string{}, openUnit: map[targetKey][]string{},
+		counts: map[State]int{}, inflight: map[string]bool{}, wake: make(chan struct{}, 1)}
 	resumed := 0
 	for _, r := range rs {
-		e.index[r.ID] = r
+		e.set(r)
 		if !r.State.Terminal() {
 			resumed++
 		}
@@ -204,13 +211,46 @@ func (e *Engine) Step(ctx context.Context) {
 
 // gauges sets the per-state gauge; the caller holds e.mu.
 func (e *Engine) gauges() {
-	counts := map[State]int{}
-	for _, r := range e.index {
-		counts[r.State]++
-	}
 	for _, s := range States {
-		e.o.Metrics.reclaims.WithLabelValues(string(s)).Set(float64(counts[s]))
+		e.o.Metrics.reclaims.WithLabelValues(string(s)).Set(float64(e.counts[s]))
 	}
+}
+
+// set puts a reclaim into the index and the indexes kept with it; the
+// caller holds e.mu.
+func (e *Engine) set(r *Reclaim) {
+	e.remove(r.ID)
+	e.index[r.ID] = r
+	e.counts[r.State]++
+	add(e.byAlert, r.Fingerprint, r.ID)
+	if !r.State.Terminal() {
+		add(e.openUnit, r.Target.key(), r.ID)
+	}
+}
+
+// remove takes a reclaim out of the index; the caller holds e.mu.
+func (e *Engine) remove(id string) {
+	old, ok := e.index[id]
+	if !ok {
+		return
+	}
+	delete(e.index, id)
+	e.counts[old.State]--
+	drop(e.byAlert, old.Fingerprint, id)
+	drop(e.openUnit, old.Target.key(), id)
+}
+
+// add and drop keep short lists: an alert has a reclaim an episode, a
+// unit one open reclaim.
+func add[K comparable](m map[K][]string, k K, id string) { m[k] = append(m[k], id) }
+
+func drop[K comparable](m map[K][]string, k K, id string) {
+	ids := slices.DeleteFunc(m[k], func(x string) bool { return x == id })
+	if len(ids) == 0 {
+		delete(m, k)
+		return
+	}
+	m[k] = ids
 }
 
 // snapshot returns a copy of a reclaim, or nil.
@@ -243,7 +283,7 @@ func (e *Engine) update(id string, events func(*Reclaim) []Event, f func(*Reclai
 	if err := e.persist(evs, c); err != nil {
 		return nil, err
 	}
-	e.index[id] = c
+	e.set(c)
 	e.version++
 	return c, nil
 }

@@ -34,19 +34,33 @@ func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
 	}
 	put := func(r *Reclaim) { changed[r.ID] = r }
 	decide := e.o.Metrics.decide
-	pendingByFP := map[string][]string{}
-	latest := map[string]time.Time{} // the newest episode seen of each alert
-	open := map[targetKey]string{}   // the alert (fingerprint) of each unit's open reclaim
-	for id, r := range e.index {
-		if r.State == Pending {
-			pendingByFP[r.Fingerprint] = append(pendingByFP[r.Fingerprint], id)
+	// The newest episode seen of each alert, and the alert of each unit's
+	// open reclaim: from the index as it was, then what this notification adds.
+	latest := map[string]time.Time{}
+	latestOf := func(fp string) time.Time {
+		if t, ok := latest[fp]; ok {
+			return t
 		}
-		if r.StartsAt.After(latest[r.Fingerprint]) {
-			latest[r.Fingerprint] = r.StartsAt
+		var t time.Time
+		for _, id := range e.byAlert[fp] {
+			if s := e.index[id].StartsAt; s.After(t) {
+				t = s
+			}
 		}
-		if !r.State.Terminal() {
-			open[r.Target.key()] = r.Fingerprint
+		latest[fp] = t
+		return t
+	}
+	open := map[targetKey]string{}
+	otherOpen := func(k targetKey, fp string) bool {
+		if other, ok := open[k]; ok {
+			return other != fp
 		}
+		for _, id := range e.openUnit[k] {
+			if e.index[id].Fingerprint != fp {
+				return true
+			}
+		}
+		return false
 	}
 	// Newest episode first: an older one in the same notification is then
 	// stale, and never warned only to be cancelled.
@@ -96,14 +110,14 @@ func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
 			decide(DecisionDuplicate)
 			continue
 		}
-		if a.StartsAt.Before(latest[fp]) {
+		if a.StartsAt.Before(latestOf(fp)) {
 			// An older episode delivered after a newer one (an HA pair, a
 			// retry): the newer one already speaks for the alert.
 			res.Ignored++
 			decide(DecisionStale)
 			continue
 		}
-		if other, ok := open[t.key()]; ok && other != fp {
+		if otherOpen(t.key(), fp) {
 			// Another alert (other labels, the same unit and holder) has
 			// the unit's reclaim open: one warning per unit.
 			res.Duplicate++
@@ -112,7 +126,10 @@ func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
 		}
 		latest[fp] = a.StartsAt
 		// A new episode of an alert supersedes the last one's pending reclaim.
-		for _, oldID := range pendingByFP[fp] {
+		for _, oldID := range e.sortedIDs(fp) {
+			if e.index[oldID].State != Pending {
+				continue // the index as it was: only what was pending then
+			}
 			old := get(oldID)
 			if old.State == Pending && old.StartsAt.Before(a.StartsAt) {
 				c := clone(old)
@@ -164,13 +181,20 @@ func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
 		return IngestResult{}, err
 	}
 	for _, r := range rs {
-		e.index[r.ID] = r
+		e.set(r)
 	}
 	e.version++
 	e.o.Failpoint("ingested")
 	e.gauges()
 	e.Kick()
 	return res, nil
+}
+
+// sortedIDs lists an alert's reclaims in id order; the caller holds e.mu.
+func (e *Engine) sortedIDs(fp string) []string {
+	ids := slices.Clone(e.byAlert[fp])
+	slices.Sort(ids)
+	return ids
 }
 
 func (e *Engine) cancel(r *Reclaim, why string) {

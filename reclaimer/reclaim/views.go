@@ -97,7 +97,7 @@ func (e *Engine) Prune(before time.Time) (int, error) {
 	}
 	for id, r := range e.index {
 		if r.State.Terminal() && r.Final.Sent && !r.Closed.IsZero() && r.Closed.Before(before) {
-			delete(e.index, id)
+			e.remove(id)
 		}
 	}
 	e.version++
