@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -93,6 +93,14 @@ func New(o Options) (*Engine, error) {
 
 func (e *Engine) now() time.Time { return e.o.Clock() }
 
+// later is the later of two times.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // persist writes reclaims and audit events; the caller holds e.mu.
 func (e *Engine) persist(events []Event, rs ...*Reclaim) error {
 	now := e.now()
@@ -118,12 +126,14 @@ func (e *Engine) Kick() {
 	}
 }
 
-// Run steps every tick until ctx ends, and at once after each Kick.
+// Run steps every tick until ctx ends, and at once after each Kick. A
+// step takes about a tick at most, then starts over with what is due
+// then: a burst of warnings does not hold up an action that falls due.
 func (e *Engine) Run(ctx context.Context, tick time.Duration) {
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	for {
-		e.Step(ctx)
+		e.step(ctx, tick)
 		select {
 		case <-ctx.Done():
 			return
@@ -147,33 +157,38 @@ const (
 type work struct {
 	id   string
 	kind workKind
+	due  time.Time // since when it has been due
 }
 
 // Step does all the work that is due: warnings to send, actions to take,
 // owners to tell. Side effects run outside the lock, one reclaim at a time.
-func (e *Engine) Step(ctx context.Context) {
-	now := e.now()
-	e.o.Metrics.lastStepSeconds.Set(float64(now.Unix()))
+func (e *Engine) Step(ctx context.Context) { e.step(ctx, 0) }
+
+// step does the work due, longest due first, for about budget (0: all of
+// it); what is left is looked at again at once.
+func (e *Engine) step(ctx context.Context, budget time.Duration) {
 	e.mu.Lock()
+	now := e.now() // after the lock: nothing written before it is missed
+	e.o.Metrics.lastStepSeconds.Set(float64(now.Unix()))
 	breakerMsg := e.updateBreaker()
 	var due []work
 	for id, r := range e.index {
-		if e.inflight[id] {
+		if e.inflight[id] || now.Before(r.NextTry) {
 			continue
 		}
 		switch {
-		case (r.State == Pending || r.State == Notified) && !r.Warning.Sent && !now.Before(r.NextTry):
-			due = append(due, work{id, workWarn})
-		case r.State == Pending && !now.Before(r.ActAt) && !now.Before(r.NextTry):
-			due = append(due, work{id, workAct})
-		case r.State == Acting && !now.Before(r.NextTry):
-			due = append(due, work{id, workAct})
-		case r.State == Snoozed && !now.Before(r.NextTry):
-			due = append(due, work{id, workUnsnooze})
-		case r.State.Terminal() && !r.Final.Sent && !now.Before(r.NextTry):
-			due = append(due, work{id, workFinal})
-		case r.State == Done && !r.RestoreAsked.IsZero() && r.Restored.IsZero() && r.RestoreFailed == "" && !now.Before(r.NextTry):
-			due = append(due, work{id, workRestore})
+		case (r.State == Pending || r.State == Notified) && !r.Warning.Sent:
+			due = append(due, work{id, workWarn, later(r.Created, r.NextTry)})
+		case r.State == Pending && !now.Before(r.ActAt):
+			due = append(due, work{id, workAct, later(r.ActAt, r.NextTry)})
+		case r.State == Acting:
+			due = append(due, work{id, workAct, r.NextTry})
+		case r.State == Snoozed:
+			due = append(due, work{id, workUnsnooze, r.NextTry})
+		case r.State.Terminal() && !r.Final.Sent:
+			due = append(due, work{id, workFinal, later(r.Closed, r.NextTry)})
+		case r.State == Done && !r.RestoreAsked.IsZero() && r.Restored.IsZero() && r.RestoreFailed == "":
+			due = append(due, work{id, workRestore, later(r.RestoreAsked, r.NextTry)})
 		}
 	}
 	for _, w := range due {
@@ -183,9 +198,33 @@ func (e *Engine) Step(ctx context.Context) {
 	if breakerMsg != "" {
 		e.send(ctx, Message{Kind: MsgAdmin, Text: breakerMsg}, nil)
 	}
-	// Oldest first: a burst of new alerts does not starve the reclaims due.
-	sort.Slice(due, func(i, j int) bool { return due[i].id < due[j].id })
-	for _, w := range due {
+	// Actions first, then longest due first: a GPU held past its grace
+	// waits for no burst of warnings (a warning sent late delays only its
+	// own reclaim: the grace runs from it).
+	slices.SortFunc(due, func(a, b work) int {
+		if (a.kind == workAct) != (b.kind == workAct) {
+			if a.kind == workAct {
+				return -1
+			}
+			return 1
+		}
+		if c := a.due.Compare(b.due); c != 0 {
+			return c
+		}
+		return strings.Compare(a.id, b.id)
+	})
+	start := time.Now()
+	for n, w := range due {
+		if n > 0 && budget > 0 && time.Since(start) > budget {
+			// Out of time: put the rest back and look again at once.
+			e.mu.Lock()
+			for _, left := range due[n:] {
+				delete(e.inflight, left.id)
+			}
+			e.mu.Unlock()
+			e.Kick()
+			break
+		}
 		switch w.kind {
 		case workWarn:
 			e.warn(ctx, w.id)

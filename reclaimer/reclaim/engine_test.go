@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -816,4 +817,98 @@ func TestSlurmJobIsCancelled(t *testing.T) {
 	f = newFixture(t, "")
 	job(f)
 	require.Equal(t, config.ActionKill, f.only().Action, "no slurmrestd: its processes are killed")
+}
+
+// orderNotifier notes, at each message, how many actions were taken before it.
+// Each message takes a millisecond, as a real one takes longer.
+type orderNotifier struct {
+	*Notifier
+	actor      *Actor
+	mu         sync.Mutex
+	actsBefore []int
+	onSend     func(sent int)
+}
+
+func (n *orderNotifier) Send(ctx context.Context, m reclaim.Message, refs map[string]string) (map[string]string, []string, error) {
+	n.mu.Lock()
+	n.actsBefore = append(n.actsBefore, n.actor.Count())
+	if n.onSend != nil {
+		n.onSend(len(n.actsBefore))
+	}
+	n.mu.Unlock()
+	time.Sleep(time.Millisecond)
+	return n.Notifier.Send(ctx, m, refs)
+}
+
+// Actions go first, then work longest due: an action due since the grace
+// ended is taken before the warnings of a burst of alerts, whatever their
+// ids; and a step that runs out of time looks again at once, so an action
+// that falls due in the middle of a burst waits about one step.
+func TestDueActionGoesBeforeABurstOfWarnings(t *testing.T) {
+	cfg := Config(t, "circuit_breaker: {max_pending: 0}\n"+testPolicies)
+	st, err := store.Open(filepath.Join(t.TempDir(), "s.db"), time.Second)
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	clock, actor := NewClock(), &Actor{}
+	n := &orderNotifier{Notifier: NewNotifier("test"), actor: actor}
+	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: actor, Notifiers: []reclaim.Notifier{n}, Clock: clock.Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	// "zz" sorts after every burst pod: an order by id would act last.
+	_, err = eng.Ingest([]template.Alert{IdlePod("firing", T0, "ml", "zz-old")})
+	require.NoError(t, err)
+	eng.Step(ctx)
+	require.Equal(t, []int{0}, n.actsBefore, "warned")
+
+	clock.Advance(6 * time.Minute)
+	var burst []template.Alert
+	for i := range 50 {
+		burst = append(burst, IdlePod("firing", clock.Now(), "ml", fmt.Sprintf("aa-%02d", i)))
+	}
+	_, err = eng.Ingest(burst)
+	require.NoError(t, err)
+	eng.Step(ctx)
+	require.Equal(t, []string{"evict ml/zz-old"}, actor.Calls)
+	require.Len(t, n.actsBefore, 51)
+	for i, acts := range n.actsBefore[1:] {
+		require.Equal(t, 1, acts, "warning %d of the burst went after the due action", i)
+	}
+
+	// A second burst, and an action that falls due while it is sent.
+	n.onSend = func(sent int) {
+		if sent == 60 {
+			clock.Advance(6 * time.Minute) // the first burst's grace ends
+		}
+	}
+	burst = nil
+	for i := range 50 {
+		burst = append(burst, IdlePod("firing", clock.Now(), "ml", fmt.Sprintf("bb-%02d", i)))
+	}
+	_, err = eng.Ingest(burst)
+	require.NoError(t, err)
+	run, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); eng.Run(run, 10*time.Millisecond) }()
+	warnings := func() int {
+		k := 0
+		for _, kind := range n.Kinds() {
+			if kind == reclaim.MsgWarning {
+				k++
+			}
+		}
+		return k
+	}
+	require.Eventually(t, func() bool { return actor.Count() >= 51 && warnings() == 101 }, 20*time.Second, 10*time.Millisecond)
+	stop()
+	<-done
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	last := -1
+	for i, m := range n.Sent {
+		if m.Kind == reclaim.MsgWarning {
+			last = i
+		}
+	}
+	require.GreaterOrEqual(t, n.actsBefore[last], 51, "the first burst's 50 actions went before the last of the second burst's warnings")
 }
