@@ -193,6 +193,9 @@ type Message struct {
 	Text    string
 	// By is who pressed the button behind a snooze, keep, release or restore.
 	By string
+	// Restated: the warning already delivered, put right in place (the time
+	// it acts at moved); nothing new is posted.
+	Restated bool
 }
 
 // Notifier tells owners and admins.

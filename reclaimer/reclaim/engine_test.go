@@ -912,3 +912,55 @@ func TestDueActionGoesBeforeABurstOfWarnings(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, n.actsBefore[last], 51, "the first burst's 50 actions went before the last of the second burst's warnings")
 }
+
+// slowNotifier takes took of the engine's clock to deliver, as Slack does
+// when it answers 429 three times, and updates a message it posted.
+type slowNotifier struct {
+	*Notifier
+	t       *testing.T
+	clock   *Clock
+	took    time.Duration
+	updates []reclaim.Message
+}
+
+func (n *slowNotifier) Send(ctx context.Context, m reclaim.Message, prev map[string]string) (map[string]string, []string, error) {
+	if m.Restated {
+		require.Contains(n.t, prev, "msg.D1", "the message it posted")
+		n.updates = append(n.updates, m)
+		return nil, []string{"D1"}, nil
+	}
+	n.clock.Advance(n.took)
+	_, ch, err := n.Notifier.Send(ctx, m, prev)
+	return map[string]string{"msg.D1": "1.0"}, ch, err
+}
+
+// The grace runs from the delivered warning even when the send itself took
+// 36 s: the action moves, and the warning is updated to say when.
+func TestGraceRunsFromASlowDelivery(t *testing.T) {
+	cfg := Config(t, testPolicies)
+	st, err := store.Open(filepath.Join(t.TempDir(), "s.db"), time.Second)
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	clock, actor := NewClock(), &Actor{}
+	n := &slowNotifier{Notifier: NewNotifier("slack"), t: t, clock: clock, took: 36 * time.Second}
+	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: actor, Notifiers: []reclaim.Notifier{n}, Clock: clock.Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = eng.Ingest([]template.Alert{IdlePod("firing", T0, "ml", "nb-0")})
+	require.NoError(t, err)
+	eng.Step(ctx)
+	r := eng.List()[0]
+	require.Equal(t, T0.Add(36*time.Second), r.Warning.At, "delivered 36 s after it was sent")
+	require.Equal(t, T0.Add(36*time.Second+5*time.Minute), r.ActAt, "the whole grace from delivery")
+	require.Len(t, n.updates, 1, "the warning restated")
+	require.Equal(t, reclaim.MsgWarning, n.updates[0].Kind)
+	require.Len(t, n.Kinds(), 1, "nothing new posted")
+	require.Contains(t, n.updates[0].Text, T0.Add(36*time.Second+5*time.Minute).Format(time.RFC3339))
+
+	clock.Advance(5*time.Minute - time.Second)
+	eng.Step(ctx)
+	require.Zero(t, actor.Count(), "not at the time first stated")
+	clock.Advance(time.Second)
+	eng.Step(ctx)
+	require.Equal(t, 1, actor.Count())
+}

@@ -14,6 +14,11 @@ import (
 // "<notifier>.sent.<kind>".
 func refKey(notifier, ref string) string { return notifier + "." + ref }
 
+// MessageRefPrefix starts a notifier's ref to a message it posted and can
+// update ("msg.<channel>": its id): a later message of the reclaim, or a
+// warning restated, updates it in place.
+const MessageRefPrefix = "msg."
+
 func sentKey(notifier string, kind MessageKind) string {
 	return refKey(notifier, "sent."+string(kind))
 }
@@ -113,9 +118,11 @@ func (e *Engine) warn(ctx context.Context, id string) {
 	// The grace belongs to the owner: it runs from this warning, however
 	// late it goes out (a backlog, an outage, a restart), never from the alert.
 	var actAt time.Time
+	var grace time.Duration
 	if kind == MsgWarning {
 		if p := e.policy(r); p != nil {
-			actAt = e.now().Add(p.GraceTime())
+			grace = p.GraceTime()
+			actAt = e.now().Add(grace)
 			if r.ActAt.After(actAt) {
 				actAt = r.ActAt // deferred further already (a window, a minimum runtime)
 			}
@@ -137,6 +144,7 @@ func (e *Engine) warn(ctx context.Context, id string) {
 		e.o.Failpoint("after-warning")
 	}
 	d.Attempts++
+	restate := false
 	_, err := e.update(id, func(c *Reclaim) []Event {
 		if delivered {
 			return []Event{e.event(c, "warned", fmt.Sprintf("%s via %v", kind, d.Channels), "reclaimer")}
@@ -149,6 +157,11 @@ func (e *Engine) warn(ctx context.Context, id string) {
 			c.NextTry = time.Time{}
 			if c.State == Pending && actAt.After(c.ActAt) {
 				c.ActAt = actAt // the time the warning states
+			}
+			if real := c.Warning.At.Add(grace); c.State == Pending && grace > 0 && real.Sub(c.ActAt) >= time.Second {
+				// The send itself took long (retries, a slow API): the grace
+				// runs from delivery, and the warning is put right.
+				c.ActAt, restate = real, true
 			}
 			if c.State == Cancelled {
 				c.Final.Sent = false // cancelled while the warning was on its way: say so
@@ -163,6 +176,9 @@ func (e *Engine) warn(ctx context.Context, id string) {
 		e.o.Logger.Error("recording a warning", "reclaim", id, "err", err)
 		return
 	}
+	if restate {
+		e.restate(ctx, id)
+	}
 	if delivered && kind == MsgNotice && r.Controller != nil && e.o.Events != nil {
 		e.o.Events.Event(ctx, r, "GPUIdleNotReclaimed", r.Reason)
 	}
@@ -176,6 +192,37 @@ func (e *Engine) warn(ctx context.Context, id string) {
 			e.o.Logger.Error("recording that the admins were told", "reclaim", id, "err", err)
 		}
 	}
+}
+
+// restate updates a delivered warning in place with the time it acts at,
+// through the notifiers that can (those that left a message to update).
+func (e *Engine) restate(ctx context.Context, id string) {
+	r := e.snapshot(id)
+	if r == nil {
+		return
+	}
+	m := Message{Kind: MsgWarning, Reclaim: r, Text: text(MsgWarning, r), Restated: true}
+	for _, n := range e.o.Notifiers {
+		prev := refsOf(r, n.Name())
+		if !hasMessage(prev) {
+			continue
+		}
+		if _, _, err := n.Send(ctx, m, prev); err != nil {
+			e.o.Metrics.Error(ComponentNotifier)
+			e.o.Logger.Warn("restating a warning's time failed: it states an earlier one", "notifier", n.Name(), "reclaim", id, "act_at", r.ActAt, "err", err)
+		}
+	}
+	e.o.Logger.Info("warning delivered late: its time restated", "reclaim", id, "act_at", r.ActAt)
+}
+
+// hasMessage says whether a notifier's refs name a message it can update.
+func hasMessage(refs map[string]string) bool {
+	for k := range refs {
+		if strings.HasPrefix(k, MessageRefPrefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // defer records why an action waits and until when.

@@ -217,18 +217,36 @@ func (n *Notifier) Send(ctx context.Context, m reclaim.Message, prev map[string]
 		if m.Kind == reclaim.MsgNotice {
 			blocks = Notice(r, now, n.pricing, n.statusPage)
 		}
+		if m.Restated {
+			updated, _, err := n.update(ctx, prev, blocks, m.Text)
+			return nil, updated, err
+		}
 		return n.deliver(ctx, r, blocks, m.Text)
 	}
 	blocks := Outcome(m.Kind, r, m.By, now, n.pricing, n.statusPage)
-	var updated []string
+	updated, ok, err := n.update(ctx, prev, blocks, m.Text)
+	if !ok {
+		// Nothing to update (the warning went elsewhere): say it anew.
+		return n.deliver(ctx, r, blocks, m.Text)
+	}
+	switch m.Kind {
+	case reclaim.MsgFailed, reclaim.MsgNotReleased, reclaim.MsgRestoreFailed:
+		_, _, _ = n.admin(ctx, m)
+	}
+	return nil, updated, err
+}
+
+// update replaces the messages prev names; ok is false when it names none.
+func (n *Notifier) update(ctx context.Context, prev map[string]string, blocks []slack.Block, text string) (updated []string, ok bool, err error) {
 	var errs []error
 	for k, ts := range prev {
-		ch, ok := strings.CutPrefix(k, "msg.")
-		if !ok {
+		ch, isMsg := strings.CutPrefix(k, reclaim.MessageRefPrefix)
+		if !isMsg {
 			continue
 		}
+		ok = true
 		err := n.call(ctx, func() error {
-			_, _, _, err := n.api.UpdateMessageContext(ctx, ch, ts, slack.MsgOptionBlocks(blocks...), slack.MsgOptionText(esc(m.Text), false))
+			_, _, _, err := n.api.UpdateMessageContext(ctx, ch, ts, slack.MsgOptionBlocks(blocks...), slack.MsgOptionText(esc(text), false))
 			return err
 		})
 		if err != nil {
@@ -237,15 +255,7 @@ func (n *Notifier) Send(ctx context.Context, m reclaim.Message, prev map[string]
 		}
 		updated = append(updated, ch)
 	}
-	if len(updated) == 0 && len(errs) == 0 {
-		// Nothing to update (the warning went elsewhere): say it anew.
-		return n.deliver(ctx, r, blocks, m.Text)
-	}
-	switch m.Kind {
-	case reclaim.MsgFailed, reclaim.MsgNotReleased, reclaim.MsgRestoreFailed:
-		_, _, _ = n.admin(ctx, m)
-	}
-	return nil, updated, errors.Join(errs...)
+	return updated, ok, errors.Join(errs...)
 }
 
 // deliver posts to the owner and the namespace channel; if neither exists,
@@ -265,7 +275,7 @@ func (n *Notifier) deliver(ctx context.Context, r *reclaim.Reclaim, blocks []sla
 		} else if ch, ts, err := n.post(ctx, ch, blocks, text); err != nil {
 			errs = append(errs, fmt.Errorf("posting to %s: %w", owner, err))
 		} else {
-			refs["msg."+ch] = ts
+			refs[reclaim.MessageRefPrefix+ch] = ts
 			where = append(where, "slack DM "+owner)
 		}
 	}
@@ -282,7 +292,7 @@ func (n *Notifier) deliver(ctx context.Context, r *reclaim.Reclaim, blocks []sla
 			errs = append(errs, fmt.Errorf("posting to %s: %w", c, err))
 			continue
 		}
-		refs["msg."+ch] = ts
+		refs[reclaim.MessageRefPrefix+ch] = ts
 		where = append(where, "slack "+c)
 	}
 	if len(where) == 0 {
