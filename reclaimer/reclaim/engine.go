@@ -42,15 +42,15 @@ type Options struct {
 type Engine struct {
 	o Options
 
-	mu       sync.Mutex
-	index    map[string]*Reclaim // values are never changed once in: a write puts a new copy
+	mu    sync.Mutex
+	index map[string]*Reclaim // values are never changed once in: a write puts a new copy
 	// Kept with the index by set and remove, so that a notification costs
 	// what its alerts do, not what the store holds.
 	byAlert  map[string][]string    // reclaim ids by alert fingerprint
 	openUnit map[targetKey][]string // ids of the reclaims not ended, by unit
 	counts   map[State]int
-	version  uint64 // counts the index's changes
-	inflight map[string]bool     // side effects in progress, outside the lock
+	version  uint64          // counts the index's changes
+	inflight map[string]bool // side effects in progress, outside the lock
 	breaker  bool
 	wake     chan struct{}
 
