@@ -47,6 +47,19 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 }
 
 // distinct counts the different messages whose key starts with prefix.
+// deliveries counts the messages received whose key has prefix, repeats included.
+func (r *receiver) deliveries(prefix string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for k, c := range r.keys {
+		if strings.HasPrefix(k, prefix) {
+			n += c
+		}
+	}
+	return n
+}
+
 func (r *receiver) distinct(prefix string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -69,7 +82,12 @@ var lifecyclePoints = []string{"ingested", "before-warning", "after-warning", "b
 // into dir. It returns the node's address once the node vouches for every
 // unit's idleness, and the units' UUIDs.
 func idleNode(t *testing.T, dir, exporterBin string, n int) (string, []string) {
-	scenario := "node: crash-node\nsystem: dgxh100\nusers: {"
+	return idleNodeNamed(t, dir, exporterBin, "crash-node", "exporter.log", n)
+}
+
+// idleNodeNamed is idleNode for a node of another name, logging into logName.
+func idleNodeNamed(t *testing.T, dir, exporterBin, node, logName string, n int) (string, []string) {
+	scenario := "node: " + node + "\nsystem: dgxh100\nusers: {"
 	for i := range n {
 		scenario += fmt.Sprintf("u%d: %d, ", i, 1000+i)
 	}
@@ -77,13 +95,14 @@ func idleNode(t *testing.T, dir, exporterBin string, n int) (string, []string) {
 	for i := range n {
 		scenario += fmt.Sprintf("  - {index: %d, sm_active: 0, processes: [{pid: %d, user: u%d, memory_used: 10GiB, started: -2h}]}\n", i, 5000+i, i)
 	}
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "scenario.yaml"), []byte(scenario), 0o644))
+	scenarioFile := filepath.Join(dir, node+".yaml")
+	require.NoError(t, os.WriteFile(scenarioFile, []byte(scenario), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "node.token"), []byte("node-token\n"), 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "webhook.token"), []byte("am-token\n"), 0o600))
 	addr := freeAddr(t)
-	log, err := os.Create(filepath.Join(dir, "exporter.log"))
+	log, err := os.Create(filepath.Join(dir, logName))
 	require.NoError(t, err)
-	exporter := exec.Command(exporterBin, "--simulate="+filepath.Join(dir, "scenario.yaml"), "--web.listen-address="+addr,
+	exporter := exec.Command(exporterBin, "--simulate="+scenarioFile, "--web.listen-address="+addr,
 		"--sample.interval=1s", "--action.token-file="+filepath.Join(dir, "node.token"), "--action.idle-window=2s", "--action.kill-grace=0s")
 	exporter.Stdout, exporter.Stderr = log, log
 	require.NoError(t, exporter.Start())

@@ -96,6 +96,9 @@ func TestFailover(t *testing.T) {
 
 	cases := len(points) + 1
 	exporterAddr, uuids := idleNode(t, dir, exporterBin, cases)
+	// A second node, for the paused leader's reclaims.
+	const pausedUnits = 6
+	pauseAddr, pauseUUIDs := idleNodeNamed(t, dir, exporterBin, "pause-node", "pause-node.log", pausedUnits)
 	am := amtest.Start(t, amtest.Config("http://127.0.0.1:1/unused", "x", time.Hour))
 	rcv := &receiver{keys: map[string]int{}}
 	hook := httptest.NewServer(rcv)
@@ -125,10 +128,10 @@ func TestFailover(t *testing.T) {
 web: {auth: {none: true}}
 alertmanager: {url: %q}
 kubernetes: {enabled: true, kubeconfig: %q}
-nodes: {addresses: {crash-node: "http://%s"}, bearer_token_file: node.token, timeout: 45s}
+nodes: {addresses: {crash-node: "http://%s", pause-node: "http://%s"}, bearer_token_file: node.token, timeout: 45s}
 notifiers: [{type: webhook, url: %q}]
 policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: %s, min_runtime: 0s}]
-`, am.URL, kubeconfig, exporterAddr, hook.URL, grace)), 0o600))
+`, am.URL, kubeconfig, exporterAddr, pauseAddr, hook.URL, grace)), 0o600))
 		start := func(name, failpoint string) *replica {
 			r := &replica{name: name, addr: freeAddr(t), log: filepath.Join(dir, name+".log")}
 			r.cmd = exec.Command(reclaimerBin, "--config.file="+cfgPath, "--web.listen-address="+r.addr, "--step.interval=50ms",
@@ -150,13 +153,14 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 
 		svc.set(a, b)
 		return a, b
 	}
-	alert := func(i int) (map[string]string, time.Time, []byte) {
-		labels := map[string]string{"alertname": "GPUIdle", "audience": "reclaimer", "uuid": uuids[i], "gpu_uuid": uuids[i], "node": "crash-node",
+	alertOn := func(node, uuid string, i int) (map[string]string, time.Time, []byte) {
+		labels := map[string]string{"alertname": "GPUIdle", "audience": "reclaimer", "uuid": uuid, "gpu_uuid": uuid, "node": node,
 			"kind": "gpu", "user": fmt.Sprintf("u%d", i), "keep": "false", "action": "kill", "signal": "sm_active"}
 		startsAt := time.Now().Add(-10 * time.Minute).Truncate(time.Second).UTC()
 		am.Push(t, amtest.Alert{Labels: labels, StartsAt: startsAt})
 		return labels, startsAt, notificationFor(labels, startsAt)
 	}
+	alert := func(i int) (map[string]string, time.Time, []byte) { return alertOn("crash-node", uuids[i], i) }
 	// Alertmanager retries until the Service answers 200.
 	deliver := func(body []byte) {
 		require.Eventually(t, func() bool { return post(strings.TrimPrefix(front.URL, "http://"), body) == http.StatusOK }, 30*time.Second, 100*time.Millisecond)
@@ -219,10 +223,71 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 
 		require.Zero(t, strings.Count(string(log), "uuid="+uuids[i]+" processes=1"), "nothing was done")
 		_ = b.cmd.Process.Signal(syscall.SIGTERM)
 	})
+
+	// The leader is paused (SIGSTOP: a long GC, a frozen VM) in the middle
+	// of an action, past its Lease; the other takes over, finishes that
+	// action and the other reclaims. When the first resumes, right where it
+	// stopped, with the rest of its work due in its memory, it does nothing:
+	// it has not renewed the Lease for longer than the renew deadline, so it
+	// acts, writes and sends nothing, and stops.
+	t.Run("a leader paused past its Lease does nothing when it resumes", func(t *testing.T) {
+		a, b := pair(t, "failover-pause", "2s", "pause:before-action")
+		type sent struct {
+			uuid string
+			key  string
+		}
+		var units []sent
+		for i, uuid := range pauseUUIDs {
+			labels, startsAt, notification := alertOn("pause-node", uuid, i)
+			deliver(notification)
+			units = append(units, sent{uuid, model.Fingerprint(model.LabelsToSignature(labels)).String() + fmt.Sprintf("-%d", startsAt.Unix())})
+		}
+		require.Eventually(t, func() bool { return stopped(a.cmd.Process.Pid) }, 20*time.Second, 20*time.Millisecond,
+			"the leader pauses as it is about to act: %s", readFile(a.log))
+		t.Cleanup(func() { _ = a.cmd.Process.Signal(syscall.SIGCONT) })
+
+		require.Eventually(t, b.ready, 10*testLease, 20*time.Millisecond, "the other takes over: %s", readFile(b.log))
+		require.Eventually(t, func() bool {
+			for _, u := range units {
+				if r, ok := reclaimOfUnit(b.addr, u.uuid); !ok || r.State != "done" || !r.Final.Sent {
+					return false
+				}
+			}
+			return true
+		}, 30*time.Second, 50*time.Millisecond, "the new leader reclaims them: %s", readFile(b.log))
+
+		require.NoError(t, a.cmd.Process.Signal(syscall.SIGCONT))
+		require.Equal(t, "exit status 1", waitExit(t, a.cmd, 20*time.Second), "the resumed replica stops")
+		time.Sleep(time.Second) // anything it still sent would have arrived
+
+		log := readFile(filepath.Join(dir, "pause-node.log"))
+		for _, u := range units {
+			require.Equal(t, 1, strings.Count(log, "uuid="+u.uuid+" processes=1"), "signalled once")
+			require.NotContains(t, log, "refused to kill uuid="+u.uuid, "and never asked again")
+			require.Equal(t, 1, rcv.deliveries(u.key+"/warning"), "one warning, sent once")
+			require.Equal(t, 1, rcv.deliveries(u.key+"/reclaimed"), "one final message, sent once")
+		}
+		require.Contains(t, readFile(a.log), "refused: leadership in doubt", "it was about to act, and did not")
+		_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	})
+}
+
+// stopped says whether a process is stopped by a signal (state T in /proc).
+func stopped(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: comm may hold spaces, so read after its ")".
+	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	return len(fields) > 0 && fields[0] == "T"
 }
 
 type unitReclaim struct {
-	State  string `json:"state"`
+	State   string `json:"state"`
+	Warning struct {
+		Sent bool `json:"sent"`
+	} `json:"warning"`
 	Target struct {
 		UUID string `json:"uuid"`
 	} `json:"target"`

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	rweb "github.com/gpureclaim/gpureclaim/reclaimer/web"
 )
 
@@ -67,7 +69,7 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // with an error when the Lease is lost or lead fails: the process then
 // stops, so that a replica that may have missed the new leader's writes
 // does nothing more, and comes back as a follower.
-func elect(parent context.Context, o *options, rc *rest.Config, logger *slog.Logger, lead func(context.Context) error) error {
+func elect(parent context.Context, o *options, rc *rest.Config, logger *slog.Logger, lead func(context.Context, reclaim.Leadership) error) error {
 	ns := o.namespace
 	id := o.election.identity
 	if id == "" {
@@ -83,11 +85,11 @@ func elect(parent context.Context, o *options, rc *rest.Config, logger *slog.Log
 	if err != nil {
 		return err
 	}
-	lock := &resourcelock.LeaseLock{
+	lock := newGuardedLock(&resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Name: o.election.lease, Namespace: ns},
 		Client:     cs.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
-	}
+	}, o.election.renewDeadline)
 	// lead's end comes back on led; a lead that fails stops the election
 	// too, rather than holding the Lease with nothing acting.
 	ctx, stop := context.WithCancel(parent)
@@ -103,8 +105,29 @@ func elect(parent context.Context, o *options, rc *rest.Config, logger *slog.Log
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
 				leading.Store(true)
-				logger.Info("took the lease: acting", "lease", ns+"/"+o.election.lease, "identity", id)
-				err := lead(ctx)
+				logger.Info("took the lease: acting", "lease", ns+"/"+o.election.lease, "identity", id, "fencing_token", lock.Token())
+				// In doubt, stop at once: every write, action and message
+				// checks too, but the work in flight ends here.
+				ctx, doubt := context.WithCancel(ctx)
+				defer doubt()
+				go func() {
+					t := time.NewTicker(o.election.retry / 2)
+					defer t.Stop()
+					for {
+						select {
+						case <-ctx.Done():
+							return
+						case <-t.C:
+							if err := lock.Check(); err != nil {
+								logger.Warn("leadership in doubt: stopping every action", "err", err)
+								doubt()
+								stop()
+								return
+							}
+						}
+					}
+				}()
+				err := lead(ctx, lock)
 				if err != nil {
 					stop()
 				}

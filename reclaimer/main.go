@@ -140,14 +140,22 @@ func kubeClient(cfg *config.Config, rc *rest.Config, logger *slog.Logger) (*kube
 
 // failpoint kills the process at a named point of the lifecycle when
 // GPURECLAIM_FAILPOINT names it: the crash tests use it to stop the
-// reclaimer exactly there, as a power cut would.
+// reclaimer exactly there, as a power cut would. "pause:NAME" pauses it
+// there instead (SIGSTOP, once), as a long GC or a frozen VM would.
 func failpoint() func(string) {
 	want := os.Getenv("GPURECLAIM_FAILPOINT")
 	if want == "" {
 		return nil
 	}
+	pause, paused := strings.HasPrefix(want, "pause:"), false
+	want = strings.TrimPrefix(want, "pause:")
 	return func(name string) {
-		if name == want {
+		switch {
+		case name != want:
+		case pause && !paused:
+			paused = true
+			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		case !pause:
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			select {}
 		}
@@ -254,15 +262,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	go func() {
 		errc <- web.ListenAndServe(hs, &web.FlagConfig{WebListenAddresses: &[]string{o.listen}, WebConfigFile: &o.webConfig}, logger)
 	}()
-	lead := func(ctx context.Context) error {
+	lead := func(ctx context.Context, leader reclaim.Leadership) error {
 		eng, err := reclaim.New(reclaim.Options{
 			Config: cfg, Store: st, Checker: am, Inspector: insp, Actor: act, Verifier: act, Events: events,
-			Notifiers: notifiers.list, Clock: time.Now, Logger: logger, Metrics: metrics, Failpoint: failpoint(),
+			Notifiers: notifiers.list, Clock: time.Now, Logger: logger, Metrics: metrics, Failpoint: failpoint(), Leadership: leader,
 		})
 		if err != nil {
 			return err
 		}
-		srv := rweb.New(rweb.Options{Config: cfg, Engine: eng, Logger: logger, Clock: time.Now, Registry: reg, Ready: storeReady(st)})
+		srv := rweb.New(rweb.Options{Config: cfg, Engine: eng, Logger: logger, Clock: time.Now, Registry: reg, Ready: ready(st, leader)})
 		notifiers.mount(ctx, srv, eng)
 		go every(ctx, time.Hour, func() {
 			if n, err := eng.Prune(time.Now().Add(-o.retention)); err != nil {
@@ -283,7 +291,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if o.election.on {
 			errc <- elect(ctx, o, rc, logger, lead)
 		} else {
-			errc <- lead(ctx)
+			errc <- lead(ctx, nil)
 		}
 	}()
 	code := 0
@@ -339,16 +347,24 @@ func ownNamespace(flagged string) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-// every runs f now and then every interval until ctx ends.
-// storeReady is the readiness of a store that can tell (the kubernetes
-// store asks its API server); a bbolt file is ready while open.
-func storeReady(st reclaim.Store) func() error {
-	if r, ok := st.(interface{ Ready() error }); ok {
-		return r.Ready
+// ready is the replica's readiness: its store answers (the kubernetes
+// store asks its API server; a bbolt file is ready while open), and, with
+// two replicas, it surely still leads.
+func ready(st reclaim.Store, leader reclaim.Leadership) func() error {
+	return func() error {
+		if leader != nil {
+			if err := leader.Check(); err != nil {
+				return err
+			}
+		}
+		if r, ok := st.(interface{ Ready() error }); ok {
+			return r.Ready()
+		}
+		return nil
 	}
-	return func() error { return nil }
 }
 
+// every runs f now and then every interval until ctx ends.
 func every(ctx context.Context, interval time.Duration, f func()) {
 	t := time.NewTicker(interval)
 	defer t.Stop()

@@ -4,8 +4,8 @@
 // what was done, and the reclaim's audit events), so that any replica that
 // wins the leader election takes over where the last one stopped, and
 // `kubectl get gpureclaims` lists them. Only the leader writes: every write
-// carries the resourceVersion it last saw, so a replica that lost the lease
-// and still writes is refused.
+// carries the resourceVersion it last saw and the leader's fencing token,
+// so a replica that lost the lease and still writes is refused.
 package kubestore
 
 import (
@@ -16,7 +16,10 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,6 +42,10 @@ const (
 	Resource = "gpureclaims"
 	// StateLabel carries the state, for `kubectl get gpureclaims -l gpureclaim.io/state=pending`.
 	StateLabel = "gpureclaim.io/state"
+	// FenceAnnotation carries the writer's fencing token (its term of the
+	// Lease); the chart's ValidatingAdmissionPolicy refuses a write whose
+	// token is not the Lease's current term.
+	FenceAnnotation = "gpureclaim.io/fence"
 	// MaxEvents bounds the audit events a resource keeps; the oldest go first.
 	MaxEvents = 100
 )
@@ -146,16 +153,12 @@ func (s *Store) Load() ([]*reclaim.Reclaim, error) {
 		}
 		for i := range list.Items {
 			u := &list.Items[i]
-			var st Status
-			if err := fromUnstructured(u.Object["status"], &st); err != nil {
-				return nil, fmt.Errorf("%s %s: %w", Kind, u.GetName(), err)
+			r, evs, err := decode(u)
+			if err != nil {
+				return nil, err
 			}
-			var r reclaim.Reclaim
-			if err := json.Unmarshal(st.Reclaim, &r); err != nil {
-				return nil, fmt.Errorf("%s %s: status.reclaim: %w", Kind, u.GetName(), err)
-			}
-			objs[r.ID] = &object{rv: u.GetResourceVersion(), r: &r, events: st.Events}
-			out = append(out, &r)
+			objs[r.ID] = &object{rv: u.GetResourceVersion(), r: r, events: evs}
+			out = append(out, r)
 		}
 		if cont = list.GetContinue(); cont == "" {
 			break
@@ -167,38 +170,52 @@ func (s *Store) Load() ([]*reclaim.Reclaim, error) {
 	return out, nil
 }
 
-// Write creates or updates each reclaim's resource with its new events.
-// It returns once the apiserver has stored every one: the engine carries
-// a decision out only after.
+// writers bounds the writes one Write has in flight at once: the
+// client's rate limit (kubernetes.qps, burst) paces them.
+const writers = 16
+
+// Write creates or updates each reclaim's resource with its new events,
+// several at once. It returns once the apiserver has stored every one (the
+// engine carries a decision out only after), or what failed: a write
+// another replica got in first to comes back as a reclaim.ConflictError
+// holding what the store now has; one the apiserver's fence refuses, as
+// reclaim.ErrNotLeader.
 func (s *Store) Write(rs []*reclaim.Reclaim, events []reclaim.Event) error {
 	byReclaim := map[string][]reclaim.Event{}
 	for _, e := range events {
 		byReclaim[e.Reclaim] = append(byReclaim[e.Reclaim], e)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	type write struct {
+		r      *reclaim.Reclaim
+		events []reclaim.Event
+	}
+	var ws []write
 	for _, r := range rs {
-		if err := s.put(r, byReclaim[r.ID]); err != nil {
-			return err
-		}
+		ws = append(ws, write{r, byReclaim[r.ID]})
 		delete(byReclaim, r.ID)
 	}
 	// Events of reclaims not written this time join their resource.
+	s.mu.Lock()
 	for id, evs := range byReclaim {
 		o := s.objs[id]
 		if o == nil {
+			s.mu.Unlock()
 			return fmt.Errorf("audit events for reclaim %s, which the store does not hold", id)
 		}
-		if err := s.put(o.r, evs); err != nil {
-			return err
-		}
+		ws = append(ws, write{o.r, evs})
 	}
-	return nil
+	s.mu.Unlock()
+
+	return parallel(len(ws), func(i int) error { return s.put(ws[i].r, ws[i].events) })
 }
 
+// put writes one reclaim; the mirror is read and updated under s.mu, the
+// request made outside it.
 func (s *Store) put(r *reclaim.Reclaim, events []reclaim.Event) error {
 	cp := *r
+	s.mu.Lock()
 	o := s.objs[r.ID]
+	s.mu.Unlock()
 	var all []reclaim.Event
 	if o != nil {
 		all = append(all, o.events...)
@@ -220,14 +237,49 @@ func (s *Store) put(r *reclaim.Reclaim, events []reclaim.Event) error {
 		u.SetResourceVersion(o.rv)
 		stored, err = s.res.Update(ctx, u, metav1.UpdateOptions{})
 	}
-	if err != nil {
-		if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("%s %s was written by another replica: this one is no longer the leader: %w", Kind, r.ID, err)
-		}
+	switch {
+	case err == nil:
+	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
+		return s.conflict(ctx, r.ID, err)
+	case strings.Contains(err.Error(), FenceAnnotation):
+		return fmt.Errorf("%w: the apiserver refused %s %s: %v", reclaim.ErrNotLeader, Kind, r.ID, err)
+	default:
 		return fmt.Errorf("writing %s %s: %w", Kind, r.ID, err)
 	}
+	s.mu.Lock()
 	s.objs[r.ID] = &object{rv: stored.GetResourceVersion(), r: &cp, events: all}
+	s.mu.Unlock()
 	return nil
+}
+
+// conflict re-reads a reclaim another replica wrote since this one read
+// it, so that the engine goes on from what the store holds.
+func (s *Store) conflict(ctx context.Context, id string, cause error) error {
+	u, err := s.res.Get(ctx, id, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("%s %s was written by another replica, and re-reading it failed: %v (%w)", Kind, id, err, cause)
+	}
+	r, evs, err := decode(u)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.objs[id] = &object{rv: u.GetResourceVersion(), r: r, events: evs}
+	s.mu.Unlock()
+	return &reclaim.ConflictError{Stored: r, Cause: cause}
+}
+
+// decode reads a GPUReclaim back into its reclaim and audit events.
+func decode(u *unstructured.Unstructured) (*reclaim.Reclaim, []reclaim.Event, error) {
+	var st Status
+	if err := fromUnstructured(u.Object["status"], &st); err != nil {
+		return nil, nil, fmt.Errorf("%s %s: %w", Kind, u.GetName(), err)
+	}
+	var r reclaim.Reclaim
+	if err := json.Unmarshal(st.Reclaim, &r); err != nil {
+		return nil, nil, fmt.Errorf("%s %s: status.reclaim: %w", Kind, u.GetName(), err)
+	}
+	return &r, st.Events, nil
 }
 
 func (s *Store) render(r *reclaim.Reclaim, events []reclaim.Event) (*unstructured.Unstructured, error) {
@@ -237,14 +289,18 @@ func (s *Store) render(r *reclaim.Reclaim, events []reclaim.Event) (*unstructure
 	}
 	st := Status{State: string(r.State), Owner: r.Target.Owner(), Unit: r.Target.Unit(), Action: r.Action, Reason: r.Reason,
 		ActAt: mtime(r.ActAt), ActedAt: mtime(r.ActedAt), Closed: mtime(r.Closed), Reclaim: raw, Events: events}
+	meta := map[string]any{
+		"name":      r.ID,
+		"namespace": s.ns,
+		"labels":    map[string]any{StateLabel: string(r.State)},
+	}
+	if r.Fence > 0 {
+		meta["annotations"] = map[string]any{FenceAnnotation: strconv.FormatInt(r.Fence, 10)}
+	}
 	obj := map[string]any{
 		"apiVersion": Group + "/" + Version,
 		"kind":       Kind,
-		"metadata": map[string]any{
-			"name":      r.ID,
-			"namespace": s.ns,
-			"labels":    map[string]any{StateLabel: string(r.State)},
-		},
+		"metadata":   meta,
 	}
 	for k, v := range map[string]any{"spec": Spec{Target: r.Target, Policy: r.Policy, Episode: Episode{Fingerprint: r.Fingerprint, StartsAt: r.StartsAt}}, "status": st} {
 		m, err := toUnstructured(v)
@@ -314,22 +370,17 @@ func (s *Store) Audit(limit int) ([]reclaim.Event, error) {
 }
 
 // Prune deletes the resources of reclaims that ended and were told before
-// before, as the bbolt store does, and events older than before.
+// before, as the bbolt store does, and events older than before; several
+// requests at once, none under the mirror's lock.
 func (s *Store) Prune(before time.Time) (int, error) {
+	type gone struct{ id, rv string }
+	var deletes []gone
+	var trims []*reclaim.Reclaim
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
 	for id, o := range s.objs {
 		r := o.r
 		if r.State.Terminal() && r.Final.Sent && !r.Closed.IsZero() && r.Closed.Before(before) {
-			ctx, cancel := s.ctx()
-			err := s.res.Delete(ctx, id, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &o.rv}})
-			cancel()
-			if err != nil && !apierrors.IsNotFound(err) {
-				return n, fmt.Errorf("deleting %s %s: %w", Kind, id, err)
-			}
-			delete(s.objs, id)
-			n++
+			deletes = append(deletes, gone{id, o.rv})
 			continue
 		}
 		keep := o.events[:0:0]
@@ -340,12 +391,51 @@ func (s *Store) Prune(before time.Time) (int, error) {
 		}
 		if len(keep) != len(o.events) {
 			o.events = keep
-			if err := s.put(r, nil); err != nil {
-				return n, err
-			}
+			trims = append(trims, r)
 		}
 	}
-	return n, nil
+	s.mu.Unlock()
+	var deleted atomic.Int64
+	err := parallel(len(deletes), func(i int) error {
+		d := deletes[i]
+		ctx, cancel := s.ctx()
+		defer cancel()
+		err := s.res.Delete(ctx, d.id, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &d.rv}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting %s %s: %w", Kind, d.id, err)
+		}
+		s.mu.Lock()
+		delete(s.objs, d.id)
+		s.mu.Unlock()
+		deleted.Add(1)
+		return nil
+	})
+	if err != nil {
+		return int(deleted.Load()), err
+	}
+	return int(deleted.Load()), parallel(len(trims), func(i int) error { return s.put(trims[i], nil) })
+}
+
+// parallel runs f for 0..n-1, writers at a time, and returns the first error.
+func parallel(n int, f func(i int) error) error {
+	errs := make([]error, n)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(writers, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				errs[i] = f(i)
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func (s *Store) Close() error { return nil }

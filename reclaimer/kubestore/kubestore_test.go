@@ -1,13 +1,17 @@
 package kubestore_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 
@@ -93,7 +97,9 @@ func TestStore(t *testing.T) {
 	stale := *b
 	stale.State = reclaim.Done
 	err = leader.Write([]*reclaim.Reclaim{&stale}, nil)
-	require.ErrorContains(t, err, "no longer the leader")
+	var conflict *reclaim.ConflictError
+	require.ErrorAs(t, err, &conflict)
+	require.Equal(t, reclaim.Snoozed, conflict.Stored.State, "what the store holds comes back, to go on from")
 	again, err := kubestore.New(rc, ns, "gpureclaim-reclaimer-replays")
 	require.NoError(t, err)
 	loaded, err = again.Load()
@@ -141,6 +147,59 @@ func TestStore(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, first, "expired: a new request")
 }
+
+// The chart's fence on a real apiserver: a GPUReclaim is written only with
+// the Lease's current term; a replica still writing with an older one (it
+// was paused past the Lease, and another took it) is refused, as one
+// without an election is not.
+func TestFence(t *testing.T) {
+	cl := kubetest.Start(t, false)
+	root := tooltest.Root(t)
+	cl.InstallCRDs(t, deploy.CRDs(root))
+	role, err := deploy.ReclaimerRole(root)
+	require.NoError(t, err)
+	cl.BindReclaimerNamespaceRole(t, role)
+	manifests := filepath.Join(root, "deploy", "manifests", deploy.CoreFile)
+	var fence []byte
+	for _, kind := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
+		d, err := deploy.Find(manifests, kind, "gpureclaim-reclaimer-fence")
+		require.NoError(t, err)
+		fence = append(append(fence, d...), []byte("---\n")...)
+	}
+	apply := exec.Command(tooltest.Bin(t, "kubectl"), "--kubeconfig", cl.Kubeconfig, "apply", "-f", "-")
+	apply.Stdin = bytes.NewReader(fence)
+	out, err := apply.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	ns := deploy.Namespace
+	admin := cl.Client(t, kubetest.AdminToken)
+	transitions := int32(2)
+	_, err = admin.CoordinationV1().Leases(ns).Create(context.Background(), &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpureclaim-reclaimer", Namespace: ns},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr("reclaimer-b"), LeaseTransitions: &transitions},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	st, err := kubestore.New(cl.RESTConfig(kubetest.ReclaimerToken), ns, "gpureclaim-reclaimer-replays")
+	require.NoError(t, err)
+	stale := reclaimOf("aa00000000000001-1772445600", "old-0", reclaim.Pending)
+	stale.Fence = 2 // the term before: leaseTransitions 1
+	require.Eventually(t, func() bool {
+		return errors.Is(st.Write([]*reclaim.Reclaim{stale}, nil), reclaim.ErrNotLeader)
+	}, 20*time.Second, 100*time.Millisecond, "the apiserver refuses the old term (once it has loaded the policy)")
+	err = st.Write([]*reclaim.Reclaim{stale}, nil)
+	require.ErrorContains(t, err, "gpureclaim.io/fence 2 is not the Lease term 3: another replica leads")
+
+	current := reclaimOf("bb00000000000002-1772445600", "new-0", reclaim.Pending)
+	current.Fence = 3
+	require.NoError(t, st.Write([]*reclaim.Reclaim{current}, nil), "the current term writes")
+	current.State = reclaim.Snoozed
+	require.NoError(t, st.Write([]*reclaim.Reclaim{current}, nil))
+	alone := reclaimOf("cc00000000000003-1772445600", "solo-0", reclaim.Pending)
+	require.NoError(t, st.Write([]*reclaim.Reclaim{alone}, nil), "no token: one replica, no election")
+}
+
+func ptr[T any](v T) *T { return &v }
 
 func kubestoreAdmin(cl *kubetest.Cluster) (dynamic.Interface, error) {
 	return dynamic.NewForConfig(cl.RESTConfig(kubetest.AdminToken))

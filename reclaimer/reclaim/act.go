@@ -169,6 +169,9 @@ func (e *Engine) act(ctx context.Context, id string) {
 		e.finish(id, DryRun, fmt.Sprintf("dry run: would have run %s", r.Action), nil)
 		return
 	}
+	if e.fenced("action") != nil {
+		return // the next leader resumes it, as after a crash
+	}
 	start := time.Now()
 	res, err := e.o.Actor.Act(ctx, r.Action, r)
 	e.o.Metrics.actionDuration.WithLabelValues(r.Action).Observe(time.Since(start).Seconds())
@@ -288,11 +291,11 @@ func (e *Engine) final(ctx context.Context, id string) {
 	if e.o.Events != nil {
 		switch r.State {
 		case Done:
-			e.o.Events.Event(ctx, r, "GPUReclaimed", fmt.Sprintf("%s reclaimed (%s): %s", r.Target.Unit(), r.ActionText(), r.Detail))
+			e.kubeEvent(ctx, r, "GPUReclaimed", fmt.Sprintf("%s reclaimed (%s): %s", r.Target.Unit(), r.ActionText(), r.Detail))
 		case NotReleased:
-			e.o.Events.Event(ctx, r, "GPUNotReleased", r.Reason)
+			e.kubeEvent(ctx, r, "GPUNotReleased", r.Reason)
 		case Cancelled:
-			e.o.Events.Event(ctx, r, "GPUReclaimCancelled", "reclaim cancelled: "+r.Reason)
+			e.kubeEvent(ctx, r, "GPUReclaimCancelled", "reclaim cancelled: "+r.Reason)
 		}
 	}
 }

@@ -121,6 +121,9 @@ func (e *Engine) restore(ctx context.Context, id, by string) (*Reclaim, error) {
 	if err != nil || !claimed {
 		return r, err // asked before: nothing twice
 	}
+	if err := e.fenced("action"); err != nil {
+		return nil, err
+	}
 	if err := rs.Restore(ctx, r); err != nil {
 		e.o.Metrics.Error(ComponentKubernetes)
 		if _, uerr := e.update(id, nil, func(c *Reclaim) bool {

@@ -210,3 +210,32 @@ type Notifier interface {
 	// delivered the owner's warning.
 	Blocking() bool
 }
+
+// Leadership says whether this replica may still act and write: with two
+// replicas, the one that may have lost the Lease (paused, cut off) must do
+// nothing, not even what it was in the middle of.
+type Leadership interface {
+	// Check fails once the Lease may have passed to another replica.
+	Check() error
+	// Token is this term's fencing token, recorded with every write: the
+	// store refuses a write with an older one.
+	Token() int64
+}
+
+// ErrNotLeader is a write, action or message refused because the replica
+// may no longer lead.
+var ErrNotLeader = errors.New("this replica may no longer hold the Lease")
+
+// ConflictError is a write refused because another replica wrote the
+// reclaim since this one read it: Stored is what the store holds now, and
+// the engine goes on from it.
+type ConflictError struct {
+	Stored *Reclaim
+	Cause  error
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("reclaim %s was written by another replica (%v): re-read", e.Stored.ID, e.Cause)
+}
+
+func (e *ConflictError) Unwrap() error { return e.Cause }

@@ -2,6 +2,7 @@ package reclaim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -36,6 +37,9 @@ type Options struct {
 	// Failpoint, when set, is called at the named points of the lifecycle;
 	// the crash tests kill the process there.
 	Failpoint func(name string)
+	// Leadership, with two replicas, is checked before every write, action
+	// and message; nil runs alone.
+	Leadership Leadership
 }
 
 // Engine runs every reclaim's lifecycle.
@@ -103,15 +107,53 @@ func later(a, b time.Time) time.Time {
 
 // persist writes reclaims and audit events; the caller holds e.mu.
 func (e *Engine) persist(events []Event, rs ...*Reclaim) error {
+	if err := e.fenced("write"); err != nil {
+		return err
+	}
 	now := e.now()
 	for _, r := range rs {
 		r.Updated = now
+		if e.o.Leadership != nil {
+			r.Fence = e.o.Leadership.Token()
+		}
 	}
 	if err := e.o.Store.Write(rs, events); err != nil {
 		e.o.Metrics.Error(ComponentStore)
+		var conflict *ConflictError
+		if errors.As(err, &conflict) {
+			// Another replica wrote it (a leader that lost the Lease, before
+			// the fence): what the store holds is what was done.
+			e.set(conflict.Stored)
+			e.version++
+			e.o.Logger.Warn("a reclaim was written by another replica: going on from the store", "reclaim", conflict.Stored.ID, "state", conflict.Stored.State)
+			return err
+		}
+		e.o.Logger.Error("writing to the store failed: nothing is done until it is written", "reclaims", len(rs), "first", rs[0].ID, "err", err)
 		return err
 	}
 	return nil
+}
+
+// fenced says whether this replica must refrain from what (a write, an
+// action, a message): it may have lost the Lease.
+func (e *Engine) fenced(what string) error {
+	if e.o.Leadership == nil {
+		return nil
+	}
+	if err := e.o.Leadership.Check(); err != nil {
+		e.o.Metrics.fenced.WithLabelValues(what).Inc()
+		e.o.Logger.Warn("refused: leadership in doubt", "what", what, "err", err)
+		return fmt.Errorf("%w: %v", ErrNotLeader, err)
+	}
+	return nil
+}
+
+// kubeEvent writes a Kubernetes Event about a reclaim, if this replica still leads.
+func (e *Engine) kubeEvent(ctx context.Context, r *Reclaim, reason, message string) {
+	if e.o.Events == nil || e.fenced("event") != nil {
+		return
+	}
+	e.o.Events.Event(ctx, r, reason, message)
 }
 
 func (e *Engine) event(r *Reclaim, kind, detail, actor string) Event {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -964,3 +965,54 @@ func TestGraceRunsFromASlowDelivery(t *testing.T) {
 	eng.Step(ctx)
 	require.Equal(t, 1, actor.Count())
 }
+
+// lease stands for the Lease: held or not, and the term's token.
+type lease struct {
+	mu    sync.Mutex
+	lost  bool
+	token int64
+}
+
+func (l *lease) Check() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lost {
+		return errors.New("last renewed 20s ago, past the renew deadline")
+	}
+	return nil
+}
+
+func (l *lease) Token() int64 { l.mu.Lock(); defer l.mu.Unlock(); return l.token }
+
+func (l *lease) lose() { l.mu.Lock(); l.lost = true; l.mu.Unlock() }
+
+// A replica that may have lost the Lease writes nothing, acts on nothing
+// and sends nothing, from the moment it may have: even work it had begun.
+// What it wrote while it led carries its term's token.
+func TestNoActionWriteOrMessageOnceLeadershipIsInDoubt(t *testing.T) {
+	f := newFixture(t, "")
+	l := &lease{token: 7}
+	f.eng, _ = reclaim.New(reclaim.Options{Config: f.cfg, Store: f.st, Actor: f.actor, Notifiers: []reclaim.Notifier{f.notifier},
+		Clock: f.clock.Now, Metrics: f.metrics, Leadership: l})
+	require.Equal(t, 2, f.ingest(IdlePod("firing", T0, "ml", "nb-0"), IdlePod("firing", T0, "ml", "nb-1")).New)
+	f.at(0)
+	require.Len(t, f.notifier.Kinds(), 2, "both warned")
+	for _, r := range f.eng.List() {
+		require.EqualValues(t, 7, r.Fence, "written with the term's token")
+	}
+
+	l.lose()
+	f.at(5 * time.Minute)
+	require.Zero(t, f.actor.Count(), "no action")
+	require.Len(t, f.notifier.Kinds(), 2, "no message")
+	_, err := f.eng.Ingest([]template.Alert{IdlePod("firing", T0, "ml", "nb-2")})
+	require.ErrorIs(t, err, reclaim.ErrNotLeader, "no write: Alertmanager retries on the leader")
+	require.Equal(t, 3.0, f.metric("gpureclaim_reclaimer_fenced_total", "what", "write"), "two acting records and the notification")
+
+	// The next leader, on the same store, does it all once.
+	f.restart()
+	f.at(5 * time.Minute)
+	require.Equal(t, []string{"evict ml/nb-0", "evict ml/nb-1"}, sorted(f.actor.Calls))
+}
+
+func sorted(s []string) []string { s = slices.Clone(s); slices.Sort(s); return s }

@@ -20,6 +20,7 @@ type Metrics struct {
 	errors          *prometheus.CounterVec
 	breakerOpen     prometheus.Gauge
 	lastStepSeconds prometheus.Gauge
+	fenced          *prometheus.CounterVec
 }
 
 // NewMetrics registers the lifecycle metrics with reg.
@@ -54,6 +55,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "1 while the circuit breaker holds every action because too many targets are pending."}),
 		lastStepSeconds: f.NewGauge(prometheus.GaugeOpts{Name: "gpureclaim_reclaimer_last_step_timestamp_seconds",
 			Help: "When the lifecycle last ran, in Unix seconds."}),
+		fenced: f.NewCounterVec(prometheus.CounterOpts{Name: "gpureclaim_reclaimer_fenced_total",
+			Help: "Writes, actions and messages this replica refused itself because it may no longer hold the Lease."}, []string{"what"}),
 	}
 	for _, s := range States {
 		m.reclaims.WithLabelValues(string(s))

@@ -222,6 +222,8 @@ type Reclaim struct {
 	// Planned is what the action set out to end (a kill's PIDs), written
 	// before it ran.
 	Planned []int  `json:"planned,omitempty"`
+	// Fence is the fencing token of the leader that last wrote it.
+	Fence int64 `json:"fence,omitempty"`
 	Detail  string `json:"detail,omitempty"`
 	// RestoreAsked is when a restore was asked of the controller, and by
 	// whom; RestoreBy the deadline for the workload to run again; Restored

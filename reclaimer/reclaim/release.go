@@ -160,13 +160,13 @@ func (e *Engine) verifyRestore(ctx context.Context, r *Reclaim) {
 	case MsgRestored:
 		e.send(ctx, Message{Kind: MsgRestored, Reclaim: r, By: r.RestoreAskedBy, Text: fmt.Sprintf("%s by %s; it runs again.", r.Workload.RestoredText(), r.RestoreAskedBy)}, nil)
 		if e.o.Events != nil {
-			e.o.Events.Event(ctx, r, "GPUReclaimRestored", fmt.Sprintf("%s by %s", r.Workload.RestoredText(), r.RestoreAskedBy))
+			e.kubeEvent(ctx, r, "GPUReclaimRestored", fmt.Sprintf("%s by %s", r.Workload.RestoredText(), r.RestoreAskedBy))
 		}
 	case MsgRestoreFailed:
 		e.o.Logger.Warn("restore failed", "reclaim", r.ID, "reason", r.RestoreFailed)
 		e.send(ctx, Message{Kind: MsgRestoreFailed, Reclaim: r, By: r.RestoreAskedBy, Text: "Restore failed: " + r.RestoreFailed + "."}, nil)
 		if e.o.Events != nil {
-			e.o.Events.Event(ctx, r, "GPUReclaimRestoreFailed", r.RestoreFailed)
+			e.kubeEvent(ctx, r, "GPUReclaimRestoreFailed", r.RestoreFailed)
 		}
 	}
 }

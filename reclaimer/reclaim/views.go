@@ -87,14 +87,19 @@ func (e *Engine) Get(id string) (*Reclaim, bool) {
 // Audit returns the newest audit events.
 func (e *Engine) Audit(limit int) ([]Event, error) { return e.o.Store.Audit(limit) }
 
-// Prune forgets reclaims that ended before the given time.
+// Prune forgets reclaims that ended before the given time. The store
+// deletes them without the engine's lock: nothing writes a reclaim that
+// ended and was told, and notifications go on meanwhile.
 func (e *Engine) Prune(before time.Time) (int, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	n, err := e.o.Store.Prune(before)
-	if err != nil {
+	if err := e.fenced("write"); err != nil {
 		return 0, err
 	}
+	n, err := e.o.Store.Prune(before)
+	if err != nil {
+		return n, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	for id, r := range e.index {
 		if r.State.Terminal() && r.Final.Sent && !r.Closed.IsZero() && r.Closed.Before(before) {
 			e.remove(id)

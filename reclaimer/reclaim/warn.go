@@ -38,6 +38,9 @@ func (e *Engine) send(ctx context.Context, m Message, d *Delivery) bool {
 		if m.Reclaim != nil {
 			prev = refsOf(m.Reclaim, n.Name())
 		}
+		if e.fenced("message") != nil {
+			return false
+		}
 		refs, channels, err := n.Send(ctx, m, prev)
 		if err != nil {
 			e.o.Metrics.message(n.Name(), m.Kind, MessageError)
@@ -180,10 +183,10 @@ func (e *Engine) warn(ctx context.Context, id string) {
 		e.restate(ctx, id)
 	}
 	if delivered && kind == MsgNotice && r.Controller != nil && e.o.Events != nil {
-		e.o.Events.Event(ctx, r, "GPUIdleNotReclaimed", r.Reason)
+		e.kubeEvent(ctx, r, "GPUIdleNotReclaimed", r.Reason)
 	}
 	if delivered && kind == MsgWarning && e.o.Events != nil {
-		e.o.Events.Event(ctx, r, "GPUIdleWarning", fmt.Sprintf("%s is idle; it will be reclaimed (%s) after %s unless it is used again", r.Target.Unit(), r.ActionText(), r.ActAt.UTC().Format(time.RFC3339)))
+		e.kubeEvent(ctx, r, "GPUIdleWarning", fmt.Sprintf("%s is idle; it will be reclaimed (%s) after %s unless it is used again", r.Target.Unit(), r.ActionText(), r.ActAt.UTC().Format(time.RFC3339)))
 	}
 	if !delivered && !d.Escalated && e.now().Sub(d.FirstTry) >= time.Duration(e.o.Config.WarningDeadline) {
 		e.o.Logger.Warn("the owner's warning is not delivered within the deadline: the reclaim waits", "reclaim", id, "owner", r.Target.Owner(), "err", d.Error)
@@ -204,7 +207,7 @@ func (e *Engine) restate(ctx context.Context, id string) {
 	m := Message{Kind: MsgWarning, Reclaim: r, Text: text(MsgWarning, r), Restated: true}
 	for _, n := range e.o.Notifiers {
 		prev := refsOf(r, n.Name())
-		if !hasMessage(prev) {
+		if !hasMessage(prev) || e.fenced("message") != nil {
 			continue
 		}
 		if _, _, err := n.Send(ctx, m, prev); err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpureclaim/gpureclaim/internal/httpserver"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
 // authorized checks a bearer token or basic auth (either passes).
@@ -138,6 +139,11 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := s.engine.Ingest(m.Alerts)
+	if errors.Is(err, reclaim.ErrNotLeader) {
+		w.Header().Set("Retry-After", "5")
+		fail(http.StatusServiceUnavailable, "this replica may no longer lead: retry on the leader")
+		return
+	}
 	if err != nil {
 		s.log.Error("recording a notification", "err", err)
 		// 5xx: nothing was recorded; Alertmanager retries.

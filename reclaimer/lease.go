@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+)
+
+// guardedLock is the Lease lock, remembering when this replica last
+// renewed the Lease (the moment it asked, on the monotonic clock) and the
+// Lease's transitions at the time: its term's fencing token.
+//
+// A paused process (SIGSTOP, a long GC, a frozen VM) that wakes up has
+// not renewed for as long as it slept: Check fails at once, before any
+// goroutine acts on what it was doing, whatever client-go's elector has
+// yet to notice. Another replica takes the Lease only leaseDuration after
+// it last saw it renewed, on its own clock; renewDeadline is shorter by
+// the margin that leaves for clock rates and the renewal's own latency.
+type guardedLock struct {
+	resourcelock.Interface
+	valid time.Duration // renewDeadline
+
+	start   time.Time
+	renewed atomic.Int64 // since start, when the last renewal was asked; -1: never
+	token   atomic.Int64
+}
+
+func newGuardedLock(lock resourcelock.Interface, renewDeadline time.Duration) *guardedLock {
+	l := &guardedLock{Interface: lock, valid: renewDeadline, start: time.Now()}
+	l.renewed.Store(-1)
+	return l
+}
+
+func (l *guardedLock) Create(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	asked := time.Since(l.start)
+	return l.held(r, asked, l.Interface.Create(ctx, r))
+}
+
+func (l *guardedLock) Update(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	asked := time.Since(l.start)
+	return l.held(r, asked, l.Interface.Update(ctx, r))
+}
+
+func (l *guardedLock) held(r resourcelock.LeaderElectionRecord, asked time.Duration, err error) error {
+	if err == nil && r.HolderIdentity == l.Identity() {
+		l.token.Store(int64(r.LeaderTransitions) + 1)
+		l.renewed.Store(int64(asked))
+	}
+	return err
+}
+
+// Check fails once the last renewal is older than the renew deadline.
+func (l *guardedLock) Check() error {
+	renewed := l.renewed.Load()
+	if renewed < 0 {
+		return fmt.Errorf("the Lease was never renewed by this replica")
+	}
+	if ago := time.Since(l.start) - time.Duration(renewed); ago >= l.valid {
+		return fmt.Errorf("the Lease was last renewed %s ago, past the renew deadline (%s): another replica may hold it", ago.Round(time.Millisecond), l.valid)
+	}
+	return nil
+}
+
+// Token is this replica's term: the Lease's leaseTransitions when it took
+// it, plus one (the first term is 1; 0 is no election).
+func (l *guardedLock) Token() int64 { return l.token.Load() }
