@@ -271,7 +271,7 @@ func (e *Engine) final(ctx context.Context, id string) {
 		}
 		return
 	}
-	d := r.Final
+	d := e.delivery(id, kind, r.Final)
 	e.o.Failpoint("before-final")
 	delivered := e.send(ctx, Message{Kind: kind, Reclaim: r, Text: text(kind, r)}, &d)
 	d.Attempts++
@@ -284,6 +284,7 @@ func (e *Engine) final(ctx context.Context, id string) {
 		}
 		return true
 	})
+	e.recorded(id, kind, d, err)
 	if err != nil {
 		e.o.Logger.Error("recording a final message", "reclaim", id, "err", err)
 		return

@@ -55,6 +55,10 @@ type Engine struct {
 	counts   map[State]int
 	version  uint64          // counts the index's changes
 	inflight map[string]bool // side effects in progress, outside the lock
+	// unrecorded keeps a message's delivery that was sent but whose record
+	// could not be written (the store unreachable), by reclaim and kind:
+	// the retry writes it, and sends nothing again.
+	unrecorded map[string]Delivery
 	breaker  bool
 	wake     chan struct{}
 
@@ -82,7 +86,7 @@ func New(o Options) (*Engine, error) {
 		return nil, fmt.Errorf("loading the store: %w", err)
 	}
 	e := &Engine{o: o, index: make(map[string]*Reclaim, len(rs)), byAlert: map[string][]string{}, openUnit: map[targetKey][]string{},
-		counts: map[State]int{}, inflight: map[string]bool{}, wake: make(chan struct{}, 1)}
+		counts: map[State]int{}, inflight: map[string]bool{}, unrecorded: map[string]Delivery{}, wake: make(chan struct{}, 1)}
 	resumed := 0
 	for _, r := range rs {
 		e.set(r)
@@ -96,6 +100,29 @@ func New(o Options) (*Engine, error) {
 }
 
 func (e *Engine) now() time.Time { return e.o.Clock() }
+
+// delivery is where a message of a reclaim stands: the last delivery sent
+// but not yet recorded, else the recorded one.
+func (e *Engine) delivery(id string, kind MessageKind, recorded Delivery) Delivery {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if d, ok := e.unrecorded[id+"/"+string(kind)]; ok {
+		return d
+	}
+	return recorded
+}
+
+// recorded notes whether a delivery's record was written: if not, it is
+// kept for the retry.
+func (e *Engine) recorded(id string, kind MessageKind, d Delivery, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err != nil {
+		e.unrecorded[id+"/"+string(kind)] = d
+		return
+	}
+	delete(e.unrecorded, id+"/"+string(kind))
+}
 
 // later is the later of two times.
 func later(a, b time.Time) time.Time {

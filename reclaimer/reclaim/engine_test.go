@@ -1016,3 +1016,53 @@ func TestNoActionWriteOrMessageOnceLeadershipIsInDoubt(t *testing.T) {
 }
 
 func sorted(s []string) []string { s = slices.Clone(s); slices.Sort(s); return s }
+
+// flakyStore fails every write while down, as an unreachable apiserver.
+type flakyStore struct {
+	reclaim.Store
+	mu   sync.Mutex
+	down bool
+}
+
+func (s *flakyStore) Write(rs []*reclaim.Reclaim, evs []reclaim.Event) error {
+	s.mu.Lock()
+	down := s.down
+	s.mu.Unlock()
+	if down {
+		return errors.New("the store's API server does not answer")
+	}
+	return s.Store.Write(rs, evs)
+}
+
+func (s *flakyStore) set(down bool) { s.mu.Lock(); s.down = down; s.mu.Unlock() }
+
+// A message sent while its record cannot be written is not sent again
+// while the store is down: once it is back, the record is written.
+func TestAMessageSentDuringAStoreOutageIsSentOnce(t *testing.T) {
+	f := newFixture(t, "")
+	st := &flakyStore{Store: f.st}
+	var err error
+	f.eng, err = reclaim.New(reclaim.Options{Config: f.cfg, Store: st, Actor: f.actor, Notifiers: []reclaim.Notifier{f.notifier}, Clock: f.clock.Now, Metrics: f.metrics})
+	require.NoError(t, err)
+	f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	st.set(true)
+	for s := range 5 {
+		f.at(time.Duration(s) * time.Second)
+	}
+	require.Equal(t, []reclaim.MessageKind{reclaim.MsgWarning}, f.notifier.Kinds(), "warned once while the store was down")
+	require.False(t, f.only().Warning.Sent, "not recorded yet")
+	st.set(false)
+	f.at(10 * time.Second)
+	require.True(t, f.only().Warning.Sent, "recorded once the store is back")
+
+	f.at(10*time.Second + 5*time.Minute)
+	require.Equal(t, reclaim.Done, f.only().State)
+	st.set(true)
+	for s := range 5 {
+		f.at(10*time.Second + 5*time.Minute + time.Duration(s+1)*time.Second)
+	}
+	st.set(false)
+	f.at(10*time.Second + 6*time.Minute)
+	require.True(t, f.only().Final.Sent)
+	require.Equal(t, []reclaim.MessageKind{reclaim.MsgWarning, reclaim.MsgReclaimed}, f.notifier.Kinds(), "each message once")
+}

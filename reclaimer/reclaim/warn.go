@@ -132,7 +132,7 @@ func (e *Engine) warn(ctx context.Context, id string) {
 			r.ActAt = actAt
 		}
 	}
-	d := r.Warning
+	d := e.delivery(id, kind, r.Warning)
 	if d.FirstTry.IsZero() {
 		d.FirstTry = e.now()
 	}
@@ -175,6 +175,7 @@ func (e *Engine) warn(ctx context.Context, id string) {
 		}
 		return true
 	})
+	e.recorded(id, kind, d, err)
 	if err != nil {
 		e.o.Logger.Error("recording a warning", "reclaim", id, "err", err)
 		return
