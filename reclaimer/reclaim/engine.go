@@ -59,8 +59,8 @@ type Engine struct {
 	// could not be written (the store unreachable), by reclaim and kind:
 	// the retry writes it, and sends nothing again.
 	unrecorded map[string]Delivery
-	breaker  bool
-	wake     chan struct{}
+	breaker    bool
+	wake       chan struct{}
 
 	// The sorted view readers share, rebuilt when the index has changed,
 	// outside the engine's lock: a status page over 60,000 reclaims does

@@ -221,10 +221,10 @@ type Reclaim struct {
 	Killed     []int       `json:"killed,omitempty"`
 	// Planned is what the action set out to end (a kill's PIDs), written
 	// before it ran.
-	Planned []int  `json:"planned,omitempty"`
+	Planned []int `json:"planned,omitempty"`
 	// Fence is the fencing token of the leader that last wrote it.
-	Fence int64 `json:"fence,omitempty"`
-	Detail  string `json:"detail,omitempty"`
+	Fence  int64  `json:"fence,omitempty"`
+	Detail string `json:"detail,omitempty"`
 	// RestoreAsked is when a restore was asked of the controller, and by
 	// whom; RestoreBy the deadline for the workload to run again; Restored
 	// when it was seen running; RestoreFailed why it was not by then.
