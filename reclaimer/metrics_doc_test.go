@@ -38,6 +38,7 @@ func TestMetricsDocListsTheLabelValues(t *testing.T) {
 		"gpureclaim_reclaimer_actions_total result":         strs(reclaim.ActionResults),
 		"gpureclaim_reclaimer_reclaims state":               strs(reclaim.States),
 		"gpureclaim_reclaimer_errors_total component":       strs(reclaim.Components),
+		"gpureclaim_reclaimer_fenced_total what":            strs(reclaim.FencedKinds),
 	}
 	metricsdoc.RequireLabelValues(t, "../METRICS.md", "## Reclaimer metrics", want)
 }

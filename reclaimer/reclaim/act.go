@@ -169,7 +169,7 @@ func (e *Engine) act(ctx context.Context, id string) {
 		e.finish(id, DryRun, fmt.Sprintf("dry run: would have run %s", r.Action), nil)
 		return
 	}
-	if e.fenced("action") != nil {
+	if e.fenced(FencedAction) != nil {
 		return // the next leader resumes it, as after a crash
 	}
 	start := time.Now()

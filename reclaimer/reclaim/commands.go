@@ -121,7 +121,7 @@ func (e *Engine) restore(ctx context.Context, id, by string) (*Reclaim, error) {
 	if err != nil || !claimed {
 		return r, err // asked before: nothing twice
 	}
-	if err := e.fenced("action"); err != nil {
+	if err := e.fenced(FencedAction); err != nil {
 		return nil, err
 	}
 	if err := rs.Restore(ctx, r); err != nil {

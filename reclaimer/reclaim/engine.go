@@ -134,7 +134,7 @@ func later(a, b time.Time) time.Time {
 
 // persist writes reclaims and audit events; the caller holds e.mu.
 func (e *Engine) persist(events []Event, rs ...*Reclaim) error {
-	if err := e.fenced("write"); err != nil {
+	if err := e.fenced(FencedWrite); err != nil {
 		return err
 	}
 	now := e.now()
@@ -163,12 +163,12 @@ func (e *Engine) persist(events []Event, rs ...*Reclaim) error {
 
 // fenced says whether this replica must refrain from what (a write, an
 // action, a message): it may have lost the Lease.
-func (e *Engine) fenced(what string) error {
+func (e *Engine) fenced(what Fenced) error {
 	if e.o.Leadership == nil {
 		return nil
 	}
 	if err := e.o.Leadership.Check(); err != nil {
-		e.o.Metrics.fenced.WithLabelValues(what).Inc()
+		e.o.Metrics.fenced.WithLabelValues(string(what)).Inc()
 		e.o.Logger.Warn("refused: leadership in doubt", "what", what, "err", err)
 		return fmt.Errorf("%w: %v", ErrNotLeader, err)
 	}
@@ -177,7 +177,7 @@ func (e *Engine) fenced(what string) error {
 
 // kubeEvent writes a Kubernetes Event about a reclaim, if this replica still leads.
 func (e *Engine) kubeEvent(ctx context.Context, r *Reclaim, reason, message string) {
-	if e.o.Events == nil || e.fenced("event") != nil {
+	if e.o.Events == nil || e.fenced(FencedEvent) != nil {
 		return
 	}
 	e.o.Events.Event(ctx, r, reason, message)

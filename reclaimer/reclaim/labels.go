@@ -48,6 +48,20 @@ const (
 // Components lists every Component.
 var Components = []Component{ComponentStore, ComponentAlertmanager, ComponentKubernetes, ComponentInspector, ComponentNotifier, ComponentAction, ComponentPrometheus, ComponentRelease}
 
+// Fenced is what a replica refused itself, leadership in doubt: the what
+// label of gpureclaim_reclaimer_fenced_total.
+type Fenced string
+
+const (
+	FencedWrite   Fenced = "write"
+	FencedAction  Fenced = "action"
+	FencedMessage Fenced = "message"
+	FencedEvent   Fenced = "event"
+)
+
+// FencedKinds lists every Fenced.
+var FencedKinds = []Fenced{FencedWrite, FencedAction, FencedMessage, FencedEvent}
+
 // ActionResult is how an action ended: the result label of
 // gpureclaim_reclaimer_actions_total.
 type ActionResult string

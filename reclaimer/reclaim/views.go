@@ -91,7 +91,7 @@ func (e *Engine) Audit(limit int) ([]Event, error) { return e.o.Store.Audit(limi
 // deletes them without the engine's lock: nothing writes a reclaim that
 // ended and was told, and notifications go on meanwhile.
 func (e *Engine) Prune(before time.Time) (int, error) {
-	if err := e.fenced("write"); err != nil {
+	if err := e.fenced(FencedWrite); err != nil {
 		return 0, err
 	}
 	n, err := e.o.Store.Prune(before)

@@ -38,7 +38,7 @@ func (e *Engine) send(ctx context.Context, m Message, d *Delivery) bool {
 		if m.Reclaim != nil {
 			prev = refsOf(m.Reclaim, n.Name())
 		}
-		if e.fenced("message") != nil {
+		if e.fenced(FencedMessage) != nil {
 			return false
 		}
 		refs, channels, err := n.Send(ctx, m, prev)
@@ -208,7 +208,7 @@ func (e *Engine) restate(ctx context.Context, id string) {
 	m := Message{Kind: MsgWarning, Reclaim: r, Text: text(MsgWarning, r), Restated: true}
 	for _, n := range e.o.Notifiers {
 		prev := refsOf(r, n.Name())
-		if !hasMessage(prev) || e.fenced("message") != nil {
+		if !hasMessage(prev) || e.fenced(FencedMessage) != nil {
 			continue
 		}
 		if _, _, err := n.Send(ctx, m, prev); err != nil {
