@@ -55,6 +55,7 @@ type Handler struct {
 
 	mu    sync.Mutex
 	busy  map[string]bool
+	fence int64 // the newest fencing token a kill carried
 	poll  time.Duration
 	sleep func(time.Duration)
 }
@@ -188,6 +189,13 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request, uuid string) {
 	}
 
 	h.mu.Lock()
+	if req.Fence > 0 && req.Fence < h.fence {
+		newest := h.fence
+		h.mu.Unlock()
+		h.refuse(w, uuid, fmt.Sprintf("fencing token %d is older than %d: another reclaimer replica leads now", req.Fence, newest))
+		return
+	}
+	h.fence = max(h.fence, req.Fence)
 	if h.busy[uuid] {
 		h.mu.Unlock()
 		// Busy is not a refusal: the caller retries once the running kill

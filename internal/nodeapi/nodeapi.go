@@ -38,6 +38,9 @@ type Unit struct {
 type KillRequest struct {
 	Processes []Process `json:"processes"`
 	Reason    string    `json:"reason"`
+	// Fence is the reclaimer's fencing token (its term of the Lease); the
+	// node refuses one older than the newest it has seen. 0: one replica.
+	Fence int64 `json:"fence,omitempty"`
 }
 
 // KillResult says what happened to each: 200 with killed and gone; 409

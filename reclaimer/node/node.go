@@ -120,7 +120,7 @@ func (c *Client) Kill(ctx context.Context, r *reclaim.Reclaim) (reclaim.Result, 
 		return reclaim.Result{}, reclaim.ErrGone
 	}
 	var res nodeapi.KillResult
-	code, hdr, err := c.doH(ctx, http.MethodPost, r.Target.Node, "/api/v1/units/"+r.Target.UUID+"/kill", nodeapi.KillRequest{Processes: procs, Reason: r.Target.Alertname + " " + r.ID}, &res)
+	code, hdr, err := c.doH(ctx, http.MethodPost, r.Target.Node, "/api/v1/units/"+r.Target.UUID+"/kill", nodeapi.KillRequest{Processes: procs, Reason: r.Target.Alertname + " " + r.ID, Fence: r.Fence}, &res)
 	switch {
 	case err != nil:
 		return reclaim.Result{}, &reclaim.RetryError{After: 30 * time.Second, Err: fmt.Errorf("node %s: %w", r.Target.Node, err)}
