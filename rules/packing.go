@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gpureclaim/gpureclaim/internal/names"
@@ -40,10 +41,47 @@ func packingRules(c Config) []Rule {
 )
 and on (%s) (%s)
 `, packKey, packKey, names.RecPackActivity, num(pk.ComputeCap), packKey, names.RecPackMemory, num(1+pk.Headroom), in.memTotal, num(pk.MemoryCap), packKey, held))},
+	}
+	if in.rightsizing {
+		rs = append(rs, Rule{Record: names.RecPackMIGFit, Expr: Expr(c.migFit())})
+	}
+	rs = append(rs, []Rule{
 		// Packing n owners whose needs sum to s frees at most n - ceil(s) GPUs.
 		{Record: names.RecFleetPackFreed, Expr: Expr(fmt.Sprintf("count(%s) - ceil(sum(%s)) or vector(0)", packable, packable))},
-	}
+	}...)
 	return append(rs, forEachAudience([]Rule{c.packable()})...)
+}
+
+// migSlices are the sizing MIG profiles of the GPUs that make seven
+// compute slices and eight memory slices (A100, H100, H200, B200): each
+// profile's compute slices and its share of the memory.
+var migSlices = []struct {
+	slices int
+	memory float64
+}{{1, 1.0 / 8}, {2, 2.0 / 8}, {3, 4.0 / 8}, {4, 4.0 / 8}}
+
+// migFit is the fewest compute slices of a MIG profile that hold a whole
+// GPU's owner: its activity quantile within the cap on those slices, its
+// memory peak with headroom within the profile's memory. Only GPUs that
+// can make MIG instances and are not in MIG mode (the exporter reports
+// gpureclaim_gpu_mig_mode_enabled 0), and not the A30, which makes four
+// slices of a quarter each.
+func (c Config) migFit() string {
+	pk := c.Packing
+	in := c.inputs()
+	compute := fmt.Sprintf("max by (%s) (%s) / %s", packKey, names.RecPackActivity, num(pk.ComputeCap))
+	memory := fmt.Sprintf("max by (%s) (%s) * %s / on (uuid) group_left () max by (uuid) (%s)", packKey, names.RecPackMemory, num(1+pk.Headroom), in.memTotal)
+	var fits []string
+	for _, p := range migSlices {
+		fits = append(fits, fmt.Sprintf("    ((%s <= %s) and on (%s) (%s <= %s)) * 0 + %d", compute, num(float64(p.slices)/7), packKey, memory, num(p.memory), p.slices))
+	}
+	return fmt.Sprintf(`min by (%s) (
+%s
+)
+and on (%s) (%s)
+and on (gpu_uuid) (gpureclaim_gpu_mig_mode_enabled == 0)
+unless on (uuid) %s{model=~".*A30.*"}
+`, packKey, strings.Join(fits, "\nor\n"), packKey, fmt.Sprintf("max by (%s) (%s) >= %d", packKey, names.RecPackHeld, int64(time.Duration(pk.Evidence).Seconds())), in.unitInfo)
 }
 
 // packable is GPUPackable: it tells the owner the exact change.
@@ -62,7 +100,9 @@ func (c Config) packable() Rule {
 			`Over the last `+pk.Window.String()+`, `+whoHolds+` used `+quantile+` of GPU {{ $labels.uuid }} (its p`+num(pk.Quantile*100)+` activity) and at most `+peak+` of its memory: it needs {{ $value | humanizePercentage }} of a GPU ({{ $labels.binds }} binds), so two like it fit on one. `+
 				`{{ if $labels.pod }}Ask for `+"`"+pk.SharedResource+`: 1`+"`"+` instead of `+"`nvidia.com/gpu: 1`"+`, with its memory capped at `+limit+` (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT under MPS, the framework's memory fraction under time-slicing)`+
 				`{{ else if $labels.slurm_job }}Ask for a GPU shard (`+"`--gres=shard:1`"+` where the cluster has shards) instead of a whole GPU, with its memory capped at `+limit+
-				`{{ else }}Run it on a shared GPU (MPS, with CUDA_MPS_PINNED_DEVICE_MEM_LIMIT at `+limit+`){{ end }}. gpureclaim-advisor plans which GPUs to share and replays the plan on the history.`,
+				`{{ else }}Run it on a shared GPU (MPS, with CUDA_MPS_PINNED_DEVICE_MEM_LIMIT at `+limit+`){{ end }}.`+
+				fmt.Sprintf(`{{ with printf "min(%s{uuid='%%s'})" $labels.uuid | query }} Or, isolated, it fits a {{ . | first | value }}g MIG slice of this GPU (`+"`nvidia.com/mig-{{ . | first | value }}g.<memory>gb`"+`, as the GPU's profiles name it).{{ end }}`, names.RecPackMIGFit)+
+				` gpureclaim-advisor plans which GPUs to share and replays the plan on the history.`,
 			c.unitDashboard()),
 	}
 }

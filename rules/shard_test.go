@@ -130,9 +130,15 @@ func evalFleet(t *testing.T, file string, records []string, rcs []*relabel.Confi
 			}
 			if len(u.owners) > 0 {
 				used = 0.97 * total
-				if u.kind == "mig" {
+				switch {
+				case u.kind == "mig":
 					used = 5e9 // fits a smaller profile
+				case u.activity == 0.1:
+					used = 0.2 * total // fits a MIG slice, and could share
 				}
+			}
+			if u.kind == "gpu" {
+				add(0, "__name__", "gpureclaim_gpu_mig_mode_enabled", "gpu_uuid", u.gpu)
 			}
 			add(used, append([]string{"__name__", "gpureclaim_unit_memory_used_bytes"}, base...)...)
 			add(total, append([]string{"__name__", "gpureclaim_unit_memory_total_bytes"}, base...)...)

@@ -30,6 +30,7 @@ const (
 	RecPackMemory     = "uuid_owner:gpureclaim_unit_memory_used_bytes:max_packing_window"
 	RecPackHeld       = "uuid_owner:gpureclaim_unit_held:seconds_packing_window"
 	RecPackNeed       = "uuid_owner:gpureclaim_packing_need:ratio"
+	RecPackMIGFit     = "uuid_owner:gpureclaim_packing_mig_fit:slices"
 	RecFleetPackFreed = "fleet:gpureclaim_packing_freed:gpus"
 	RecFleetTotal     = "fleet:gpureclaim_gpus:total"
 	RecFleetHeld      = "fleet:gpureclaim_gpus:held"
