@@ -17,8 +17,13 @@ import (
 
 // BenchmarkIngest10kAlerts decides and durably records one webhook carrying
 // 10,000 firing alerts (one fsynced bbolt transaction), into an empty store.
-func BenchmarkIngest10kAlerts(b *testing.B) {
-	alerts := make([]template.Alert, 10000)
+func BenchmarkIngest10kAlerts(b *testing.B) { benchmarkIngest(b, 10000) }
+
+// BenchmarkIngest100kAlerts is the same with 100,000 alerts.
+func BenchmarkIngest100kAlerts(b *testing.B) { benchmarkIngest(b, 100000) }
+
+func benchmarkIngest(b *testing.B, n int) {
+	alerts := make([]template.Alert, n)
 	for i := range alerts {
 		alerts[i] = IdlePod("firing", T0, fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("pod-%d", i))
 	}

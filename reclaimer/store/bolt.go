@@ -7,6 +7,8 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -70,6 +72,10 @@ func (b *Bolt) Load() ([]*reclaim.Reclaim, error) {
 }
 
 func (b *Bolt) Write(rs []*reclaim.Reclaim, events []reclaim.Event) error {
+	// In key order: a B+tree takes sorted puts page by page, where random
+	// ones split and rewrite pages all over (most of the time of a large
+	// notification went there).
+	rs = slices.SortedFunc(slices.Values(rs), func(a, b *reclaim.Reclaim) int { return strings.Compare(a.ID, b.ID) })
 	return b.db.Update(func(tx *bolt.Tx) error {
 		rb := tx.Bucket(bucketReclaims)
 		for _, r := range rs {
