@@ -6,7 +6,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/names"
 )
 
-const alertsOfUnits = `alertname=~"` + names.AlertIdle + "|" + names.AlertWasted + "|" + names.AlertOvercommitted + "|" + names.AlertMIGOversized + "|" + names.AlertPackable + `"`
+const alertsOfUnits = `alertname=~"` + names.AlertIdle + "|" + names.AlertWasted + "|" + names.AlertOvercommitted + "|" + names.AlertMIGOversized + "|" + names.AlertPackable + "|" + names.AlertPartlyIdle + `"`
 
 // fleet is the fleet dashboard: how much of what is held is used, what is
 // idle, wasted or overcommitted now, what idleness costs, what right-sizing

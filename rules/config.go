@@ -62,6 +62,10 @@ type Idle struct {
 	// Pauses, when set, make the reclaimer's copy wait out each workload's
 	// own pauses as well.
 	Pauses *Pauses `yaml:"pauses"`
+	// PartlyFor is how long some of a pod's or a Slurm job's GPUs must stay
+	// idle while others work before GPUAllocationPartlyIdle tells its
+	// owner. Default 1h.
+	PartlyFor model.Duration `yaml:"partly_for"`
 }
 
 // Pauses remembers how long each workload (a unit's owner) paused before
@@ -189,7 +193,7 @@ func DefaultConfig() Config {
 	return Config{
 		Source:     SourceGPUreclaim,
 		DCGM:       DCGM{Job: names.DCGMDefaultJob},
-		Idle:       Idle{Threshold: names.IdleThreshold, For: dur(10 * time.Minute), Lookback: dur(2 * time.Minute), Aggregation: "max", ReclaimAfter: dur(45 * time.Minute)},
+		Idle:       Idle{Threshold: names.IdleThreshold, For: dur(10 * time.Minute), Lookback: dur(2 * time.Minute), Aggregation: "max", ReclaimAfter: dur(45 * time.Minute), PartlyFor: dur(time.Hour)},
 		Wasted:     Wasted{ActivityBelow: 0.2, MemoryAbove: 0.5, Window: dur(30 * time.Minute), For: dur(15 * time.Minute)},
 		Overcommit: Overcommit{MinTenants: 2, MemoryAbove: 0.95, ActivityAbove: 0.95, Window: dur(5 * time.Minute), For: dur(5 * time.Minute)},
 		MIG:        MIG{PeakWindow: dur(24 * time.Hour), Headroom: 0.1, For: dur(time.Hour)},
@@ -271,6 +275,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("idle.aggregation: %q is not max or avg", c.Idle.Aggregation))
 	}
 	positive("idle.reclaim_after", c.Idle.ReclaimAfter)
+	positive("idle.partly_for", c.Idle.PartlyFor)
 	if p := c.Idle.Pauses; p != nil {
 		if p.Window == 0 {
 			p.Window = dur(24 * time.Hour)

@@ -152,6 +152,14 @@ func render(f File) ([]byte, error) {
 	return buf.Bytes(), enc.Close()
 }
 
+// allocKey is what a pod's or a Slurm job's allocation is kept per.
+const allocKey = "namespace, pod, user, slurm_job"
+
+// allocCount counts a record's units per pod and per Slurm job.
+func allocCount(rec string) string {
+	return fmt.Sprintf("  count by (%s) (%s{pod!=\"\"})\nor\n  count by (%s) (%s{slurm_job!=\"\"})\n", allocKey, rec, allocKey, rec)
+}
+
 func unitRules(c Config) []Rule {
 	h := num(1 + c.MIG.Headroom)
 	in := c.inputs()
@@ -180,6 +188,11 @@ or on (uuid)
 * on (uuid) group_left ()
   (%s / %s)
 `, names.RecIdleHeld, names.RecSize, names.RecOwners))},
+		{Record: names.RecAllocUnits, Expr: Expr(allocCount(names.RecHeld))},
+		{Record: names.RecAllocIdle, Expr: Expr(allocCount(names.RecIdleHeld))},
+		// A bare-metal process is killed on its unit alone; a pod or a job
+		// is stopped whole, so its idle units count only when all are.
+		{Record: names.RecIdleWhole, Expr: Expr(fmt.Sprintf("%s\nunless on (%s)\n  (%s < %s)\n", names.RecIdleHeld, allocKey, names.RecAllocIdle, names.RecAllocUnits))},
 		{Record: names.RecWastedMemory, Expr: Expr(fmt.Sprintf(`  max by (uuid, gpu_uuid) (%s)
 and on (uuid) (%s < %s)
 and on (uuid) %s
@@ -347,7 +360,8 @@ func (c Config) suggest(expr string) string {
   "action", "notify", "user", %q)`, strings.ReplaceAll(strings.TrimSpace(expr), "\n", "\n        "), regexp.QuoteMeta(names.UnattributedUser))
 }
 
-// alerts are the unit alerts, once for each audience.
+// alerts are the unit alerts, once for each audience, and the allocation
+// alerts, for people.
 func alerts(c Config) []Rule {
 	rs := forEachAudience(alertRules(c))
 	for i, r := range rs {
@@ -355,7 +369,25 @@ func alerts(c Config) []Rule {
 			rs[i] = reclaimIdle(c, r)
 		}
 	}
-	return rs
+	return append(rs, c.partlyIdle())
+}
+
+// partlyIdle tells the owner of a pod or a Slurm job that some of its GPUs
+// are idle while the others work: nothing is reclaimed (stopping it stops
+// the work), so only its owner can give them back. It names no unit: it
+// goes to people's routes, by namespace or team, not to the reclaimer.
+func (c Config) partlyIdle() Rule {
+	total := fmt.Sprintf(`{{ with printf "max(%s{namespace='%%s',pod='%%s',slurm_job='%%s'})" $labels.namespace $labels.pod $labels.slurm_job | query }}{{ . | first | value }}{{ end }}`, names.RecAllocUnits)
+	return Rule{
+		Alert:  names.AlertPartlyIdle,
+		Expr:   Expr(fmt.Sprintf("%s < %s", names.RecAllocIdle, names.RecAllocUnits)),
+		For:    c.Idle.PartlyFor.String(),
+		Labels: map[string]string{names.LabelAudience: names.AudiencePeople, "severity": "info", "action": "notify"},
+		Annotations: c.annotations("gpuallocationpartlyidle",
+			whoHolds+` leaves {{ $value }} of its GPUs idle`,
+			whoHolds+` holds `+total+` GPUs and {{ $value }} of them have stayed below `+num(c.Idle.Threshold*100)+`% for `+c.Idle.PartlyFor.String()+` while the others work. Nothing is reclaimed: stopping it would stop that work too. Ask for fewer GPUs next time, or spread the work over all of them.`,
+			fleetDashboard),
+	}
 }
 
 func forEachAudience(rs []Rule) []Rule {
@@ -414,7 +446,7 @@ func reclaimIdle(c Config, r Rule) Rule {
 		r.Expr = Expr(c.suggest(fmt.Sprintf(`  %s{keep!="true"}
 unless on (%s)
   (time() - %s < clamp_max(%s * %s, %d))
-`, names.RecIdleHeld, ownerKey, names.RecIdleSince, names.RecPauseLongest, num(p.Factor), int64(time.Duration(p.Max).Seconds()))) + "\n")
+`, names.RecIdleWhole, ownerKey, names.RecIdleSince, names.RecPauseLongest, num(p.Factor), int64(time.Duration(p.Max).Seconds()))) + "\n")
 	}
 	return r
 }
@@ -425,7 +457,7 @@ func alertRules(c Config) []Rule {
 	rs := []Rule{
 		{
 			Alert:  names.AlertIdle,
-			Expr:   Expr(c.suggest(names.RecIdleHeld+`{keep!="true"}`) + "\n"),
+			Expr:   Expr(c.suggest(names.RecIdleWhole+`{keep!="true"}`) + "\n"),
 			For:    idleFor,
 			Labels: map[string]string{"severity": "warning"},
 			Annotations: with(c.annotations("gpuidle",

@@ -178,7 +178,7 @@ func TestAlertsCarryWhatPeopleAndTheReclaimerNeed(t *testing.T) {
 			}
 		}
 	}
-	require.Len(t, alerts, 9)
+	require.Len(t, alerts, 10)
 	require.Len(t, anchors, len(alerts), "runbook.md has a section for each alert and no other")
 	for _, a := range []string{names.AlertIdle, names.AlertWasted, names.AlertOvercommitted, names.AlertMIGOversized, names.AlertPackable} {
 		require.Equal(t, []string{names.AudiencePeople, names.AudienceReclaimer}, alerts[a], "%s comes once for people, once for the reclaimer", a)

@@ -8,6 +8,7 @@ const (
 	AlertOvercommitted = "GPUOvercommitted"
 	AlertMIGOversized  = "MIGInstanceOversized"
 	AlertPackable      = "GPUPackable"
+	AlertPartlyIdle    = "GPUAllocationPartlyIdle"
 	AlertExporterDown  = "GPUExporterDown"
 	AlertCollector     = "GPUExporterCollectorFailing"
 	AlertStale         = "GPUExporterSamplesStale"

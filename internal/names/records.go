@@ -3,16 +3,22 @@ package names
 // Recording rules the rules generator writes and the alerts, the dashboards
 // and the tests read.
 const (
-	RecActivity        = "uuid:gpureclaim_unit_activity:ratio"
-	RecActivityWaste   = "uuid:gpureclaim_unit_activity:avg_waste_window"
-	RecActivityPeak    = "uuid:gpureclaim_unit_activity:max_peak_window"
-	RecMemoryRatio     = "uuid:gpureclaim_unit_memory_used:ratio"
-	RecMemoryPeak      = "uuid:gpureclaim_unit_memory_used_bytes:max_peak_window"
-	RecSize            = "uuid:gpureclaim_unit_size:gpus"
-	RecOwners          = "uuid:gpureclaim_unit_owners:count"
-	RecHeld            = "uuid_owner:gpureclaim_unit_held:info"
-	RecIdleHeld        = "uuid_owner:gpureclaim_unit_idle_held:activity"
-	RecIdleHeldGPUs    = "uuid_owner:gpureclaim_unit_idle_held:gpus"
+	RecActivity      = "uuid:gpureclaim_unit_activity:ratio"
+	RecActivityWaste = "uuid:gpureclaim_unit_activity:avg_waste_window"
+	RecActivityPeak  = "uuid:gpureclaim_unit_activity:max_peak_window"
+	RecMemoryRatio   = "uuid:gpureclaim_unit_memory_used:ratio"
+	RecMemoryPeak    = "uuid:gpureclaim_unit_memory_used_bytes:max_peak_window"
+	RecSize          = "uuid:gpureclaim_unit_size:gpus"
+	RecOwners        = "uuid:gpureclaim_unit_owners:count"
+	RecHeld          = "uuid_owner:gpureclaim_unit_held:info"
+	RecIdleHeld      = "uuid_owner:gpureclaim_unit_idle_held:activity"
+	RecIdleHeldGPUs  = "uuid_owner:gpureclaim_unit_idle_held:gpus"
+	// A pod's or a Slurm job's allocation: the units it holds, those idle,
+	// and the idle units whose whole allocation is idle (only those can be
+	// reclaimed: stopping the pod or the job stops the busy ones too).
+	RecAllocUnits      = "owner:gpureclaim_allocation_units:count"
+	RecAllocIdle       = "owner:gpureclaim_allocation_idle_units:count"
+	RecIdleWhole       = "uuid_owner:gpureclaim_unit_idle_whole:activity"
 	RecPauseEnded      = "uuid_owner:gpureclaim_unit_pause:seconds"
 	RecIdleSince       = "uuid_owner:gpureclaim_unit_idle_since_timestamp:seconds"
 	RecPauseLongest    = "uuid_owner:gpureclaim_unit_pause_seconds:max_pauses_window"
