@@ -105,6 +105,12 @@ func elect(parent context.Context, o *options, rc *rest.Config, logger *slog.Log
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
 				leading.Store(true)
+				if l, err := cs.CoordinationV1().Leases(ns).Get(ctx, o.election.lease, metav1.GetOptions{}); err == nil {
+					key := ns + "/" + o.election.lease + "/" + string(l.UID)
+					lock.lease.Store(&key)
+				} else {
+					logger.Warn("reading the Lease's uid: kills go to the nodes without a fencing token", "err", err)
+				}
 				logger.Info("took the lease: acting", "lease", ns+"/"+o.election.lease, "identity", id, "fencing_token", lock.Token())
 				// In doubt, stop at once: every write, action and message
 				// checks too, but the work in flight ends here.

@@ -26,6 +26,7 @@ type guardedLock struct {
 	start   time.Time
 	renewed atomic.Int64 // since start, when the last renewal was asked; -1: never
 	token   atomic.Int64
+	lease   atomic.Pointer[string] // namespace/name/uid, once leading
 }
 
 func newGuardedLock(lock resourcelock.Interface, renewDeadline time.Duration) *guardedLock {
@@ -67,3 +68,12 @@ func (l *guardedLock) Check() error {
 // Token is this replica's term: the Lease's leaseTransitions when it took
 // it, plus one (the first term is 1; 0 is no election).
 func (l *guardedLock) Token() int64 { return l.token.Load() }
+
+// Fence is what a kill carries to a node: the Lease, by its UID (a Lease
+// made anew starts its terms again), and this replica's term of it.
+func (l *guardedLock) Fence() (string, int64) {
+	if p := l.lease.Load(); p != nil {
+		return *p, l.Token()
+	}
+	return "", 0
+}

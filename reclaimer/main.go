@@ -263,6 +263,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		errc <- web.ListenAndServe(hs, &web.FlagConfig{WebListenAddresses: &[]string{o.listen}, WebConfigFile: &o.webConfig}, logger)
 	}()
 	lead := func(ctx context.Context, leader reclaim.Leadership) error {
+		if f, ok := leader.(interface{ Fence() (string, int64) }); ok {
+			nodes.Fence = f.Fence
+		}
 		eng, err := reclaim.New(reclaim.Options{
 			Config: cfg, Store: st, Checker: am, Inspector: insp, Actor: act, Verifier: act, Events: events,
 			Notifiers: notifiers.list, Clock: time.Now, Logger: logger, Metrics: metrics, Failpoint: failpoint(), Leadership: leader,

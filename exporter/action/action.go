@@ -55,7 +55,7 @@ type Handler struct {
 
 	mu    sync.Mutex
 	busy  map[string]bool
-	fence int64 // the newest fencing token a kill carried
+	fences map[string]int64 // the newest term a kill carried, by Lease
 	poll  time.Duration
 	sleep func(time.Duration)
 }
@@ -69,7 +69,7 @@ func New(cfg Config, src Source, hist *History, sig Signaler, reg prometheus.Reg
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Handler{
-		cfg: cfg, src: src, hist: hist, sig: sig, busy: map[string]bool{}, poll: 100 * time.Millisecond, sleep: time.Sleep,
+		cfg: cfg, src: src, hist: hist, sig: sig, busy: map[string]bool{}, fences: map[string]int64{}, poll: 100 * time.Millisecond, sleep: time.Sleep,
 		results: promauto.With(reg).NewCounterVec(prometheus.CounterOpts{
 			Name: "gpureclaim_exporter_actions_total",
 			Help: "Requests to the node action endpoint, by result (killed, gone, refused, error).",
@@ -189,13 +189,14 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request, uuid string) {
 	}
 
 	h.mu.Lock()
-	if req.Fence > 0 && req.Fence < h.fence {
-		newest := h.fence
+	if newest := h.fences[req.Lease]; req.Lease != "" && req.Fence < newest {
 		h.mu.Unlock()
-		h.refuse(w, uuid, fmt.Sprintf("fencing token %d is older than %d: another reclaimer replica leads now", req.Fence, newest))
+		h.refuse(w, uuid, fmt.Sprintf("term %d of Lease %s is older than %d: another reclaimer replica leads now", req.Fence, req.Lease, newest))
 		return
 	}
-	h.fence = max(h.fence, req.Fence)
+	if req.Lease != "" {
+		h.fences[req.Lease] = max(h.fences[req.Lease], req.Fence)
+	}
 	if h.busy[uuid] {
 		h.mu.Unlock()
 		// Busy is not a refusal: the caller retries once the running kill

@@ -342,28 +342,31 @@ func TestBusyWhileAKillRuns(t *testing.T) {
 	require.ElementsMatch(t, []answer{{http.StatusOK, ""}, {http.StatusServiceUnavailable, "4"}}, got, "one kills, the other is told to come back after the grace")
 }
 
-// A kill carrying an older fencing token than one already seen comes from
-// a reclaimer replica that lost the Lease: refused, nothing signalled.
+// A kill carrying an older term of a Lease than one already seen comes
+// from a reclaimer replica that lost it: refused, nothing signalled. The
+// terms of another Lease (another reclaimer, or the Lease made anew) are
+// their own.
 func TestRefusesAnOlderFencingToken(t *testing.T) {
 	p := spawn(t, "exec sleep 300")
 	n := start(t, 0, p.Process.Pid)
 	n.history(t)
 	procs := n.unit(t).Processes
-	kill := func(fence int64, procs []action.Process) (int, action.KillResult) {
-		code, kr, _ := n.call(t, http.MethodPost, "/api/v1/units/"+n.uuid()+"/kill", token, action.KillRequest{Processes: procs, Reason: "GPUIdle", Fence: fence})
+	kill := func(lease string, term int64, procs []action.Process) (int, action.KillResult) {
+		code, kr, _ := n.call(t, http.MethodPost, "/api/v1/units/"+n.uuid()+"/kill", token, action.KillRequest{Processes: procs, Reason: "GPUIdle", Lease: lease, Fence: term})
 		return code, kr
 	}
+	const lease = "gpureclaim/gpureclaim-reclaimer/0b6e1f4a"
 	// The new leader's term reaches the node first.
-	code, res := kill(5, []action.Process{{PID: 1}})
+	code, res := kill(lease, 5, []action.Process{{PID: 1}})
 	require.Equal(t, http.StatusConflict, code)
 	require.Contains(t, res.Error, "pid 1 is never signalled")
 
-	code, res = kill(4, procs)
+	code, res = kill(lease, 4, procs)
 	require.Equal(t, http.StatusConflict, code)
-	require.Contains(t, res.Error, "fencing token 4 is older than 5")
+	require.Contains(t, res.Error, "term 4 of Lease "+lease+" is older than 5")
 	require.True(t, alive(p.Process.Pid), "nothing was signalled")
 
-	code, res = kill(5, procs)
-	require.Equal(t, http.StatusOK, code, res.Error)
+	code, res = kill("gpureclaim/gpureclaim-reclaimer/7d1c9e2b", 1, procs)
+	require.Equal(t, http.StatusOK, code, "a Lease made anew starts its own terms: %s", res.Error)
 	require.Equal(t, []int{p.Process.Pid}, res.Killed)
 }

@@ -38,9 +38,11 @@ type Unit struct {
 type KillRequest struct {
 	Processes []Process `json:"processes"`
 	Reason    string    `json:"reason"`
-	// Fence is the reclaimer's fencing token (its term of the Lease); the
-	// node refuses one older than the newest it has seen. 0: one replica.
-	Fence int64 `json:"fence,omitempty"`
+	// Lease names the reclaimers' Lease (namespace/name/uid) and Fence the
+	// sender's term of it: the node refuses a term older than the newest
+	// it has seen of that Lease. Empty: one replica, no election.
+	Lease string `json:"lease,omitempty"`
+	Fence int64  `json:"fence,omitempty"`
 }
 
 // KillResult says what happened to each: 200 with killed and gone; 409

@@ -23,6 +23,10 @@ import (
 type Client struct {
 	cfg config.Nodes
 	hc  *http.Client
+	// Fence, with two replicas, is the Lease (namespace/name/uid) and this
+	// replica's term of it, which a kill carries: the node refuses an
+	// older term.
+	Fence func() (lease string, term int64)
 }
 
 // New returns a client.
@@ -120,7 +124,7 @@ func (c *Client) Kill(ctx context.Context, r *reclaim.Reclaim) (reclaim.Result, 
 		return reclaim.Result{}, reclaim.ErrGone
 	}
 	var res nodeapi.KillResult
-	code, hdr, err := c.doH(ctx, http.MethodPost, r.Target.Node, "/api/v1/units/"+r.Target.UUID+"/kill", nodeapi.KillRequest{Processes: procs, Reason: r.Target.Alertname + " " + r.ID, Fence: r.Fence}, &res)
+	code, hdr, err := c.doH(ctx, http.MethodPost, r.Target.Node, "/api/v1/units/"+r.Target.UUID+"/kill", c.killRequest(procs, r), &res)
 	switch {
 	case err != nil:
 		return reclaim.Result{}, &reclaim.RetryError{After: 30 * time.Second, Err: fmt.Errorf("node %s: %w", r.Target.Node, err)}
@@ -183,4 +187,12 @@ func (c *Client) Released(ctx context.Context, r *reclaim.Reclaim) (reclaim.Rele
 		return reclaim.Release{Done: true}, nil
 	}
 	return reclaim.Release{Why: fmt.Sprintf("processes %v still run on the unit (node %s)", left, r.Target.Node)}, nil
+}
+
+func (c *Client) killRequest(procs []nodeapi.Process, r *reclaim.Reclaim) nodeapi.KillRequest {
+	req := nodeapi.KillRequest{Processes: procs, Reason: r.Target.Alertname + " " + r.ID}
+	if c.Fence != nil {
+		req.Lease, req.Fence = c.Fence()
+	}
+	return req
 }
