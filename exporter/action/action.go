@@ -53,11 +53,11 @@ type Handler struct {
 	sig     Signaler
 	results *prometheus.CounterVec
 
-	mu    sync.Mutex
-	busy  map[string]bool
+	mu     sync.Mutex
+	busy   map[string]bool
 	fences map[string]int64 // the newest term a kill carried, by Lease
-	poll  time.Duration
-	sleep func(time.Duration)
+	poll   time.Duration
+	sleep  func(time.Duration)
 }
 
 // New returns the endpoint; reg gets its metrics.
