@@ -6,7 +6,6 @@ import (
 
 	"github.com/gpureclaim/gpureclaim/deploy"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/kubetest"
-	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/kubestore"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
@@ -15,13 +14,7 @@ import (
 // GPUReclaims on a real apiserver, at client-go's default rate limit and
 // at the reclaimer's (kubernetes.qps, kubernetes.burst).
 func BenchmarkWrite1000(b *testing.B) {
-	cl := kubetest.Start(b, false)
-	cl.InstallCRDs(b, deploy.CRDs(tooltest.Root(b)))
-	role, err := deploy.ReclaimerRole(tooltest.Root(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cl.BindReclaimerNamespaceRole(b, role)
+	cl, _ := apiserver(b)
 	for _, limit := range []struct {
 		qps   float32
 		burst int

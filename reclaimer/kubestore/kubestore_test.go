@@ -39,12 +39,7 @@ func reclaimOf(id, pod string, st reclaim.State) *reclaim.Reclaim {
 // pruning deletes what ended, a Slack signature is accepted once, and
 // kubectl lists the reclaims with their state.
 func TestStore(t *testing.T) {
-	cl := kubetest.Start(t, false)
-	root := tooltest.Root(t)
-	cl.InstallCRDs(t, deploy.CRDs(root))
-	role, err := deploy.ReclaimerRole(root)
-	require.NoError(t, err)
-	cl.BindReclaimerNamespaceRole(t, role)
+	cl, _ := apiserver(t)
 	ns := deploy.Namespace
 	rc := cl.RESTConfig(kubetest.ReclaimerToken)
 
@@ -153,12 +148,7 @@ func TestStore(t *testing.T) {
 // was paused past the Lease, and another took it) is refused, as one
 // without an election is not.
 func TestFence(t *testing.T) {
-	cl := kubetest.Start(t, false)
-	root := tooltest.Root(t)
-	cl.InstallCRDs(t, deploy.CRDs(root))
-	role, err := deploy.ReclaimerRole(root)
-	require.NoError(t, err)
-	cl.BindReclaimerNamespaceRole(t, role)
+	cl, root := apiserver(t)
 	manifests := filepath.Join(root, "deploy", "manifests", deploy.CoreFile)
 	var fence []byte
 	for _, kind := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
@@ -200,6 +190,18 @@ func TestFence(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// apiserver starts etcd and kube-apiserver with the GPUReclaim CRD and the
+// reclaimer's Role in its namespace; it returns the repository's root too.
+func apiserver(t testing.TB) (*kubetest.Cluster, string) {
+	cl := kubetest.Start(t, false)
+	root := tooltest.Root(t)
+	cl.InstallCRDs(t, deploy.CRDs(root))
+	role, err := deploy.ReclaimerRole(root)
+	require.NoError(t, err)
+	cl.BindReclaimerNamespaceRole(t, role)
+	return cl, root
+}
 
 func kubestoreAdmin(cl *kubetest.Cluster) (dynamic.Interface, error) {
 	return dynamic.NewForConfig(cl.RESTConfig(kubetest.AdminToken))

@@ -78,6 +78,16 @@ func (f *fixture) open() {
 	require.NoError(f.t, err)
 }
 
+// with starts an engine on the fixture's store, clock, actor and notifier,
+// but no checker or inspector, with its options changed.
+func (f *fixture) with(change func(*reclaim.Options)) {
+	o := reclaim.Options{Config: f.cfg, Store: f.st, Actor: f.actor, Notifiers: []reclaim.Notifier{f.notifier}, Clock: f.clock.Now, Metrics: f.metrics}
+	change(&o)
+	var err error
+	f.eng, err = reclaim.New(o)
+	require.NoError(f.t, err)
+}
+
 func (f *fixture) restart() {
 	require.NoError(f.t, f.st.Close())
 	f.open()
@@ -846,15 +856,13 @@ func (n *orderNotifier) Send(ctx context.Context, m reclaim.Message, refs map[st
 // ids; and a step that runs out of time looks again at once, so an action
 // that falls due in the middle of a burst waits about one step.
 func TestDueActionGoesBeforeABurstOfWarnings(t *testing.T) {
-	cfg := Config(t, "circuit_breaker: {max_pending: 0}\n"+testPolicies)
-	st, err := store.Open(filepath.Join(t.TempDir(), "s.db"), time.Second)
-	require.NoError(t, err)
-	t.Cleanup(func() { st.Close() })
-	clock, actor := NewClock(), &Actor{}
-	n := &orderNotifier{Notifier: NewNotifier("test"), actor: actor}
-	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: actor, Notifiers: []reclaim.Notifier{n}, Clock: clock.Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
-	require.NoError(t, err)
+	f := newFixture(t, "circuit_breaker: {max_pending: 0}\n")
+	clock, actor := f.clock, f.actor
+	n := &orderNotifier{Notifier: f.notifier, actor: actor}
+	f.with(func(o *reclaim.Options) { o.Notifiers = []reclaim.Notifier{n} })
+	eng := f.eng
 	ctx := context.Background()
+	var err error
 
 	// "zz" sorts after every burst pod: an order by id would act last.
 	_, err = eng.Ingest([]template.Alert{IdlePod("firing", T0, "ml", "zz-old")})
@@ -938,16 +946,13 @@ func (n *slowNotifier) Send(ctx context.Context, m reclaim.Message, prev map[str
 // The grace runs from the delivered warning even when the send itself took
 // 36 s: the action moves, and the warning is updated to say when.
 func TestGraceRunsFromASlowDelivery(t *testing.T) {
-	cfg := Config(t, testPolicies)
-	st, err := store.Open(filepath.Join(t.TempDir(), "s.db"), time.Second)
-	require.NoError(t, err)
-	t.Cleanup(func() { st.Close() })
-	clock, actor := NewClock(), &Actor{}
-	n := &slowNotifier{Notifier: NewNotifier("slack"), t: t, clock: clock, took: 36 * time.Second}
-	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: actor, Notifiers: []reclaim.Notifier{n}, Clock: clock.Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
-	require.NoError(t, err)
+	f := newFixture(t, "")
+	clock, actor := f.clock, f.actor
+	n := &slowNotifier{Notifier: f.notifier, t: t, clock: clock, took: 36 * time.Second}
+	f.with(func(o *reclaim.Options) { o.Notifiers = []reclaim.Notifier{n} })
+	eng := f.eng
 	ctx := context.Background()
-	_, err = eng.Ingest([]template.Alert{IdlePod("firing", T0, "ml", "nb-0")})
+	_, err := eng.Ingest([]template.Alert{IdlePod("firing", T0, "ml", "nb-0")})
 	require.NoError(t, err)
 	eng.Step(ctx)
 	r := eng.List()[0]
@@ -992,8 +997,7 @@ func (l *lease) lose() { l.mu.Lock(); l.lost = true; l.mu.Unlock() }
 func TestNoActionWriteOrMessageOnceLeadershipIsInDoubt(t *testing.T) {
 	f := newFixture(t, "")
 	l := &lease{token: 7}
-	f.eng, _ = reclaim.New(reclaim.Options{Config: f.cfg, Store: f.st, Actor: f.actor, Notifiers: []reclaim.Notifier{f.notifier},
-		Clock: f.clock.Now, Metrics: f.metrics, Leadership: l})
+	f.with(func(o *reclaim.Options) { o.Leadership = l })
 	require.Equal(t, 2, f.ingest(IdlePod("firing", T0, "ml", "nb-0"), IdlePod("firing", T0, "ml", "nb-1")).New)
 	f.at(0)
 	require.Len(t, f.notifier.Kinds(), 2, "both warned")
@@ -1041,9 +1045,7 @@ func (s *flakyStore) set(down bool) { s.mu.Lock(); s.down = down; s.mu.Unlock() 
 func TestAMessageSentDuringAStoreOutageIsSentOnce(t *testing.T) {
 	f := newFixture(t, "")
 	st := &flakyStore{Store: f.st}
-	var err error
-	f.eng, err = reclaim.New(reclaim.Options{Config: f.cfg, Store: st, Actor: f.actor, Notifiers: []reclaim.Notifier{f.notifier}, Clock: f.clock.Now, Metrics: f.metrics})
-	require.NoError(t, err)
+	f.with(func(o *reclaim.Options) { o.Store = st })
 	f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
 	st.set(true)
 	for s := range 5 {
