@@ -96,3 +96,57 @@ func BenchmarkWebhookWhilePolled(b *testing.B) {
 	b.ReportMetric(pct(0.99), "p99-ms")
 	b.ReportMetric(pct(1), "max-ms")
 }
+
+// BenchmarkOneAlertNotifications posts one-alert notifications (each a
+// new alert, decided and fsynced) from 8 senders at once, as Alertmanager
+// does for many groups; run it with -benchtime 10000x.
+func BenchmarkOneAlertNotifications(b *testing.B) {
+	cfg := Config(b, "webhook: {bearer_token_file: token}\ncircuit_breaker: {max_pending: 0}\n")
+	st, err := store.Open(filepath.Join(b.TempDir(), "s.db"), time.Second)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	clock := NewClock()
+	reg := prometheus.NewRegistry()
+	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &Actor{}, Clock: clock.Now, Metrics: reclaim.NewMetrics(reg)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := web.New(web.Options{Config: cfg, Engine: eng, Clock: clock.Now, Registry: reg})
+	bodies := make([][]byte, b.N)
+	for i := range bodies {
+		body, _ := json.Marshal(template.Data{Receiver: "gpureclaim", Status: "firing",
+			Alerts: template.Alerts{IdlePod("firing", T0, "ml", fmt.Sprintf("one-%d", i))}})
+		msg := map[string]any{}
+		_ = json.Unmarshal(body, &msg)
+		msg["version"], msg["groupKey"] = "4", "{}:{}"
+		bodies[i], _ = json.Marshal(msg)
+	}
+	next := make(chan int)
+	var wg sync.WaitGroup
+	var failed sync.Once
+	b.ResetTimer()
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				req := httptest.NewRequest(http.MethodPost, "/webhook", bytes.NewReader(bodies[i]))
+				req.Header.Set("Authorization", "Bearer t0ken")
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				if rec.Code != http.StatusOK {
+					failed.Do(func() { b.Errorf("webhook: %d %s", rec.Code, rec.Body.String()) })
+				}
+			}
+		}()
+	}
+	for i := range b.N {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "notifications/s")
+}
