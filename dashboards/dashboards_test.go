@@ -144,13 +144,14 @@ func TestDashboards(t *testing.T) {
 	}
 }
 
-// The alerts link to the node dashboard by uid; the uid must not move.
+// The alerts link to the node dashboard by uid (a unit's), or to the
+// fleet's (an allocation's); the uids must not move.
 func TestAlertLinksPointAtTheNodeDashboard(t *testing.T) {
 	c := rules.DefaultConfig()
 	for _, g := range rules.Generate(c).Groups {
 		for _, r := range g.Rules {
 			if u := r.Annotations["dashboard_url"]; u != "" {
-				require.Contains(t, u, "/d/"+NodeUID+"/", r.Alert)
+				require.Regexp(t, "/d/("+NodeUID+"|"+FleetUID+")/", u, r.Alert)
 			}
 		}
 	}
