@@ -36,11 +36,11 @@ func fleet() *layout {
 		Target{Expr: names.RecNamespaceIdle, LegendFormat: "{{namespace}}"}), 12, 8)
 	add(l, tablePanel("Idle GPU-hours by namespace", "GPU-hours held but idle over the rules' cost window (1 day by default).", "h",
 		Target{Expr: "sort_desc(" + names.RecNSIdleHours + ")"}), 6, 8)
-	add(l, tablePanel("Idle cost by namespace", "Idle GPU-hours times the configured price per GPU-hour.", "currencyUSD",
+	add(l, tablePanel("Idle cost by namespace", "Idle GPU-hours times the rules' price per GPU-hour, in the rules' currency (the currency column).", "short",
 		Target{Expr: "sort_desc(" + names.RecNSIdleCost + ")"}), 6, 8)
 	add(l, tablePanel("Idle GPU-hours by owner", "Per pod, or per Unix user and Slurm job on bare metal.", "h",
 		Target{Expr: "sort_desc(" + names.RecOwnerIdleHours + ")"}), 12, 8)
-	add(l, tablePanel("Idle cost by owner", "Per pod, or per Unix user and Slurm job on bare metal.", "currencyUSD",
+	add(l, tablePanel("Idle cost by owner", "Per pod, or per Unix user and Slurm job on bare metal, in the rules' currency (the currency column).", "short",
 		Target{Expr: "sort_desc(" + names.RecOwnerIdleCost + ")"}), 12, 8)
 
 	l.row("MIG right-sizing")
