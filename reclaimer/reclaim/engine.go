@@ -2,7 +2,6 @@ package reclaim
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -146,17 +145,35 @@ func (e *Engine) persist(events []Event, rs ...*Reclaim) error {
 	}
 	if err := e.o.Store.Write(rs, events); err != nil {
 		e.o.Metrics.Error(ComponentStore)
-		var conflict *ConflictError
-		if errors.As(err, &conflict) {
-			// Another replica wrote it (a leader that lost the Lease, before
+		if cs := conflicts(err); len(cs) > 0 {
+			// Another replica wrote them (a leader that lost the Lease, before
 			// the fence): what the store holds is what was done.
-			e.set(conflict.Stored)
+			for _, c := range cs {
+				e.set(c.Stored)
+				e.o.Logger.Warn("a reclaim was written by another replica: going on from the store", "reclaim", c.Stored.ID, "state", c.Stored.State)
+			}
 			e.version++
-			e.o.Logger.Warn("a reclaim was written by another replica: going on from the store", "reclaim", conflict.Stored.ID, "state", conflict.Stored.State)
 			return err
 		}
 		e.o.Logger.Error("writing to the store failed: nothing is done until it is written", "reclaims", len(rs), "first", rs[0].ID, "err", err)
 		return err
+	}
+	return nil
+}
+
+// conflicts lists the ConflictErrors in err, joined ones included.
+func conflicts(err error) []*ConflictError {
+	switch u := err.(type) {
+	case *ConflictError:
+		return []*ConflictError{u}
+	case interface{ Unwrap() []error }:
+		var out []*ConflictError
+		for _, e := range u.Unwrap() {
+			out = append(out, conflicts(e)...)
+		}
+		return out
+	case interface{ Unwrap() error }:
+		return conflicts(u.Unwrap())
 	}
 	return nil
 }

@@ -1068,3 +1068,50 @@ func TestAMessageSentDuringAStoreOutageIsSentOnce(t *testing.T) {
 	require.True(t, f.only().Final.Sent)
 	require.Equal(t, []reclaim.MessageKind{reclaim.MsgWarning, reclaim.MsgReclaimed}, f.notifier.Kinds(), "each message once")
 }
+
+// conflictStore answers a write with what another replica stored: every
+// reclaim written is found done.
+type conflictStore struct {
+	reclaim.Store
+	on bool
+}
+
+func (s *conflictStore) Write(rs []*reclaim.Reclaim, evs []reclaim.Event) error {
+	if !s.on {
+		return s.Store.Write(rs, evs)
+	}
+	var errs []error
+	for _, r := range rs {
+		c := r.Clone()
+		c.State, c.Reason = reclaim.Done, "reclaimed by the other replica"
+		errs = append(errs, fmt.Errorf("writing %s: %w", r.ID, &reclaim.ConflictError{Stored: c, Cause: errors.New("409")}))
+	}
+	return errors.Join(errs...)
+}
+
+// A write refused because another replica wrote first brings back what the
+// store holds, for every reclaim of the write: the engine goes on from it
+// and does not act again.
+func TestAConflictGoesOnFromTheStore(t *testing.T) {
+	f := newFixture(t, "")
+	st := &conflictStore{Store: f.st}
+	f.with(func(o *reclaim.Options) { o.Store = st })
+	f.ingest(IdlePod("firing", T0, "ml", "nb-0"), IdlePod("firing", T0, "ml", "nb-1"))
+	f.at(0)
+	st.on = true
+	f.at(5 * time.Minute)
+	for _, r := range f.eng.List() {
+		require.Equal(t, reclaim.Done, r.State, r.ID)
+		require.Equal(t, "reclaimed by the other replica", r.Reason)
+	}
+	require.Zero(t, f.actor.Count(), "nothing acted twice")
+
+	// Both reclaims of one notification come back from one refused write.
+	_, err := f.eng.Ingest([]template.Alert{IdlePod("firing", T0, "ml", "nb-2"), IdlePod("firing", T0, "ml", "nb-3")})
+	var conflict *reclaim.ConflictError
+	require.ErrorAs(t, err, &conflict)
+	require.Len(t, f.eng.List(), 4)
+	for _, r := range f.eng.List() {
+		require.Equal(t, reclaim.Done, r.State, r.ID)
+	}
+}
