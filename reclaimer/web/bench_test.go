@@ -27,18 +27,7 @@ import (
 // reports the webhook's latency percentiles.
 func BenchmarkWebhookWhilePolled(b *testing.B) {
 	const stored, pollers = 60000, 4
-	cfg := Config(b, "webhook: {bearer_token_file: token, max_body_bytes: 8MiB}\n")
-	st, err := store.Open(filepath.Join(b.TempDir(), "s.db"), time.Second)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	clock := NewClock()
-	reg := prometheus.NewRegistry()
-	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &Actor{}, Clock: clock.Now, Metrics: reclaim.NewMetrics(reg)})
-	if err != nil {
-		b.Fatal(err)
-	}
+	h, eng := benchServer(b, "webhook: {bearer_token_file: token, max_body_bytes: 8MiB}\n")
 	for i := 0; i < stored; i += 1000 {
 		var batch []template.Alert
 		for j := i; j < i+1000; j++ {
@@ -48,7 +37,6 @@ func BenchmarkWebhookWhilePolled(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	h := web.New(web.Options{Config: cfg, Engine: eng, Clock: clock.Now, Registry: reg})
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -101,19 +89,7 @@ func BenchmarkWebhookWhilePolled(b *testing.B) {
 // new alert, decided and fsynced) from 8 senders at once, as Alertmanager
 // does for many groups; run it with -benchtime 10000x.
 func BenchmarkOneAlertNotifications(b *testing.B) {
-	cfg := Config(b, "webhook: {bearer_token_file: token}\ncircuit_breaker: {max_pending: 0}\n")
-	st, err := store.Open(filepath.Join(b.TempDir(), "s.db"), time.Second)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	clock := NewClock()
-	reg := prometheus.NewRegistry()
-	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &Actor{}, Clock: clock.Now, Metrics: reclaim.NewMetrics(reg)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	h := web.New(web.Options{Config: cfg, Engine: eng, Clock: clock.Now, Registry: reg})
+	h, _ := benchServer(b, "webhook: {bearer_token_file: token}\ncircuit_breaker: {max_pending: 0}\n")
 	bodies := make([][]byte, b.N)
 	for i := range bodies {
 		body, _ := json.Marshal(template.Data{Receiver: "gpureclaim", Status: "firing",
@@ -149,4 +125,21 @@ func BenchmarkOneAlertNotifications(b *testing.B) {
 	wg.Wait()
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "notifications/s")
+}
+
+// benchServer is the reclaimer's HTTP side on an engine over a bbolt file.
+func benchServer(b *testing.B, cfgYAML string) (*web.Server, *reclaim.Engine) {
+	cfg := Config(b, cfgYAML)
+	st, err := store.Open(filepath.Join(b.TempDir(), "s.db"), time.Second)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	clock := NewClock()
+	reg := prometheus.NewRegistry()
+	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &Actor{}, Clock: clock.Now, Metrics: reclaim.NewMetrics(reg)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return web.New(web.Options{Config: cfg, Engine: eng, Clock: clock.Now, Registry: reg}), eng
 }
