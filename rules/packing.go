@@ -23,8 +23,6 @@ const packKey = "uuid, gpu_uuid, " + ownerLabels + ", keep, node, model"
 func packingRules(c Config) []Rule {
 	pk := c.Packing
 	in := c.inputs()
-	held := fmt.Sprintf("max by (%s) (%s) >= %d", packKey, names.RecPackHeld, int64(time.Duration(pk.Evidence).Seconds()))
-	packable := fmt.Sprintf(`%s{keep!="true"} <= %s`, names.RecPackNeed, num(names.PackableNeed))
 	rs := []Rule{
 		{Record: names.RecPackActivity, Expr: Expr(fmt.Sprintf("quantile_over_time(%s, %s[%s:%s])", num(pk.Quantile), names.RecOwnerActivity, pk.Window, pk.Step))},
 		// Every sample: a memory spike between steps is what overflows a shared GPU.
@@ -40,16 +38,22 @@ func packingRules(c Config) []Rule {
       "binds", "memory", "", "")
 )
 and on (%s) (%s)
-`, packKey, packKey, names.RecPackActivity, num(pk.ComputeCap), packKey, names.RecPackMemory, num(1+pk.Headroom), in.memTotal, num(pk.MemoryCap), packKey, held))},
+`, packKey, packKey, names.RecPackActivity, num(pk.ComputeCap), packKey, names.RecPackMemory, num(1+pk.Headroom), in.memTotal, num(pk.MemoryCap), packKey, c.evidenced()))},
 	}
 	if in.rightsizing {
 		rs = append(rs, Rule{Record: names.RecPackMIGFit, Expr: Expr(c.migFit())})
 	}
-	rs = append(rs, []Rule{
-		// Packing n owners whose needs sum to s frees at most n - ceil(s) GPUs.
-		{Record: names.RecFleetPackFreed, Expr: Expr(fmt.Sprintf("count(%s) - ceil(sum(%s)) or vector(0)", packable, packable))},
-	}...)
+	// Packing n owners whose needs sum to s frees at most n - ceil(s) GPUs.
+	rs = append(rs, Rule{Record: names.RecFleetPackFreed, Expr: Expr(fmt.Sprintf("count(%s) - ceil(sum(%s)) or vector(0)", packable, packable))})
 	return append(rs, forEachAudience([]Rule{c.packable()})...)
+}
+
+// packable selects the owners who need at most half a GPU and are not kept.
+var packable = fmt.Sprintf(`%s{keep!="true"} <= %s`, names.RecPackNeed, num(names.PackableNeed))
+
+// evidenced selects the owners who held their GPU for packing.evidence of the window.
+func (c Config) evidenced() string {
+	return fmt.Sprintf("max by (%s) (%s) >= %d", packKey, names.RecPackHeld, int64(time.Duration(c.Packing.Evidence).Seconds()))
 }
 
 // migSlices are the sizing MIG profiles of the GPUs that make seven
@@ -81,7 +85,7 @@ func (c Config) migFit() string {
 and on (%s) (%s)
 and on (gpu_uuid) (gpureclaim_gpu_mig_mode_enabled == 0)
 unless on (uuid) %s{model=~".*A30.*"}
-`, packKey, strings.Join(fits, "\nor\n"), packKey, fmt.Sprintf("max by (%s) (%s) >= %d", packKey, names.RecPackHeld, int64(time.Duration(pk.Evidence).Seconds())), in.unitInfo)
+`, packKey, strings.Join(fits, "\nor\n"), packKey, c.evidenced(), in.unitInfo)
 }
 
 // packable is GPUPackable: it tells the owner the exact change.
@@ -92,7 +96,7 @@ func (c Config) packable() Rule {
 	limit := fmt.Sprintf(`{{ with printf "max(%s{uuid='%%s'}) * %s" $labels.uuid | query }}{{ . | first | value | humanize1024 }}B{{ end }}`, names.RecPackMemory, num(1+pk.Headroom))
 	return Rule{
 		Alert:  names.AlertPackable,
-		Expr:   Expr(fmt.Sprintf(`%s{keep!="true"} <= %s`, names.RecPackNeed, num(names.PackableNeed))),
+		Expr:   Expr(packable),
 		For:    pk.For.String(),
 		Labels: map[string]string{"severity": "info", "action": "notify"},
 		Annotations: c.annotations("gpupackable",
