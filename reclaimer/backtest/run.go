@@ -269,8 +269,10 @@ func (b *bench) notify(eng *reclaim.Engine, alerts []ruleeval.Alert) error {
 		return nil
 	}
 	sort.Slice(send, func(i, j int) bool { return send[i].Fingerprint < send[j].Fingerprint })
-	_, err := eng.Ingest(send)
-	return err
+	if _, err := eng.Ingest(send); err != nil {
+		return err
+	}
+	return eng.Flush() // replayed time waits for no write
 }
 
 func toLabelSet(m map[string]string) model.LabelSet {

@@ -105,9 +105,18 @@ type Webhook struct {
 	// that memory stays near MaxConcurrent times MaxBodyBytes whatever
 	// Alertmanager sends; the others wait for a turn. Default 4.
 	MaxConcurrent int `yaml:"max_concurrent"`
+	// AnswerWithin bounds how long a notification waits for its decisions
+	// to be written before it is answered: a large one on the kubernetes
+	// store is answered while they are still written (Alertmanager would
+	// time out and retry). Default 1s.
+	AnswerWithin Duration `yaml:"answer_within"`
 
 	BearerToken string `yaml:"-"`
 }
+
+// DefaultQPS is kubernetes.qps unless set: 10,000 reclaims of one
+// notification persisted in under 30 s where the apiserver allows it.
+const DefaultQPS = 500
 
 // Web is who may read the status page and the API (GET / and GET
 // /api/v1/...). The webhook, Slack's interactions, the restore call and the
@@ -163,7 +172,9 @@ type Kubernetes struct {
 	JupyterHub *JupyterHub `yaml:"jupyterhub"`
 	// QPS and Burst bound the reclaimer's requests to the apiserver (a
 	// token bucket, as every client-go client has; client-go's own 5 and
-	// 10 persist 1,000 reclaims in 200 s). Default 50 and 100.
+	// 10 persist 1,000 reclaims in 200 s). Default DefaultQPS and twice
+	// that: a burst of reclaims is written as fast as the apiserver's
+	// priority and fairness lets this client.
 	QPS   float32 `yaml:"qps"`
 	Burst int     `yaml:"burst"`
 }
@@ -519,6 +530,12 @@ func (cfg *Config) validate() error {
 	if w.MaxConcurrent < 1 || w.MaxConcurrent > 1024 {
 		c.errorf("webhook.max_concurrent", "%d is not from 1 to 1024", w.MaxConcurrent)
 	}
+	if w.AnswerWithin == 0 {
+		w.AnswerWithin = Duration(time.Second)
+	}
+	if w.AnswerWithin < 0 || time.Duration(w.AnswerWithin) > 30*time.Second {
+		c.errorf("webhook.answer_within", "%s is not from 0s to 30s: Alertmanager stops waiting for an answer", time.Duration(w.AnswerWithin))
+	}
 	if w.MaxBodyBytes < 1024 {
 		c.errorf("webhook.max_body_bytes", "%d is too small for one notification (at least 1KiB)", w.MaxBodyBytes)
 	}
@@ -542,7 +559,7 @@ func (cfg *Config) validate() error {
 	k := &cfg.Kubernetes
 	c.duration("kubernetes.eviction_deadline", &k.EvictionDeadline, 10*time.Minute)
 	if k.QPS == 0 {
-		k.QPS = 50
+		k.QPS = DefaultQPS
 	}
 	if k.Burst == 0 {
 		k.Burst = 2 * int(k.QPS)

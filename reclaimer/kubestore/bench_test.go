@@ -3,35 +3,42 @@ package kubestore_test
 import (
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/prometheus/alertmanager/template"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpureclaim/gpureclaim/deploy"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/kubetest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/kubestore"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 )
 
-// BenchmarkWrite1000 persists the 1,000 reclaims of one notification as
-// GPUReclaims on a real apiserver, at client-go's default rate limit and
-// at the reclaimer's (kubernetes.qps, kubernetes.burst).
-func BenchmarkWrite1000(b *testing.B) {
+// BenchmarkWrite persists the reclaims of one notification as GPUReclaims
+// on a real apiserver: 1,000 at client-go's default rate limit and at the
+// reclaimer's (kubernetes.qps, kubernetes.burst), 10,000 at the reclaimer's.
+func BenchmarkWrite(b *testing.B) {
 	cl, _ := apiserver(b)
-	for _, limit := range []struct {
+	for i, c := range []struct {
+		n     int
 		qps   float32
 		burst int
-	}{{5, 10}, {50, 100}} {
-		b.Run(fmt.Sprintf("qps=%g,burst=%d", limit.qps, limit.burst), func(b *testing.B) {
+	}{{1000, 5, 10}, {1000, config.DefaultQPS, 2 * config.DefaultQPS}, {10000, config.DefaultQPS, 2 * config.DefaultQPS}} {
+		b.Run(fmt.Sprintf("reclaims=%d,qps=%g,burst=%d", c.n, c.qps, c.burst), func(b *testing.B) {
 			run := 0
 			for b.Loop() {
 				run++
 				rc := cl.RESTConfig(kubetest.ReclaimerToken)
-				rc.QPS, rc.Burst = limit.qps, limit.burst
+				rc.QPS, rc.Burst = c.qps, c.burst
 				st, err := kubestore.New(rc, deploy.Namespace, "gpureclaim-reclaimer-replays")
 				if err != nil {
 					b.Fatal(err)
 				}
-				rs := make([]*reclaim.Reclaim, 1000)
-				for i := range rs {
-					rs[i] = reclaimOf(fmt.Sprintf("%016x-%d", run*10000+i, 1772445600+int(limit.qps)), fmt.Sprintf("pod-%d", i), reclaim.Pending)
+				rs := make([]*reclaim.Reclaim, c.n)
+				for j := range rs {
+					rs[j] = reclaimOf(fmt.Sprintf("%016x-%d", (i*100+run)*100000+j, 1772445600), fmt.Sprintf("pod-%d", j), reclaim.Pending)
 				}
 				if err := st.Write(rs, nil); err != nil {
 					b.Fatal(err)
@@ -39,4 +46,44 @@ func BenchmarkWrite1000(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkIngest10kAlerts is one Alertmanager notification of 10,000
+// firing alerts into the engine on the kubernetes store, at the default
+// rate limit: answered-s until it is answered, ns/op until every reclaim
+// is a GPUReclaim.
+func BenchmarkIngest10kAlerts(b *testing.B) {
+	cl, _ := apiserver(b)
+	cfg := reclaimtest.Config(b, "circuit_breaker: {max_pending: 0}\n")
+	var answered time.Duration
+	run := 0
+	for b.Loop() {
+		b.StopTimer()
+		run++
+		rc := cl.RESTConfig(kubetest.ReclaimerToken)
+		rc.QPS, rc.Burst = cfg.Kubernetes.QPS, cfg.Kubernetes.Burst
+		st, err := kubestore.New(rc, deploy.Namespace, "gpureclaim-reclaimer-replays")
+		if err != nil {
+			b.Fatal(err)
+		}
+		eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &reclaimtest.Actor{}, Clock: reclaimtest.NewClock().Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
+		if err != nil {
+			b.Fatal(err)
+		}
+		alerts := make([]template.Alert, 10000)
+		for i := range alerts {
+			alerts[i] = reclaimtest.IdlePod("firing", reclaimtest.T0.Add(time.Duration(run)*time.Hour), fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("pod-%d", i))
+		}
+		b.StartTimer()
+		start := time.Now()
+		res, err := eng.Ingest(alerts)
+		answered += time.Since(start)
+		if err == nil {
+			err = eng.Flush()
+		}
+		if err != nil || res.New != len(alerts) {
+			b.Fatalf("%+v %v", res, err)
+		}
+	}
+	b.ReportMetric(answered.Seconds()/float64(b.N), "answered-s")
 }

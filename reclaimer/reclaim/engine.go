@@ -60,6 +60,11 @@ type Engine struct {
 	unrecorded map[string]Delivery
 	breaker    bool
 	wake       chan struct{}
+	// Decisions in the index not yet in the store (writes.go): the latest
+	// write of each reclaim, the writes in order, and whether one runs.
+	unwritten map[string]*pendingWrite
+	queue     []*pendingWrite
+	writing   bool
 
 	// The sorted view readers share, rebuilt when the index has changed,
 	// outside the engine's lock: a status page over 60,000 reclaims does
@@ -85,7 +90,7 @@ func New(o Options) (*Engine, error) {
 		return nil, fmt.Errorf("loading the store: %w", err)
 	}
 	e := &Engine{o: o, index: make(map[string]*Reclaim, len(rs)), byAlert: map[string][]string{}, openUnit: map[targetKey][]string{},
-		counts: map[State]int{}, inflight: map[string]bool{}, unrecorded: map[string]Delivery{}, wake: make(chan struct{}, 1)}
+		counts: map[State]int{}, inflight: map[string]bool{}, unrecorded: map[string]Delivery{}, unwritten: map[string]*pendingWrite{}, wake: make(chan struct{}, 1)}
 	resumed := 0
 	for _, r := range rs {
 		e.set(r)
@@ -259,7 +264,7 @@ func (e *Engine) step(ctx context.Context, budget time.Duration) {
 	breakerMsg := e.updateBreaker()
 	var due []work
 	for id, r := range e.index {
-		if e.inflight[id] || now.Before(r.NextTry) {
+		if e.inflight[id] || e.unwritten[id] != nil || now.Before(r.NextTry) {
 			continue
 		}
 		switch {
@@ -393,6 +398,9 @@ func (e *Engine) snapshot(id string) *Reclaim {
 func (e *Engine) update(id string, events func(*Reclaim) []Event, f func(*Reclaim) bool) (*Reclaim, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if err := e.awaitWritten(id); err != nil {
+		return nil, err
+	}
 	cur, ok := e.index[id]
 	if !ok {
 		return nil, fmt.Errorf("no reclaim %s", id)

@@ -97,6 +97,7 @@ func (f *fixture) ingest(alerts ...template.Alert) reclaim.IngestResult {
 	f.t.Helper()
 	res, err := f.eng.Ingest(alerts)
 	require.NoError(f.t, err)
+	require.NoError(f.t, f.eng.Flush())
 	return res
 }
 

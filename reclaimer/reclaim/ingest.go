@@ -15,14 +15,27 @@ type IngestResult struct {
 	New, Duplicate, Cancelled, Ignored int
 }
 
-// Ingest records the alerts of one Alertmanager notification. When it
-// returns nil every decision is durable; an error means nothing was
-// recorded and the notification should be retried.
+// Ingest decides on the alerts of one Alertmanager notification. When it
+// returns nil every decision is in the store, or was still being written
+// after webhook.answer_within without an error (writes.go); an error means
+// the notification should be retried: the retry waits for what this one
+// began to write.
 func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
+	if err := e.fenced(FencedWrite); err != nil {
+		return IngestResult{}, err
+	}
+	e.mu.Lock()
+	res, deps := e.ingest(alerts)
+	e.mu.Unlock()
+	return res, e.await(deps)
+}
+
+// ingest decides and queues the writes; it returns the writes the answer
+// waits for. The caller holds e.mu.
+func (e *Engine) ingest(alerts []template.Alert) (IngestResult, []*pendingWrite) {
 	var res IngestResult
 	now := e.now()
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	var deps []*pendingWrite
 
 	changed := map[string]*Reclaim{}
 	var events []Event
@@ -80,6 +93,9 @@ func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
 			fp = Fingerprint(a.Labels)
 		}
 		id := ID(fp, a.StartsAt)
+		if w := e.unwritten[id]; w != nil {
+			deps = append(deps, w) // a retry: answered once that is written
+		}
 		existing := get(id)
 		if a.Status == "resolved" {
 			switch {
@@ -171,23 +187,16 @@ func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
 		res.New++
 	}
 	if len(changed) == 0 {
-		return res, nil
+		return res, deps
 	}
 	rs := make([]*Reclaim, 0, len(changed))
 	for _, r := range changed {
 		rs = append(rs, r)
 	}
-	if err := e.persist(events, rs...); err != nil {
-		return IngestResult{}, err
-	}
-	for _, r := range rs {
-		e.set(r)
-	}
+	deps = append(deps, e.queueWrite(rs, events))
 	e.version++
-	e.o.Failpoint("ingested")
 	e.gauges()
-	e.Kick()
-	return res, nil
+	return res, deps
 }
 
 // sortedIDs lists an alert's reclaims in id order; the caller holds e.mu.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,14 +23,25 @@ import (
 	"github.com/gpureclaim/gpureclaim/reclaimer/web"
 )
 
-type brokenStore struct{ reclaim.Store }
+// brokenStore refuses every write until healed.
+type brokenStore struct {
+	reclaim.Store
+	healed *atomic.Bool
+}
 
-func (brokenStore) Write([]*reclaim.Reclaim, []reclaim.Event) error { return errors.New("disk full") }
+func (b brokenStore) Write(rs []*reclaim.Reclaim, evs []reclaim.Event) error {
+	if !b.healed.Load() {
+		return errors.New("disk full")
+	}
+	return b.Store.Write(rs, evs)
+}
 
 type server struct {
 	*httptest.Server
 	engine *reclaim.Engine
 	clock  *Clock
+	store  reclaim.Store
+	healed atomic.Bool
 }
 
 func newServer(t *testing.T, broken bool) *server {
@@ -37,17 +49,18 @@ func newServer(t *testing.T, broken bool) *server {
 	st, err := store.Open(filepath.Join(t.TempDir(), "s.db"), time.Second)
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Close() })
-	var s reclaim.Store = st
+	s := &server{store: st}
+	var use reclaim.Store = st
 	if broken {
-		s = brokenStore{st}
+		use = brokenStore{st, &s.healed}
 	}
-	clock := NewClock()
+	s.clock = NewClock()
 	reg := prometheus.NewRegistry()
-	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: s, Actor: &Actor{}, Clock: clock.Now, Metrics: reclaim.NewMetrics(reg)})
+	s.engine, err = reclaim.New(reclaim.Options{Config: cfg, Store: use, Actor: &Actor{}, Clock: s.clock.Now, Metrics: reclaim.NewMetrics(reg)})
 	require.NoError(t, err)
-	srv := httptest.NewServer(web.New(web.Options{Config: cfg, Engine: eng, Logger: nil, Clock: clock.Now, Registry: reg}))
-	t.Cleanup(srv.Close)
-	return &server{Server: srv, engine: eng, clock: clock}
+	s.Server = httptest.NewServer(web.New(web.Options{Config: cfg, Engine: s.engine, Logger: nil, Clock: s.clock.Now, Registry: reg}))
+	t.Cleanup(s.Server.Close)
+	return s
 }
 
 func payload(t *testing.T) []byte {
@@ -146,12 +159,29 @@ func TestWebhookBearerSchemeAnyCase(t *testing.T) {
 	require.Len(t, s.engine.List(), 1)
 }
 
+// A store that refuses writes: the notification is answered 5xx, and so
+// is every retry, until its decisions are written; the reclaimer keeps
+// trying in the meantime, so the retry that is answered 200 finds them in
+// the store.
 func TestWebhookAsksForARetryWhenItCannotRecord(t *testing.T) {
 	s := newServer(t, true)
 	code, body := s.post(t, payload(t), bearer("t0ken"))
 	require.Equal(t, http.StatusInternalServerError, code, "Alertmanager retries 5xx")
 	require.Contains(t, body, "retry")
-	require.Empty(t, s.engine.List())
+	code, _ = s.post(t, payload(t), bearer("t0ken"))
+	require.Equal(t, http.StatusInternalServerError, code, "a retry while the store still refuses")
+	stored, err := s.store.Load()
+	require.NoError(t, err)
+	require.Empty(t, stored)
+
+	s.healed.Store(true)
+	require.Eventually(t, func() bool {
+		code, _ := s.post(t, payload(t), bearer("t0ken"))
+		return code == http.StatusOK
+	}, 20*time.Second, 100*time.Millisecond)
+	stored, err = s.store.Load()
+	require.NoError(t, err)
+	require.Len(t, stored, 1, "written once the store takes it")
 }
 
 func TestWebhookMethodAndAPI(t *testing.T) {
