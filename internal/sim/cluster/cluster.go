@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -50,6 +51,11 @@ type Cluster struct {
 	URL        string
 	Kubeconfig string
 	procs      []*exec.Cmd
+	// How kube-apiserver was started, to start it again after an outage.
+	apiserverBin  string
+	apiserverArgs []string
+	apiserver     *exec.Cmd
+	restarts      int
 }
 
 // FreePort returns a loopback port nobody listens on.
@@ -113,12 +119,9 @@ func Start(o Options) (c *Cluster, err error) {
 		// Without the controller manager no default ServiceAccount exists.
 		args = append(args, "--disable-admission-plugins=ServiceAccount")
 	}
-	if err := c.start(filepath.Join(o.Bin, "kube-apiserver"), "kube-apiserver", args...); err != nil {
-		return c, err
-	}
 	c.URL = fmt.Sprintf("https://127.0.0.1:%d", ports[2])
-	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	if err := wait("kube-apiserver", func() bool { return get(insecure, c.URL+"/readyz", AdminToken) }); err != nil {
+	c.apiserverBin, c.apiserverArgs = filepath.Join(o.Bin, "kube-apiserver"), args
+	if err := c.StartAPIServer(); err != nil {
 		return c, err
 	}
 	c.Kubeconfig = filepath.Join(o.Dir, "kubeconfig")
@@ -131,6 +134,33 @@ func Start(o Options) (c *Cluster, err error) {
 		}
 	}
 	return c, nil
+}
+
+// StartAPIServer starts kube-apiserver, on the same address and etcd as
+// before an outage, and waits until it is ready.
+func (c *Cluster) StartAPIServer() error {
+	name := "kube-apiserver"
+	if c.restarts > 0 {
+		name = fmt.Sprintf("kube-apiserver-%d", c.restarts)
+	}
+	c.restarts++
+	if err := c.start(c.apiserverBin, name, c.apiserverArgs...); err != nil {
+		return err
+	}
+	c.apiserver = c.procs[len(c.procs)-1]
+	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	return wait("kube-apiserver", func() bool { return get(insecure, c.URL+"/readyz", AdminToken) })
+}
+
+// StopAPIServer stops kube-apiserver, as in an outage; etcd and the
+// controllers keep running.
+func (c *Cluster) StopAPIServer() {
+	if c.apiserver == nil {
+		return
+	}
+	Stop(c.apiserver, 10*time.Second)
+	c.procs = slices.DeleteFunc(c.procs, func(p *exec.Cmd) bool { return p == c.apiserver })
+	c.apiserver = nil
 }
 
 func get(hc *http.Client, url, token string) bool {
