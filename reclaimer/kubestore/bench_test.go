@@ -2,9 +2,9 @@ package kubestore_test
 
 import (
 	"fmt"
+	"syscall"
 	"testing"
 	"time"
-	"syscall"
 
 	"github.com/prometheus/alertmanager/template"
 	"github.com/prometheus/client_golang/prometheus"
