@@ -24,7 +24,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/reclaimer/notify"
 )
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer l.Close()

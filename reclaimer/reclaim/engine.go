@@ -344,6 +344,7 @@ func (e *Engine) gauges() {
 	for _, s := range States {
 		e.o.Metrics.reclaims.WithLabelValues(string(s)).Set(float64(e.counts[s]))
 	}
+	e.o.Metrics.unwritten.Set(float64(len(e.unwritten)))
 }
 
 // set puts a reclaim into the index and the indexes kept with it; the

@@ -17,17 +17,18 @@ type IngestResult struct {
 
 // Ingest decides on the alerts of one Alertmanager notification. When it
 // returns nil every decision is in the store, or was still being written
-// after webhook.answer_within without an error (writes.go); an error means
+// webhook.answer_within after it arrived, without an error (writes.go); an error means
 // the notification should be retried: the retry waits for what this one
 // began to write.
 func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
+	arrived := time.Now()
 	if err := e.fenced(FencedWrite); err != nil {
 		return IngestResult{}, err
 	}
 	e.mu.Lock()
 	res, deps := e.ingest(alerts)
 	e.mu.Unlock()
-	return res, e.await(deps)
+	return res, e.await(deps, arrived)
 }
 
 // ingest decides and queues the writes; it returns the writes the answer

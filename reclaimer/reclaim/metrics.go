@@ -21,6 +21,7 @@ type Metrics struct {
 	breakerOpen     prometheus.Gauge
 	lastStepSeconds prometheus.Gauge
 	fenced          *prometheus.CounterVec
+	unwritten       prometheus.Gauge
 }
 
 // NewMetrics registers the lifecycle metrics with reg.
@@ -57,6 +58,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "When the lifecycle last ran, in Unix seconds."}),
 		fenced: f.NewCounterVec(prometheus.CounterOpts{Name: "gpureclaim_reclaimer_fenced_total",
 			Help: "Writes, actions and messages this replica refused itself because it may no longer hold the Lease."}, []string{"what"}),
+		unwritten: f.NewGauge(prometheus.GaugeOpts{Name: "gpureclaim_reclaimer_unwritten_reclaims",
+			Help: "Reclaims decided from a notification and not yet written to the store; nothing is done about them until they are."}),
 	}
 	for _, s := range States {
 		m.reclaims.WithLabelValues(string(s))

@@ -82,6 +82,7 @@ func (e *Engine) writeQueued() {
 				delete(e.unwritten, r.ID)
 			}
 		}
+		e.o.Metrics.unwritten.Set(float64(len(e.unwritten)))
 		e.mu.Unlock()
 		w.err = err
 		close(w.done)
@@ -128,12 +129,12 @@ func (e *Engine) writeOut(w *pendingWrite) error {
 }
 
 // await waits for the writes of a notification: until all are written, or
-// until webhook.answer_within has passed (0: until written). Then the
-// answer is yes if none failed so far: the rest are still being written.
-func (e *Engine) await(ws []*pendingWrite) error {
+// until webhook.answer_within after it arrived (0: until written). Then
+// the answer is yes if none failed so far: the rest are still being written.
+func (e *Engine) await(ws []*pendingWrite, arrived time.Time) error {
 	var timeout <-chan time.Time
 	if d := time.Duration(e.o.Config.Webhook.AnswerWithin); d > 0 {
-		t := time.NewTimer(d)
+		t := time.NewTimer(max(0, time.Until(arrived.Add(d))))
 		defer t.Stop()
 		timeout = t.C
 	}

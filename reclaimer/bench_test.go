@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
+)
+
+// BenchmarkNotification100k posts one Alertmanager notification of
+// 100,000 firing alerts (46 MB) to the reclaimer binary on bbolt:
+// answered-s until its answer, ns/op until every reclaim is stored, and
+// peak-rss-MiB the process's peak resident memory (VmHWM).
+func BenchmarkNotification100k(b *testing.B) {
+	const n = 100000
+	dir := b.TempDir()
+	bin := tooltest.Build(b, dir, "./reclaimer", "gpureclaim-reclaimer")
+	if err := os.WriteFile(filepath.Join(dir, "webhook.token"), []byte("am-token\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "bench.yml")
+	if err := os.WriteFile(cfg, []byte(`webhook: {bearer_token_file: webhook.token, max_body_bytes: 64MiB}
+web: {auth: {none: true}}
+alertmanager: {url: "http://127.0.0.1:1"}
+kubernetes: {enabled: false}
+circuit_breaker: {max_pending: 0}
+policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: notify}]
+`), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	alerts := make([]map[string]any, n)
+	startsAt := time.Now().Add(-time.Hour).UTC().Truncate(time.Second)
+	for i := range alerts {
+		labels := map[string]string{"alertname": "GPUIdle", "audience": "reclaimer", "uuid": fmt.Sprintf("GPU-%08d", i), "gpu_uuid": fmt.Sprintf("GPU-%08d", i),
+			"node": fmt.Sprintf("node-%d", i/8), "kind": "gpu", "namespace": fmt.Sprintf("ns-%d", i%50), "pod": fmt.Sprintf("pod-%d", i), "container": "c",
+			"keep": "false", "action": "evict", "signal": "sm_active", "severity": "warning"}
+		alerts[i] = map[string]any{"status": "firing", "labels": labels, "annotations": map[string]string{"summary": "idle", "description": "the GPU has been idle for 1h"},
+			"startsAt": startsAt, "endsAt": time.Time{}, "fingerprint": fmt.Sprintf("%016x", i)}
+	}
+	body, err := json.Marshal(map[string]any{"version": "4", "status": "firing", "receiver": "gpureclaim", "groupKey": "{}:{}", "alerts": alerts})
+	if err != nil {
+		b.Fatal(err)
+	}
+	alerts = nil
+	var answered time.Duration
+	var peak int
+	run := 0
+	for b.Loop() {
+		b.StopTimer()
+		run++
+		addr := freeAddr(b)
+		cmd := exec.Command(bin, "--config.file="+cfg, "--web.listen-address="+addr, "--storage.path="+filepath.Join(dir, fmt.Sprintf("s%d.db", run)))
+		cmd.Dir = dir
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		for i := 0; !(&replica{addr: addr}).ready(); i++ {
+			if i > 1000 {
+				b.Fatalf("the reclaimer is not ready: %s", out.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		b.StartTimer()
+		start := time.Now()
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/webhook", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer am-token")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			b.Fatalf("%v %v", resp, err)
+		}
+		resp.Body.Close()
+		answered += time.Since(start)
+		for unwritten(addr) != 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		b.StopTimer()
+		peak = max(peak, vmHWM(b, cmd.Process.Pid))
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		b.StartTimer()
+	}
+	b.ReportMetric(answered.Seconds()/float64(b.N), "answered-s")
+	b.ReportMetric(float64(peak)/1024, "peak-rss-MiB")
+}
+
+// unwritten reads how many decided reclaims are not yet in the store.
+func unwritten(addr string) int {
+	if !(&replica{addr: addr}).ready() {
+		return -1
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	_, _ = buf.ReadFrom(resp.Body)
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if strings.HasPrefix(line, "gpureclaim_reclaimer_unwritten_reclaims ") {
+			v, _ := strconv.ParseFloat(strings.Fields(line)[1], 64)
+			return int(v)
+		}
+	}
+	return -1
+}
+
+// vmHWM is a process's peak resident memory in KiB.
+func vmHWM(b *testing.B, pid int) int {
+	s, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(s), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			v, _ := strconv.Atoi(strings.Fields(line)[1])
+			return v
+		}
+	}
+	b.Fatal("no VmHWM")
+	return 0
+}
