@@ -54,13 +54,7 @@ func (w *Webhook) Blocking() bool { return true }
 func (w *Webhook) Send(ctx context.Context, m reclaim.Message, _ map[string]string) (map[string]string, []string, error) {
 	p := Payload{Version: "1", Kind: string(m.Kind), Text: m.Text, Reclaim: m.Reclaim}
 	if m.Reclaim != nil {
-		// A warning is the same message across retries and restarts, even
-		// one resent after a crash with a later act-at time, and a new one
-		// after a snooze ends (a new round).
-		p.IdempotencyKey = fmt.Sprintf("%s/%s/%d", m.Reclaim.ID, m.Kind, m.Reclaim.WarningRound)
-		if m.Kind != reclaim.MsgWarning {
-			p.IdempotencyKey = m.Reclaim.ID + "/" + string(m.Kind)
-		}
+		p.IdempotencyKey = reclaim.MessageKey(m.Reclaim, m.Kind)
 	}
 	b, err := json.Marshal(p)
 	if err != nil {

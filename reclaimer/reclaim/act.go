@@ -272,8 +272,12 @@ func (e *Engine) final(ctx context.Context, id string) {
 		return
 	}
 	d := e.delivery(id, kind, r.Final)
+	again, ok := e.intent(id, &d, func(c *Reclaim) *Delivery { return &c.Final })
+	if !ok {
+		return
+	}
 	e.o.Failpoint("before-final")
-	delivered := e.send(ctx, Message{Kind: kind, Reclaim: r, Text: text(kind, r)}, &d)
+	delivered := e.send(ctx, Message{Kind: kind, Reclaim: r, Text: text(kind, r), Again: again}, &d)
 	d.Attempts++
 	_, err := e.update(id, nil, func(c *Reclaim) bool {
 		c.Final = d

@@ -196,6 +196,25 @@ type Message struct {
 	// Restated: the warning already delivered, put right in place (the time
 	// it acts at moved); nothing new is posted.
 	Restated bool
+	// Key is the message's idempotency key: the same for every attempt at
+	// it, by any replica, across restarts.
+	Key string
+	// Again says an earlier attempt at this message began (its intent is
+	// recorded) and may have been delivered without its record being
+	// written: a notifier that can look for Key among what it delivered
+	// does so before sending.
+	Again bool
+}
+
+// MessageKey is the idempotency key of a reclaim's message of a kind: a
+// warning is the same message across retries and restarts, even one
+// resent after a crash with a later act-at time, and a new one after a
+// snooze ends (a new round).
+func MessageKey(r *Reclaim, kind MessageKind) string {
+	if kind == MsgWarning {
+		return fmt.Sprintf("%s/%s/%d", r.ID, kind, r.WarningRound)
+	}
+	return r.ID + "/" + string(kind)
 }
 
 // Notifier tells owners and admins.

@@ -1041,16 +1041,30 @@ func (s *flakyStore) Write(rs []*reclaim.Reclaim, evs []reclaim.Event) error {
 
 func (s *flakyStore) set(down bool) { s.mu.Lock(); s.down = down; s.mu.Unlock() }
 
-// A message sent while its record cannot be written is not sent again
-// while the store is down: once it is back, the record is written.
+// A message is not sent before its intent is written, and one sent while
+// its record cannot be written (the store went away between the two) is
+// not sent again while the store is down: once it is back, the record is
+// written.
 func TestAMessageSentDuringAStoreOutageIsSentOnce(t *testing.T) {
 	f := newFixture(t, "")
 	st := &flakyStore{Store: f.st}
-	f.with(func(o *reclaim.Options) { o.Store = st })
+	tripped := map[string]bool{}
+	f.with(func(o *reclaim.Options) {
+		o.Store = st
+		o.Failpoint = func(p string) {
+			if (p == "before-warning" || p == "before-final") && !tripped[p] {
+				tripped[p] = true
+				st.set(true) // the intent is written; the record of the send will not be
+			}
+		}
+	})
 	f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
 	st.set(true)
+	f.at(0)
+	require.Empty(t, f.notifier.Kinds(), "no intent written: nothing sent")
+	st.set(false)
 	for s := range 5 {
-		f.at(time.Duration(s) * time.Second)
+		f.at(time.Duration(s+1) * time.Second)
 	}
 	require.Equal(t, []reclaim.MessageKind{reclaim.MsgWarning}, f.notifier.Kinds(), "warned once while the store was down")
 	require.False(t, f.only().Warning.Sent, "not recorded yet")
@@ -1060,10 +1074,10 @@ func TestAMessageSentDuringAStoreOutageIsSentOnce(t *testing.T) {
 
 	f.at(10*time.Second + 5*time.Minute)
 	require.Equal(t, reclaim.Done, f.only().State)
-	st.set(true)
 	for s := range 5 {
 		f.at(10*time.Second + 5*time.Minute + time.Duration(s+1)*time.Second)
 	}
+	require.False(t, f.only().Final.Sent, "not recorded yet")
 	st.set(false)
 	f.at(10*time.Second + 6*time.Minute)
 	require.True(t, f.only().Final.Sent)

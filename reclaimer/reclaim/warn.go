@@ -29,6 +29,9 @@ func isSentKey(key string) bool { return strings.Contains(key, ".sent.") }
 // channels per notifier, and whether every blocking notifier delivered.
 func (e *Engine) send(ctx context.Context, m Message, d *Delivery) bool {
 	ok := true
+	if m.Reclaim != nil && m.Key == "" {
+		m.Key = MessageKey(m.Reclaim, m.Kind)
+	}
 	for _, n := range e.o.Notifiers {
 		sent := sentKey(n.Name(), m.Kind)
 		if d != nil && d.Refs[sent] != "" {
@@ -67,6 +70,24 @@ func (e *Engine) send(ctx context.Context, m Message, d *Delivery) bool {
 		}
 	}
 	return ok
+}
+
+// intent writes that a message is about to go, before its first attempt:
+// if the reclaimer then stops before recording the delivery, the next
+// attempt is marked Again and the notifiers that can look for the message
+// do, rather than send it twice. It returns whether an attempt began
+// before, and false if the intent could not be written (nothing is sent).
+func (e *Engine) intent(id string, d *Delivery, of func(*Reclaim) *Delivery) (again, ok bool) {
+	if !d.FirstTry.IsZero() {
+		return true, true
+	}
+	first := e.now()
+	if _, err := e.update(id, nil, func(c *Reclaim) bool { of(c).FirstTry = first; return true }); err != nil {
+		e.o.Logger.Error("recording that a message is about to go: it waits", "reclaim", id, "err", err)
+		return false, false
+	}
+	d.FirstTry = first
+	return false, true
 }
 
 // refsOf collects one notifier's references across a reclaim's messages.
@@ -133,17 +154,19 @@ func (e *Engine) warn(ctx context.Context, id string) {
 		}
 	}
 	d := e.delivery(id, kind, r.Warning)
-	if d.FirstTry.IsZero() {
-		d.FirstTry = e.now()
-	}
 	var delivered bool
 	if r.DryRun {
 		delivered = true
+		d.FirstTry = e.now()
 		d.Channels = append(d.Channels, "dry run: not sent")
 		e.o.Logger.Info("dry run: would warn the owner", "reclaim", id, "owner", r.Target.Owner(), "unit", r.Target.Unit(), "act_at", r.ActAt)
 	} else {
+		again, ok := e.intent(id, &d, func(c *Reclaim) *Delivery { return &c.Warning })
+		if !ok {
+			return
+		}
 		e.o.Failpoint("before-warning")
-		delivered = e.send(ctx, Message{Kind: kind, Reclaim: r, Text: text(kind, r)}, &d)
+		delivered = e.send(ctx, Message{Kind: kind, Reclaim: r, Text: text(kind, r), Again: again}, &d)
 		e.o.Failpoint("after-warning")
 	}
 	d.Attempts++

@@ -179,15 +179,53 @@ func (n *Notifier) owner(ctx context.Context, t reclaim.Target) (string, error) 
 	return "", nil
 }
 
+// MetadataEventType names the metadata every message of the reclaimer
+// carries, with its idempotency key in the payload's "key".
+const MetadataEventType = "gpureclaim_message"
+
+// historyLookback is how many of a channel's newest messages are searched
+// for one that may have been posted already.
+const historyLookback = 100
+
 // post sends blocks to a channel (or a user's DM) and returns the channel
-// and the message's ts.
-func (n *Notifier) post(ctx context.Context, channel string, blocks []slack.Block, text string) (string, string, error) {
+// and the message's ts. The message carries its key in its metadata; when
+// it may have gone already (again: an earlier attempt's record was lost,
+// or this attempt's reply was), the channel's recent history is searched
+// for the key first, and a message found is not posted twice.
+func (n *Notifier) post(ctx context.Context, channel string, blocks []slack.Block, text, key string, again bool) (string, string, error) {
 	var ch, ts string
 	err := n.call(ctx, func() (err error) {
-		ch, ts, err = n.api.PostMessageContext(ctx, channel, slack.MsgOptionBlocks(blocks...), slack.MsgOptionText(esc(text), false))
+		if again && key != "" {
+			if at, found := n.find(ctx, channel, key); found {
+				ch, ts = channel, at
+				return nil
+			}
+		}
+		again = true // a retry of this call: the post may have gone
+		opts := []slack.MsgOption{slack.MsgOptionBlocks(blocks...), slack.MsgOptionText(esc(text), false)}
+		if key != "" {
+			opts = append(opts, slack.MsgOptionMetadata(slack.SlackMetadata{EventType: MetadataEventType, EventPayload: map[string]any{"key": key}}))
+		}
+		ch, ts, err = n.api.PostMessageContext(ctx, channel, opts...)
 		return err
 	})
 	return ch, ts, err
+}
+
+// find looks for a message with key among a channel's newest; a channel
+// it cannot read (a name, not an id) has none.
+func (n *Notifier) find(ctx context.Context, channel, key string) (string, bool) {
+	h, err := n.api.GetConversationHistoryContext(ctx, &slack.GetConversationHistoryParameters{ChannelID: channel, Limit: historyLookback, IncludeAllMetadata: true})
+	if err != nil {
+		n.log.Warn("cannot look for a message that may have been posted already: posting it", "channel", channel, "key", key, "err", err)
+		return "", false
+	}
+	for _, m := range h.Messages {
+		if m.Metadata.EventType == MetadataEventType && m.Metadata.EventPayload["key"] == key {
+			return m.Timestamp, true
+		}
+	}
+	return "", false
 }
 
 func (n *Notifier) dm(ctx context.Context, user string) (string, error) {
@@ -221,13 +259,13 @@ func (n *Notifier) Send(ctx context.Context, m reclaim.Message, prev map[string]
 			updated, _, err := n.update(ctx, prev, blocks, m.Text)
 			return nil, updated, err
 		}
-		return n.deliver(ctx, r, blocks, m.Text)
+		return n.deliver(ctx, m, blocks)
 	}
 	blocks := Outcome(m.Kind, r, m.By, now, n.pricing, n.statusPage)
 	updated, ok, err := n.update(ctx, prev, blocks, m.Text)
 	if !ok {
 		// Nothing to update (the warning went elsewhere): say it anew.
-		return n.deliver(ctx, r, blocks, m.Text)
+		return n.deliver(ctx, m, blocks)
 	}
 	switch m.Kind {
 	case reclaim.MsgFailed, reclaim.MsgNotReleased, reclaim.MsgRestoreFailed:
@@ -260,7 +298,8 @@ func (n *Notifier) update(ctx context.Context, prev map[string]string, blocks []
 
 // deliver posts to the owner and the namespace channel; if neither exists,
 // to the default channel. It fails only if nothing was delivered.
-func (n *Notifier) deliver(ctx context.Context, r *reclaim.Reclaim, blocks []slack.Block, text string) (map[string]string, []string, error) {
+func (n *Notifier) deliver(ctx context.Context, m reclaim.Message, blocks []slack.Block) (map[string]string, []string, error) {
+	r, text := m.Reclaim, m.Text
 	refs := map[string]string{}
 	var where []string
 	var errs []error
@@ -272,7 +311,7 @@ func (n *Notifier) deliver(ctx context.Context, r *reclaim.Reclaim, blocks []sla
 		refs["owner"] = owner
 		if ch, err := n.dm(ctx, owner); err != nil {
 			errs = append(errs, err)
-		} else if ch, ts, err := n.post(ctx, ch, blocks, text); err != nil {
+		} else if ch, ts, err := n.post(ctx, ch, blocks, text, m.Key, m.Again); err != nil {
 			errs = append(errs, fmt.Errorf("posting to %s: %w", owner, err))
 		} else {
 			refs[reclaim.MessageRefPrefix+ch] = ts
@@ -287,7 +326,7 @@ func (n *Notifier) deliver(ctx context.Context, r *reclaim.Reclaim, blocks []sla
 		channels = append(channels, n.cfg.DefaultChannel)
 	}
 	for _, c := range channels {
-		ch, ts, err := n.post(ctx, c, blocks, text)
+		ch, ts, err := n.post(ctx, c, blocks, text, m.Key, m.Again)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("posting to %s: %w", c, err))
 			continue
@@ -315,7 +354,7 @@ func (n *Notifier) admin(ctx context.Context, m reclaim.Message) (map[string]str
 	if ch == "" {
 		return nil, []string{"none"}, nil // the log notifier has it
 	}
-	_, _, err := n.post(ctx, ch, []slack.Block{slack.NewSectionBlock(mrkdwn(":rotating_light: "+esc(m.Text)), nil, nil)}, m.Text)
+	_, _, err := n.post(ctx, ch, []slack.Block{slack.NewSectionBlock(mrkdwn(":rotating_light: "+esc(m.Text)), nil, nil)}, m.Text, "", false)
 	if err != nil {
 		return nil, nil, err
 	}

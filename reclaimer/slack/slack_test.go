@@ -635,3 +635,73 @@ func FuzzInteractions(f *testing.F) {
 		}
 	})
 }
+
+// A post whose reply was lost (Slack posted it and answered 500) is not
+// posted again by the retry: the retry finds it in the channel by the key
+// in its metadata.
+func TestALostReplyIsNotPostedTwice(t *testing.T) {
+	e := newEnv(t, "", owners{"ml/nb-0": "U0CAROL"}, false, &Checker{})
+	e.slack.LoseReplies(1)
+	e.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	e.at(0)
+	require.Len(t, e.slack.Posts(), 1, "posted once")
+	require.True(t, e.only().Warning.Sent)
+	require.Equal(t, map[string]string{"slack.msg.D0CAROL": e.slack.Posts()[0].TS}, msgRefs(e.only()), "the message found is the one updated later")
+	require.JSONEq(t, fmt.Sprintf(`{"event_type": %q, "event_payload": {"key": %q}}`, rslack.MetadataEventType, e.only().ID+"/warning/0"), string(e.slack.Posts()[0].Metadata))
+}
+
+type crash struct{}
+
+// The reclaimer stops right after Slack took the warning and before the
+// delivery is recorded; the next engine on the same store finds the
+// warning's intent, looks in the owner's DM for its key, and records the
+// message it finds instead of posting a second one. The final message
+// then updates it.
+func TestAWarningIsPostedOnceAcrossACrash(t *testing.T) {
+	e := newEnv(t, "", owners{"ml/nb-0": "U0CAROL"}, false, &Checker{})
+	crashing, err := reclaim.New(reclaim.Options{Config: e.cfg, Store: e.st, Actor: e.actor, Notifiers: []reclaim.Notifier{e.notifier},
+		Clock: e.clock.Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry()),
+		Failpoint: func(p string) {
+			if p == "after-warning" {
+				panic(crash{})
+			}
+		}})
+	require.NoError(t, err)
+	_, err = crashing.Ingest([]template.Alert{IdlePod("firing", T0, "ml", "nb-0")})
+	require.NoError(t, err)
+	require.NoError(t, crashing.Flush())
+	func() {
+		defer func() { require.Equal(t, crash{}, recover()) }()
+		crashing.Step(context.Background())
+	}()
+	require.Len(t, e.slack.Posts(), 1)
+
+	restarted, err := reclaim.New(reclaim.Options{Config: e.cfg, Store: e.st, Actor: e.actor, Notifiers: []reclaim.Notifier{e.notifier},
+		Clock: e.clock.Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
+	require.NoError(t, err)
+	e.eng = restarted
+	r := e.only()
+	require.False(t, r.Warning.Sent, "the delivery was not recorded")
+	require.False(t, r.Warning.FirstTry.IsZero(), "its intent was")
+	e.at(time.Second)
+	require.Len(t, e.slack.Posts(), 1, "not posted again")
+	require.True(t, e.only().Warning.Sent)
+	require.Equal(t, map[string]string{"slack.msg.D0CAROL": e.slack.Posts()[0].TS}, msgRefs(e.only()))
+
+	e.at(5*time.Minute + time.Second)
+	e.at(5*time.Minute + 2*time.Second)
+	require.Equal(t, reclaim.Done, e.only().State)
+	require.Len(t, e.slack.Posts(), 1)
+	require.Equal(t, "Reclaimed", fakeslack.Header(e.slack.Updates()[len(e.slack.Updates())-1]), "the one warning is updated with the outcome")
+}
+
+// msgRefs are the Slack message refs a reclaim's warning holds.
+func msgRefs(r *reclaim.Reclaim) map[string]string {
+	out := map[string]string{}
+	for k, v := range r.Warning.Refs {
+		if strings.HasPrefix(k, "slack."+reclaim.MessageRefPrefix) {
+			out[k] = v
+		}
+	}
+	return out
+}

@@ -1,6 +1,7 @@
 // Package fakeslack is slacktest's server extended with what it lacks:
-// chat.update, conversations.open, users.lookupByEmail that knows users,
-// a record of every message with its blocks, and failures on demand.
+// chat.update, conversations.open, conversations.history with message
+// metadata, users.lookupByEmail that knows users, a record of every
+// message with its blocks, and failures on demand.
 package fakeslack
 
 import (
@@ -23,6 +24,7 @@ type Server struct {
 	ephemerals []Message
 	emails     map[string]string
 	failures   []int // status codes to answer chat.postMessage with, in turn
+	lost       int   // posts to record and then answer 500, as if the reply was lost
 	retryAfter string
 	dmsDown    bool
 	calls      map[string]int
@@ -33,6 +35,7 @@ type Server struct {
 type Message struct {
 	Channel, TS, User, Text string
 	Blocks                  json.RawMessage
+	Metadata                json.RawMessage
 }
 
 // New starts a server; it stops at the end of the test.
@@ -43,6 +46,7 @@ func New(t testing.TB) *Server {
 		c.Handle("/chat.update", f.update)
 		c.Handle("/chat.postEphemeral", f.ephemeral)
 		c.Handle("/conversations.open", f.open)
+		c.Handle("/conversations.history", f.history)
 		c.Handle("/users.lookupByEmail", f.lookup)
 	})
 	f.Start()
@@ -82,9 +86,51 @@ func (f *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	f.seq++
 	m := Message{Channel: r.Form.Get("channel"), TS: fmt.Sprintf("1772445600.%06d", f.seq), Text: r.Form.Get("text"), Blocks: json.RawMessage(r.Form.Get("blocks"))}
+	if md := r.Form.Get("metadata"); md != "" {
+		m.Metadata = json.RawMessage(md)
+	}
 	f.posts = append(f.posts, m)
+	lost := f.lost > 0
+	if lost {
+		f.lost--
+	}
 	f.mu.Unlock()
+	if lost {
+		w.WriteHeader(http.StatusInternalServerError)
+		return
+	}
 	reply(w, map[string]any{"ok": true, "channel": m.Channel, "ts": m.TS})
+}
+
+// history answers a channel's messages, newest first, with their metadata
+// when include_all_metadata is set.
+func (f *Server) history(w http.ResponseWriter, r *http.Request) {
+	f.count("conversations.history")
+	_ = r.ParseForm()
+	withMetadata := r.Form.Get("include_all_metadata") == "1"
+	f.mu.Lock()
+	var msgs []map[string]any
+	for i := len(f.posts) - 1; i >= 0; i-- {
+		p := f.posts[i]
+		if p.Channel != r.Form.Get("channel") {
+			continue
+		}
+		m := map[string]any{"type": "message", "ts": p.TS, "text": p.Text}
+		if withMetadata && p.Metadata != nil {
+			m["metadata"] = p.Metadata
+		}
+		msgs = append(msgs, m)
+	}
+	f.mu.Unlock()
+	reply(w, map[string]any{"ok": true, "messages": msgs, "has_more": false})
+}
+
+// LoseReplies records the next n posts and answers each 500, as when the
+// message went out and its reply was lost.
+func (f *Server) LoseReplies(n int) {
+	f.mu.Lock()
+	f.lost += n
+	f.mu.Unlock()
 }
 
 func (f *Server) update(w http.ResponseWriter, r *http.Request) {
