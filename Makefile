@@ -37,7 +37,7 @@ KUBE_BINS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-sc
 OPERATORS := $(BIN)/ray-operator $(BIN)/training-operator.v1 $(BIN)/kueue
 TOOLS := $(BIN)/promtool $(BIN)/prometheus $(BIN)/alertmanager $(BIN)/amtool $(BIN)/etcd $(KUBE_BINS) $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/helm $(BIN)/crds/.$(PROMETHEUS_OPERATOR_VERSION) $(WORKLOAD_CRDS_STAMP) $(OPERATORS) $(BIN)/golangci-lint
 
-.PHONY: all build run demo test e2e bench bench-rules lint tools chromium rules dashboards manifests images backtest clean device-check
+.PHONY: all build run demo test e2e soak bench bench-rules lint tools chromium rules dashboards manifests images backtest clean device-check
 
 all: build
 
@@ -74,6 +74,10 @@ test: tools lint
 e2e: tools build
 	@mkdir -p out/e2e
 	GPURECLAIM_REQUIRE_TOOLS=1 $(GO) test -count=1 -v -run TestEndToEnd -artifacts -outputdir $(CURDIR)/out/e2e ./e2e/
+
+## soak: two reclaimers on a real apiserver with 1,000 reclaims in flight while the leader is killed and paused again and again (make test runs 200).
+soak: tools
+	GPURECLAIM_REQUIRE_TOOLS=1 GPURECLAIM_SOAK_RECLAIMS=1000 $(GO) test -count=1 -v -timeout 30m -run TestSoak ./reclaimer/
 
 CHART := deploy/helm/gpureclaim
 

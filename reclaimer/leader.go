@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -72,15 +70,6 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func elect(parent context.Context, o *options, rc *rest.Config, logger *slog.Logger, lead func(context.Context, reclaim.Leadership) error) error {
 	ns := o.namespace
 	id := o.election.identity
-	if id == "" {
-		id = os.Getenv("POD_NAME")
-	}
-	if id == "" {
-		var err error
-		if id, err = os.Hostname(); err != nil {
-			return fmt.Errorf("--leader-elect.identity: not set and no host name: %w", err)
-		}
-	}
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return err

@@ -79,7 +79,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.namespace, "kubernetes.namespace", "", "The reclaimer's own namespace: its GPUReclaim resources, its Lease and its replay ConfigMap live there. Default: $POD_NAMESPACE, else the service account's.")
 	fs.BoolVar(&o.election.on, "leader-elect", false, "Elect one acting replica on a Lease in --kubernetes.namespace; the others are not ready and wait to take over.")
 	fs.StringVar(&o.election.lease, "leader-elect.lease-name", "gpureclaim-reclaimer", "The Lease the replicas hold.")
-	fs.StringVar(&o.election.identity, "leader-elect.identity", "", "This replica's name on the Lease. Default: $POD_NAME, else the host name.")
+	fs.StringVar(&o.election.identity, "leader-elect.identity", "", "This replica's name on the Lease and in the apiserver's audit log (its user agent). Default: $POD_NAME, else the host name.")
 	fs.DurationVar(&o.election.leaseDuration, "leader-elect.lease-duration", 15*time.Second, "How long a leader that stopped renewing keeps the Lease: the longest a failover waits.")
 	fs.DurationVar(&o.election.renewDeadline, "leader-elect.renew-deadline", 10*time.Second, "How long the leader tries to renew before it gives up and stops.")
 	fs.DurationVar(&o.election.retry, "leader-elect.retry-period", 2*time.Second, "How often the replicas try to take or renew the Lease.")
@@ -105,12 +105,23 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	case o.election.on && (o.election.retry >= o.election.renewDeadline || o.election.renewDeadline >= o.election.leaseDuration):
 		return nil, fmt.Errorf("--leader-elect.*: want retry-period (%s) < renew-deadline (%s) < lease-duration (%s)", o.election.retry, o.election.renewDeadline, o.election.leaseDuration)
 	}
+	if o.election.identity == "" {
+		o.election.identity = os.Getenv("POD_NAME")
+	}
+	if o.election.identity == "" {
+		// Without a host name an election cannot tell the replicas apart.
+		h, err := os.Hostname()
+		if err != nil && o.election.on {
+			return nil, fmt.Errorf("--leader-elect.identity: not set and no host name: %w", err)
+		}
+		o.election.identity = h
+	}
 	return o, nil
 }
 
 // restConfig is how the reclaimer reaches the apiserver: the kubeconfig
 // the config names, else the pod's service account.
-func restConfig(cfg *config.Config) (*rest.Config, error) {
+func restConfig(cfg *config.Config, identity string) (*rest.Config, error) {
 	var rc *rest.Config
 	var err error
 	if k := cfg.Kubernetes.Kubeconfig; k != "" {
@@ -121,7 +132,9 @@ func restConfig(cfg *config.Config) (*rest.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: %w (set kubernetes.kubeconfig, or kubernetes.enabled: false)", err)
 	}
-	rc.UserAgent = "gpureclaim-reclaimer/" + version.Version
+	// The replica's name in the apiserver's audit log, where both replicas
+	// are the same service account.
+	rc.UserAgent = "gpureclaim-reclaimer/" + version.Version + " (" + identity + ")"
 	rc.QPS, rc.Burst = cfg.Kubernetes.QPS, cfg.Kubernetes.Burst
 	return rc, nil
 }
@@ -191,7 +204,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	var rc *rest.Config
 	if cfg.Kubernetes.On() {
-		if rc, err = restConfig(cfg); err != nil {
+		if rc, err = restConfig(cfg, o.election.identity); err != nil {
 			fmt.Fprintln(stderr, "gpureclaim-reclaimer:", err)
 			return 1
 		}

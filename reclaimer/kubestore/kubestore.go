@@ -9,6 +9,8 @@
 package kubestore
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -22,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/alertmanager/template"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -104,7 +107,10 @@ type object struct {
 	events []reclaim.Event
 }
 
-var _ reclaim.Store = (*Store)(nil)
+var (
+	_ reclaim.Store   = (*Store)(nil)
+	_ reclaim.Journal = (*Store)(nil)
+)
 
 // New returns a store in namespace ns; replayMap names the ConfigMap that
 // holds Slack's seen signatures.
@@ -439,6 +445,108 @@ func parallel(n int, f func(i int) error) error {
 }
 
 func (s *Store) Close() error { return nil }
+
+// The journal: a notification answered before its reclaims were all
+// written is kept in ConfigMaps labelled JournalLabel (its entry), the
+// alerts as gzipped JSON in binaryData, split so that each stays under
+// maxJournalBytes (the apiserver takes objects up to about 1.5 MB).
+const (
+	JournalLabel    = "gpureclaim.io/journal"
+	journalKey      = "alerts.json.gz"
+	maxJournalBytes = 900 << 10
+)
+
+// Journal records a notification's alerts in one ConfigMap, or several
+// when they do not fit in one, and returns the entry's name.
+func (s *Store) Journal(alerts []template.Alert) (string, error) {
+	chunks, err := journalChunks(alerts)
+	if err != nil {
+		return "", err
+	}
+	id := fmt.Sprintf("gpureclaim-journal-%d", time.Now().UnixNano())
+	ctx, cancel := s.ctx()
+	defer cancel()
+	for i, c := range chunks {
+		cm := &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", id, i), Namespace: s.ns, Labels: map[string]string{JournalLabel: id}},
+			BinaryData: map[string][]byte{journalKey: c},
+		}
+		if _, err := s.cm.CoreV1().ConfigMaps(s.ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			return "", fmt.Errorf("writing journal entry %s: %w", cm.Name, err)
+		}
+	}
+	return id, nil
+}
+
+// journalChunks gzips the alerts' JSON, halving the list until each part
+// fits.
+func journalChunks(alerts []template.Alert) ([][]byte, error) {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if err := json.NewEncoder(zw).Encode(alerts); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	if buf.Len() <= maxJournalBytes {
+		return [][]byte{buf.Bytes()}, nil
+	}
+	if len(alerts) == 1 {
+		return nil, fmt.Errorf("one alert of %d bytes gzipped does not fit in a journal entry", buf.Len())
+	}
+	half := len(alerts) / 2
+	a, err := journalChunks(alerts[:half])
+	if err != nil {
+		return nil, err
+	}
+	b, err := journalChunks(alerts[half:])
+	return append(a, b...), err
+}
+
+// Replay reads every entry of the journal, oldest first.
+func (s *Store) Replay() ([]reclaim.Journaled, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	list, err := s.cm.CoreV1().ConfigMaps(s.ns).List(ctx, metav1.ListOptions{LabelSelector: JournalLabel})
+	if err != nil {
+		return nil, fmt.Errorf("listing the journal: %w", err)
+	}
+	sort.Slice(list.Items, func(i, j int) bool { return journalOrder(list.Items[i].Name) < journalOrder(list.Items[j].Name) })
+	var out []reclaim.Journaled
+	for _, cm := range list.Items {
+		id := cm.Labels[JournalLabel]
+		zr, err := gzip.NewReader(bytes.NewReader(cm.BinaryData[journalKey]))
+		if err != nil {
+			return nil, fmt.Errorf("journal entry %s: %w", cm.Name, err)
+		}
+		var alerts []template.Alert
+		if err := json.NewDecoder(zr).Decode(&alerts); err != nil {
+			return nil, fmt.Errorf("journal entry %s: %w", cm.Name, err)
+		}
+		if n := len(out); n > 0 && out[n-1].ID == id {
+			out[n-1].Alerts = append(out[n-1].Alerts, alerts...)
+			continue
+		}
+		out = append(out, reclaim.Journaled{ID: id, Alerts: alerts})
+	}
+	return out, nil
+}
+
+// journalOrder sorts entries by time and parts by number: names are
+// gpureclaim-journal-<unix nanoseconds>-<part>.
+func journalOrder(name string) string {
+	rest := strings.TrimPrefix(name, "gpureclaim-journal-")
+	at, part, _ := strings.Cut(rest, "-")
+	return fmt.Sprintf("%020s-%09s", at, part)
+}
+
+// Retire deletes an entry's ConfigMaps.
+func (s *Store) Retire(id string) error {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	return s.cm.CoreV1().ConfigMaps(s.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: JournalLabel + "=" + id})
+}
 
 // FirstSight records a Slack signature in the replay ConfigMap until it
 // expires and says whether it is new; expired ones are dropped in the

@@ -3,13 +3,16 @@ package kubestore_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/alertmanager/template"
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +23,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/kubestore"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 )
 
 var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
@@ -205,4 +209,44 @@ func apiserver(t testing.TB) (*kubetest.Cluster, string) {
 
 func kubestoreAdmin(cl *kubetest.Cluster) (dynamic.Interface, error) {
 	return dynamic.NewForConfig(cl.RESTConfig(kubetest.AdminToken))
+}
+
+// The journal on a real apiserver, with the reclaimer's Role: a
+// notification too large for one ConfigMap is split, replayed whole and in
+// order after a smaller one written before it, and retired.
+func TestJournal(t *testing.T) {
+	cl, _ := apiserver(t)
+	st, err := kubestore.New(cl.RESTConfig(kubetest.ReclaimerToken), deploy.Namespace, "gpureclaim-reclaimer-replays")
+	require.NoError(t, err)
+	small := []template.Alert{reclaimtest.IdlePod("firing", t0, "ml", "nb-0")}
+	// Labels that do not repeat, so that gzip cannot fold them into one part.
+	var large []template.Alert
+	for i := range 20000 {
+		large = append(large, reclaimtest.IdlePod("firing", t0, fmt.Sprintf("ns-%x", sha256.Sum256([]byte(fmt.Sprint(i)))), fmt.Sprintf("pod-%d", i)))
+	}
+	first, err := st.Journal(small)
+	require.NoError(t, err)
+	second, err := st.Journal(large)
+	require.NoError(t, err)
+
+	admin := cl.Client(t, kubetest.AdminToken)
+	parts, err := admin.CoreV1().ConfigMaps(deploy.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: kubestore.JournalLabel + "=" + second})
+	require.NoError(t, err)
+	require.Greater(t, len(parts.Items), 1, "split into parts that fit")
+
+	entries, err := st.Replay()
+	require.NoError(t, err)
+	require.Len(t, entries, 2)
+	require.Equal(t, first, entries[0].ID, "oldest first")
+	require.Equal(t, second, entries[1].ID)
+	require.Len(t, entries[1].Alerts, len(large))
+	for i, a := range entries[1].Alerts {
+		require.Equal(t, large[i].Labels["pod"], a.Labels["pod"], "the parts in order")
+	}
+
+	require.NoError(t, st.Retire(second))
+	entries, err = st.Replay()
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	require.Equal(t, first, entries[0].ID)
 }

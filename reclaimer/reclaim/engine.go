@@ -98,6 +98,9 @@ func New(o Options) (*Engine, error) {
 			resumed++
 		}
 	}
+	if err := e.replay(); err != nil {
+		return nil, err
+	}
 	e.gauges()
 	o.Logger.Info("store loaded", "reclaims", len(rs), "resumed", resumed)
 	return e, nil

@@ -16,10 +16,10 @@ type IngestResult struct {
 }
 
 // Ingest decides on the alerts of one Alertmanager notification. When it
-// returns nil every decision is in the store, or was still being written
-// webhook.answer_within after it arrived, without an error (writes.go); an error means
-// the notification should be retried: the retry waits for what this one
-// began to write.
+// returns nil every decision is in the store, or the notification is in the
+// store's journal and its decisions are still being written (writes.go); an
+// error means the notification should be retried: the retry waits for what
+// this one began to write.
 func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
 	arrived := time.Now()
 	if err := e.fenced(FencedWrite); err != nil {
@@ -28,7 +28,7 @@ func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
 	e.mu.Lock()
 	res, deps := e.ingest(alerts)
 	e.mu.Unlock()
-	return res, e.await(deps, arrived)
+	return res, e.await(deps, alerts, arrived)
 }
 
 // ingest decides and queues the writes; it returns the writes the answer

@@ -1,6 +1,7 @@
 package reclaim
 
 import (
+	"github.com/prometheus/alertmanager/template"
 	"sort"
 	"time"
 )
@@ -20,6 +21,25 @@ type Store interface {
 	// Prune deletes terminal reclaims and events older than before.
 	Prune(before time.Time) (int, error)
 	Close() error
+}
+
+// Journal is a store's log of notifications answered before all their
+// decisions were written (a kubernetes store writes a reclaim per
+// request). A store without one is waited for: its answer comes when the
+// decisions are written.
+type Journal interface {
+	// Journal durably records a notification's alerts and names the entry.
+	Journal(alerts []template.Alert) (string, error)
+	// Replay returns the entries not yet retired, oldest first.
+	Replay() ([]Journaled, error)
+	// Retire deletes an entry whose decisions are all written.
+	Retire(id string) error
+}
+
+// Journaled is a notification in the journal.
+type Journaled struct {
+	ID     string
+	Alerts []template.Alert
 }
 
 // Event is one line of the audit trail.

@@ -2,16 +2,22 @@ package reclaim
 
 import (
 	"errors"
+
 	"fmt"
+	"github.com/prometheus/alertmanager/template"
 	"sync"
 	"time"
 )
 
 // A notification's decisions are in the index at once and written to the
-// store in the background, one notification after another: a
-// notification of 10,000 alerts is answered while a kubernetes store still
-// writes them. Nothing is warned, acted on or changed by a command before
-// its decision is written.
+// store in the background, one notification after another. The answer
+// waits for the write; on a store with a Journal (kubernetes) it waits at
+// most webhook.answer_within, then records the notification in the journal
+// and answers: 10,000 alerts are answered while their reclaims are still
+// written, and a replica that stops before the end is replayed from the
+// journal by the next. Either way a 200 means the notification is durable.
+// Nothing is warned, acted on or changed by a command before its decision
+// is written.
 
 // pendingWrite is one notification's decisions on their way to the store.
 type pendingWrite struct {
@@ -20,8 +26,12 @@ type pendingWrite struct {
 	done   chan struct{} // closed once written, or given up
 	err    error         // why it was given up; set before done closes
 
+	failed chan struct{} // closed when an attempt first fails
+
 	mu      sync.Mutex
-	lastErr error // the last failed attempt's error, while it is retried
+	lastErr error    // the last failed attempt's error, while it is retried
+	entries []string // journal entries to retire once written
+	written bool
 }
 
 func (w *pendingWrite) failing() error {
@@ -43,7 +53,7 @@ var ErrStillWriting = errors.New("the store has not taken the notification yet; 
 // queueWrite puts decisions in the index and queues their write; the
 // caller holds e.mu.
 func (e *Engine) queueWrite(rs []*Reclaim, events []Event) *pendingWrite {
-	w := &pendingWrite{rs: rs, events: events, done: make(chan struct{})}
+	w := &pendingWrite{rs: rs, events: events, done: make(chan struct{}), failed: make(chan struct{})}
 	now := e.now()
 	for _, r := range rs {
 		r.Updated = now
@@ -85,9 +95,14 @@ func (e *Engine) writeQueued() {
 		e.o.Metrics.unwritten.Set(float64(len(e.unwritten)))
 		e.mu.Unlock()
 		w.err = err
+		w.mu.Lock()
+		w.written = err == nil
+		entries := w.entries
+		w.mu.Unlock()
 		close(w.done)
 		if err == nil {
 			e.o.Failpoint("ingested")
+			e.retire(entries...)
 		}
 		e.Kick()
 	}
@@ -121,6 +136,9 @@ func (e *Engine) writeOut(w *pendingWrite) error {
 		e.o.Logger.Error("writing a notification's decisions failed: retrying; none is carried out before it is written",
 			"reclaims", len(w.rs), "first", w.rs[0].ID, "retry_in", wait, "err", err)
 		w.mu.Lock()
+		if w.lastErr == nil {
+			close(w.failed)
+		}
 		w.lastErr = err
 		w.mu.Unlock()
 		time.Sleep(wait)
@@ -128,12 +146,14 @@ func (e *Engine) writeOut(w *pendingWrite) error {
 	}
 }
 
-// await waits for the writes of a notification: until all are written, or
-// until webhook.answer_within after it arrived (0: until written). Then
-// the answer is yes if none failed so far: the rest are still being written.
-func (e *Engine) await(ws []*pendingWrite, arrived time.Time) error {
+// await waits for the writes of a notification. On a store with a
+// journal it waits until webhook.answer_within after the notification
+// arrived (0: until written); then, if nothing failed so far, it records
+// the alerts in the journal and answers: the rest are still being written.
+func (e *Engine) await(ws []*pendingWrite, alerts []template.Alert, arrived time.Time) error {
+	j, journal := e.o.Store.(Journal)
 	var timeout <-chan time.Time
-	if d := time.Duration(e.o.Config.Webhook.AnswerWithin); d > 0 {
+	if d := time.Duration(e.o.Config.Webhook.AnswerWithin); journal && d > 0 && len(ws) > 0 {
 		t := time.NewTimer(max(0, time.Until(arrived.Add(d))))
 		defer t.Stop()
 		timeout = t.C
@@ -144,14 +164,73 @@ func (e *Engine) await(ws []*pendingWrite, arrived time.Time) error {
 			if w.err != nil {
 				return w.err
 			}
+		case <-w.failed:
+			return fmt.Errorf("%w: %v", ErrStillWriting, w.failing())
 		case <-timeout:
 			for _, w := range ws {
 				if err := w.failing(); err != nil {
 					return fmt.Errorf("%w: %v", ErrStillWriting, err)
 				}
 			}
+			id, err := j.Journal(alerts)
+			if err != nil {
+				e.o.Metrics.Error(ComponentStore)
+				return fmt.Errorf("recording the notification in the journal: %w", err)
+			}
+			last := ws[len(ws)-1] // written after the others
+			last.mu.Lock()
+			written := last.written
+			if !written {
+				last.entries = append(last.entries, id)
+			}
+			last.mu.Unlock()
+			if written {
+				e.retire(id)
+			}
 			return nil
 		}
+	}
+	return nil
+}
+
+// retire deletes journal entries whose decisions are written; one left
+// behind is replayed, deciding nothing new.
+func (e *Engine) retire(ids ...string) {
+	j, ok := e.o.Store.(Journal)
+	if !ok {
+		return
+	}
+	for _, id := range ids {
+		if err := j.Retire(id); err != nil {
+			e.o.Metrics.Error(ComponentStore)
+			e.o.Logger.Warn("retiring a journal entry failed: the next start replays it, to no effect", "entry", id, "err", err)
+		}
+	}
+}
+
+// replay decides the notifications in the store's journal again, at start:
+// those a replica answered and stopped before writing all of. The caller
+// holds e.mu or has not shared the engine yet.
+func (e *Engine) replay() error {
+	j, ok := e.o.Store.(Journal)
+	if !ok {
+		return nil
+	}
+	entries, err := j.Replay()
+	if err != nil {
+		return fmt.Errorf("reading the journal: %w", err)
+	}
+	for _, entry := range entries {
+		res, ws := e.ingest(entry.Alerts)
+		e.o.Logger.Info("replayed a notification from the journal", "entry", entry.ID, "alerts", len(entry.Alerts), "new", res.New)
+		if len(ws) == 0 {
+			e.retire(entry.ID)
+			continue
+		}
+		last := ws[len(ws)-1]
+		last.mu.Lock()
+		last.entries = append(last.entries, entry.ID)
+		last.mu.Unlock()
 	}
 	return nil
 }

@@ -2,6 +2,9 @@ package reclaim_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,11 +17,12 @@ import (
 )
 
 // gatedStore holds every write until the gate opens, as a kubernetes
-// store does with thousands of reclaims to create.
+// store does with thousands of reclaims to create; it has a journal.
 type gatedStore struct {
 	reclaim.Store
 	gate   chan struct{}
 	writes atomic.Int64
+	*memJournal
 }
 
 func (g *gatedStore) Write(rs []*reclaim.Reclaim, evs []reclaim.Event) error {
@@ -27,18 +31,60 @@ func (g *gatedStore) Write(rs []*reclaim.Reclaim, evs []reclaim.Event) error {
 	return g.Store.Write(rs, evs)
 }
 
-// A notification whose write outlasts webhook.answer_within is answered
-// yes while it is still written; nothing about it is warned, and no command
-// changes it, before it is in the store.
+// memJournal is a journal in memory, shared by the engines of a test as
+// the kubernetes store's ConfigMaps are by replicas.
+type memJournal struct {
+	mu      sync.Mutex
+	entries []reclaim.Journaled
+	seq     int
+}
+
+func (m *memJournal) Journal(alerts []template.Alert) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.seq++
+	id := fmt.Sprint(m.seq)
+	m.entries = append(m.entries, reclaim.Journaled{ID: id, Alerts: alerts})
+	return id, nil
+}
+
+func (m *memJournal) Replay() ([]reclaim.Journaled, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.entries), nil
+}
+
+func (m *memJournal) Retire(id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.entries = slices.DeleteFunc(m.entries, func(e reclaim.Journaled) bool { return e.ID == id })
+	return nil
+}
+
+func (m *memJournal) ids() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for _, e := range m.entries {
+		out = append(out, e.ID)
+	}
+	return out
+}
+
+// A notification whose write outlasts webhook.answer_within is recorded in
+// the store's journal and answered yes while it is still written; nothing
+// about it is warned, and no command changes it, before it is in the
+// store; once it is, the journal entry is retired.
 func TestAnswerBeforeTheWriteEnds(t *testing.T) {
 	f := newFixture(t, "webhook: {bearer_token_file: token, answer_within: 200ms}\n")
-	g := &gatedStore{Store: f.st, gate: make(chan struct{})}
+	g := &gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: &memJournal{}}
 	f.with(func(o *reclaim.Options) { o.Store = g })
 
 	res, err := f.eng.Ingest([]template.Alert{IdlePod("firing", T0, "ml", "nb-0")})
 	require.NoError(t, err, "answered while the write goes on")
 	require.Equal(t, 1, res.New)
 	require.Equal(t, reclaim.Pending, f.only().State, "decided: the index has it")
+	require.Equal(t, []string{"1"}, g.ids(), "in the journal")
 
 	f.at(0)
 	require.Empty(t, f.notifier.Kinds(), "no warning before the decision is written")
@@ -62,6 +108,32 @@ func TestAnswerBeforeTheWriteEnds(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, stored, 1)
 	require.Equal(t, reclaim.Snoozed, stored[0].State, "the later write is the one the store keeps")
+	require.Empty(t, g.ids(), "the journal entry retired once written")
+}
+
+// A replica that answered a notification from the journal and stopped
+// before writing its decisions: the next one replays the journal, decides
+// the alerts and writes them, and retires the entry.
+func TestTheJournalIsReplayed(t *testing.T) {
+	f := newFixture(t, "webhook: {bearer_token_file: token, answer_within: 100ms}\n")
+	journal := &memJournal{}
+	g := &gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: journal}
+	f.with(func(o *reclaim.Options) { o.Store = g })
+	_, err := f.eng.Ingest([]template.Alert{IdlePod("firing", T0, "ml", "nb-0"), IdlePod("firing", T0, "ml", "nb-1")})
+	require.NoError(t, err)
+	require.Len(t, journal.ids(), 1)
+	// That replica stops; its write never ends.
+
+	open := &gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: journal}
+	close(open.gate)
+	f.with(func(o *reclaim.Options) { o.Store = open })
+	require.NoError(t, f.eng.Flush())
+	stored, err := f.st.Load()
+	require.NoError(t, err)
+	require.Len(t, stored, 2, "decided from the journal and written")
+	require.Empty(t, journal.ids(), "retired")
+	f.at(0)
+	require.Len(t, f.notifier.Kinds(), 2, "both owners warned")
 }
 
 // A retry of a notification whose write has not ended waits for it: the
@@ -69,7 +141,7 @@ func TestAnswerBeforeTheWriteEnds(t *testing.T) {
 // their way with no error.
 func TestRetryWaitsForTheFirstWrite(t *testing.T) {
 	f := newFixture(t, "webhook: {bearer_token_file: token, answer_within: 30s}\n")
-	g := &gatedStore{Store: f.st, gate: make(chan struct{})}
+	g := &gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: &memJournal{}}
 	f.with(func(o *reclaim.Options) { o.Store = g })
 	alert := IdlePod("firing", T0, "ml", "nb-0")
 	first := make(chan error, 1)

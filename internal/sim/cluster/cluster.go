@@ -43,7 +43,23 @@ type Options struct {
 	Full bool
 	// Stages is kwok's stage config (bin/kwok-stages.yaml).
 	Stages string
+	// Audit writes the apiserver's audit log of every write to AuditLog.
+	Audit bool
 }
+
+// AuditLog is the audit log's file in the cluster's folder, with Audit.
+const AuditLog = "audit.log"
+
+// auditPolicy records who wrote what and how it was answered: every
+// create, update, patch and delete, at Metadata level.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    verbs: [create, update, patch, delete, deletecollection]
+  - level: None
+`
 
 // Cluster is a running control plane.
 type Cluster struct {
@@ -118,6 +134,13 @@ func Start(o Options) (c *Cluster, err error) {
 	if !o.Full {
 		// Without the controller manager no default ServiceAccount exists.
 		args = append(args, "--disable-admission-plugins=ServiceAccount")
+	}
+	if o.Audit {
+		policy := filepath.Join(o.Dir, "audit-policy.yaml")
+		if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+			return c, err
+		}
+		args = append(args, "--audit-policy-file="+policy, "--audit-log-path="+filepath.Join(o.Dir, AuditLog), "--audit-log-mode=blocking")
 	}
 	c.URL = fmt.Sprintf("https://127.0.0.1:%d", ports[2])
 	c.apiserverBin, c.apiserverArgs = filepath.Join(o.Bin, "kube-apiserver"), args

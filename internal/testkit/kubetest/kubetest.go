@@ -38,8 +38,13 @@ type Cluster struct {
 
 // Start runs etcd and kube-apiserver; with full, also the controller
 // manager, the scheduler and kwok.
-func Start(t testing.TB, full bool) *Cluster {
+func Start(t testing.TB, full bool) *Cluster { return StartWith(t, cluster.Options{Full: full}) }
+
+// StartWith runs a control plane with options (Bin, Dir and Stages are
+// filled in).
+func StartWith(t testing.TB, o cluster.Options) *Cluster {
 	t.Helper()
+	full := o.Full
 	bins := []string{"etcd", "kube-apiserver"}
 	if full {
 		bins = append(bins, "kube-controller-manager", "kube-scheduler", "kwok", "kwok-stages.yaml")
@@ -48,7 +53,8 @@ func Start(t testing.TB, full bool) *Cluster {
 	for _, b := range bins {
 		dir = filepath.Dir(tooltest.Bin(t, b))
 	}
-	c, err := cluster.Start(cluster.Options{Bin: dir, Dir: t.TempDir(), Full: full, Stages: filepath.Join(dir, "kwok-stages.yaml")})
+	o.Bin, o.Dir, o.Stages = dir, t.TempDir(), filepath.Join(dir, "kwok-stages.yaml")
+	c, err := cluster.Start(o)
 	t.Cleanup(c.Stop)
 	if err != nil {
 		t.Fatal(err)
