@@ -279,6 +279,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if f, ok := leader.(interface{ Fence() (string, int64) }); ok {
 			nodes.Fence = f.Fence
 		}
+		if ks, ok := st.(*kubestore.Store); ok && leader != nil {
+			ks.Lead(ctx) // the Lease lost, its writes in flight end
+		}
 		eng, err := reclaim.New(reclaim.Options{
 			Config: cfg, Store: st, Checker: am, Inspector: insp, Actor: act, Verifier: act, Events: events,
 			Notifiers: notifiers.list, Clock: time.Now, Logger: logger, Metrics: metrics, Failpoint: failpoint(), Leadership: leader,

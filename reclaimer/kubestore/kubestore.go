@@ -94,6 +94,7 @@ type Store struct {
 	// ReplayMap names the ConfigMap of seen Slack signatures.
 	replayMap string
 	timeout   time.Duration
+	base      atomic.Pointer[context.Context] // set by Lead
 
 	mu sync.Mutex
 	// objs mirrors what this replica wrote or loaded: only the leader
@@ -140,8 +141,16 @@ func (s *Store) Ready() error {
 	return nil
 }
 
+// Lead makes every request of the store end when ctx does: the leader's
+// term, so that losing the Lease cancels the writes in flight.
+func (s *Store) Lead(ctx context.Context) { s.base.Store(&ctx) }
+
 func (s *Store) ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), s.timeout)
+	base := context.Background()
+	if p := s.base.Load(); p != nil {
+		base = *p
+	}
+	return context.WithTimeout(base, s.timeout)
 }
 
 // Load lists every GPUReclaim of the namespace and keeps them as the
