@@ -50,7 +50,6 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: notify}]
 	if err != nil {
 		b.Fatal(err)
 	}
-	alerts = nil
 	var answered time.Duration
 	var peak int
 	run := 0

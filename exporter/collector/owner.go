@@ -22,8 +22,9 @@ var ownerLabels = []string{names.LabelUUID, names.LabelGPUUUID, names.LabelNames
 // NewOwner returns the owner collector.
 func NewOwner(src Source) *Owner {
 	return &Owner{
-		src:    src,
-		info:   desc("unit_owner", "info", "Who holds the unit: a pod the device plugin allocated it to, a Slurm job slurmctld allocated it to, or the owner of a process on it; always 1. keep is \"true\" when the pod is marked gpureclaim.io/keep or the job's comment says gpureclaim:keep.", append(ownerLabels, "keep")...),
+		src: src,
+		info: desc("unit_owner", "info", "Who holds the unit: a pod the device plugin or a DRA driver allocated it to (claim_namespace and claim name the ResourceClaim), a Slurm job slurmctld allocated it to, or the owner of a process on it; always 1. keep is \"true\" when the pod is marked gpureclaim.io/keep or the job's comment says gpureclaim:keep.",
+			append(ownerLabels, "keep", names.LabelClaimNamespace, names.LabelClaim)...),
 		memory: desc("unit_owner", "memory_used_bytes", "Device memory held by the owner's processes on the unit.", ownerLabels...),
 		smUtil: desc("unit_owner", "sm_utilization_ratio", "The owner's processes' share of the unit's SM time (NVML per-process utilization; not on MIG).", ownerLabels...),
 		procs:  desc("unit_owner", "processes", "The owner's processes on the unit.", ownerLabels...),
@@ -58,7 +59,7 @@ func (c *Owner) Collect(ch chan<- prometheus.Metric) {
 				if o.Keep {
 					keep = "true"
 				}
-				gauge(ch, c.info, 1, append(l, keep)...)
+				gauge(ch, c.info, 1, append(l, keep, o.Claim.Namespace, o.Claim.Name)...)
 				gauge(ch, c.memory, float64(o.MemoryUsed), l...)
 				emit(ch, c.smUtil, o.SMUtil, l...)
 				gauge(ch, c.procs, float64(o.Processes), l...)

@@ -163,20 +163,25 @@ func (c *cycle) processUtilization(dev nvml.Device, g *GPU, out map[uint32]float
 
 type ownerKey struct {
 	namespace, pod, container, user, slurmJob string
+	claim                                     podresources.Claim
 }
 
 // owners says who holds a unit: the containers the kubelet allocated it to,
 // the Slurm jobs slurmctld allocated its GPU to, and the owners of its
 // processes. A process in a pod counts for its pod's container; a process
 // outside any pod for its Unix user and Slurm job.
-func (c *cycle) owners(u *Unit, gpuIndex int) []Owner {
-	allocated := c.s.allocs[u.UUID]
+func (c *cycle) owners(g *GPU, u *Unit) []Owner {
+	gpuIndex := g.Index
+	allocated := c.s.allocs.Units[u.UUID]
+	if k, ok := unitDRAKey(g, u); ok {
+		allocated = append(slices.Clone(allocated), c.dra[k]...)
+	}
 	byKey := map[ownerKey]*Owner{}
 	var order []ownerKey
 	get := func(k ownerKey) *Owner {
 		o, ok := byKey[k]
 		if !ok {
-			o = &Owner{Namespace: k.namespace, Pod: k.pod, Container: k.container, User: k.user, SlurmJob: k.slurmJob}
+			o = &Owner{Namespace: k.namespace, Pod: k.pod, Container: k.container, User: k.user, SlurmJob: k.slurmJob, Claim: k.claim}
 			if k.pod != "" && c.s.cfg.Pods != nil {
 				if m, ok := c.s.cfg.Pods.PodByName(k.namespace, k.pod); ok {
 					o.Keep = m.Keep
@@ -188,7 +193,7 @@ func (c *cycle) owners(u *Unit, gpuIndex int) []Owner {
 		return o
 	}
 	for _, a := range allocated {
-		get(ownerKey{namespace: a.Namespace, pod: a.Pod, container: a.Container})
+		get(ownerKey{namespace: a.Namespace, pod: a.Pod, container: a.Container, claim: a.Claim})
 	}
 	if u.MIG == nil { // Slurm's GRES indices name whole GPUs
 		for _, j := range c.s.slurmJobs {
@@ -238,6 +243,19 @@ func (c *cycle) owners(u *Unit, gpuIndex int) []Owner {
 }
 
 func (c *cycle) processOwner(p Process, allocated []podresources.Container) ownerKey {
+	k := c.processHolder(p, allocated)
+	// A process of a container that holds the unit through a claim is that
+	// holder's.
+	for _, a := range allocated {
+		if k.pod != "" && a.Namespace == k.namespace && a.Pod == k.pod && a.Container == k.container {
+			k.claim = a.Claim
+			break
+		}
+	}
+	return k
+}
+
+func (c *cycle) processHolder(p Process, allocated []podresources.Container) ownerKey {
 	if p.PodUID != "" {
 		if c.s.cfg.Pods != nil {
 			if m, ok := c.s.cfg.Pods.PodByUID(p.PodUID); ok {

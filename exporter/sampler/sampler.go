@@ -102,7 +102,10 @@ type Sampler struct {
 	lost    map[string]bool // why a GPU was unreadable, logged once each
 }
 
-type staticInfo struct{ model, pciBusID string }
+type staticInfo struct {
+	model, pciBusID string
+	minor           int
+}
 
 // New returns a sampler; call Run, or Sample for one cycle.
 func New(cfg Config) *Sampler {
@@ -153,6 +156,7 @@ type cycle struct {
 	now   time.Time
 	steps map[string]*Step
 	seen  map[gpmKey]bool
+	dra   map[draKey][]podresources.Container // the kubelet's DRA devices, by the unit they name
 }
 
 func (c *cycle) track(step string, start time.Time, err error) {
@@ -248,6 +252,7 @@ func (c *cycle) podResources() {
 	} else {
 		c.s.allocs = a
 	}
+	c.dra = c.draHolders()
 	c.track(StepPodResources, start, err)
 }
 
@@ -279,7 +284,7 @@ func (c *cycle) slurm() {
 // gpu samples one GPU. A GPU that fails, or panics, yields a GPU that is
 // not up; the others are not affected.
 func (c *cycle) gpu(i int) (g GPU) {
-	g.Index = i
+	g.Index, g.Minor = i, -1
 	start := time.Now()
 	defer func() {
 		if r := recover(); r != nil {
@@ -330,7 +335,7 @@ func (c *cycle) gpu(i int) (g GPU) {
 	start = time.Now()
 	c.track(StepProcesses, start, c.processes(dev, &g))
 	for j := range g.Units {
-		g.Units[j].Owners = c.owners(&g.Units[j], g.Index)
+		g.Units[j].Owners = c.owners(&g, &g.Units[j])
 	}
 	return g
 }
@@ -360,12 +365,16 @@ func (c *cycle) deviceValues(dev nvml.Device, g *GPU) error {
 		if name, ret := dev.GetName(); chk("nvmlDeviceGetName", ret) {
 			st.model = name
 		}
+		st.minor = -1
+		if m, ret := dev.GetMinorNumber(); chk("nvmlDeviceGetMinorNumber", ret) {
+			st.minor = m
+		}
 		if pci, ret := dev.GetPciInfo(); chk("nvmlDeviceGetPciInfo", ret) {
 			st.pciBusID = busID(pci)
 		}
 		c.s.static[g.UUID] = st
 	}
-	g.Model, g.PCIBusID = st.model, st.pciBusID
+	g.Model, g.PCIBusID, g.Minor = st.model, st.pciBusID, st.minor
 	if p, ret := dev.GetPowerUsage(); chk("nvmlDeviceGetPowerUsage", ret) {
 		g.PowerWatts = some(float64(p) / 1000)
 	}
@@ -417,7 +426,7 @@ func (c *cycle) migUnits(dev nvml.Device, g *GPU) error {
 			errs = append(errs, err)
 			continue
 		}
-		u, err := c.migUnit(h, g)
+		u, err := c.migUnit(dev, h, g)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -456,7 +465,7 @@ func (c *cycle) noteMIG(g *GPU, err error) {
 	}
 }
 
-func (c *cycle) migUnit(h nvml.Device, g *GPU) (Unit, error) {
+func (c *cycle) migUnit(parent, h nvml.Device, g *GPU) (Unit, error) {
 	uuid, ret := h.GetUUID()
 	if err := c.check("nvmlDeviceGetUUID", g.UUID, ret); err != nil {
 		return Unit{}, err
@@ -478,7 +487,16 @@ func (c *cycle) migUnit(h nvml.Device, g *GPU) (Unit, error) {
 		ComputeInstanceID: ci,
 		Slices:            int(attr.GpuInstanceSliceCount),
 		Profile:           c.profileName(g, attr),
+		ProfileID:         -1,
+		PlacementStart:    -1,
 	}}
+	// The GPU instance's profile and placement name it for a DRA driver;
+	// without them the unit is still sampled.
+	if inst, ret := parent.GetGpuInstanceById(gi); c.check("nvmlDeviceGetGpuInstanceById", uuid, ret) == nil {
+		if info, ret := inst.GetInfo(); c.check("nvmlGpuInstanceGetInfo", uuid, ret) == nil {
+			u.MIG.ProfileID, u.MIG.PlacementStart = int(info.ProfileId), int(info.Placement.Start)
+		}
+	}
 	mem, ret := h.GetMemoryInfo()
 	if err := c.check("nvmlDeviceGetMemoryInfo", uuid, ret); err != nil {
 		return u, err

@@ -13,6 +13,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/exporter/sampler/samplertest"
 	"github.com/gpureclaim/gpureclaim/exporter/slurm"
 	"github.com/gpureclaim/gpureclaim/internal/podmeta"
+	"github.com/gpureclaim/gpureclaim/internal/podresources"
 	"github.com/gpureclaim/gpureclaim/internal/sim/nvmlsim"
 )
 
@@ -313,4 +314,52 @@ gpus:
 	s = n.SampleAt(t, 2*time.Minute, 5*time.Second)
 	require.False(t, step(t, s, sampler.StepSlurm).Success)
 	require.Len(t, s.GPUs[0].Units[0].Owners, 1, "a controller outage does not free the GPUs")
+}
+
+// On a node whose GPUs NVIDIA's DRA driver allocates, the kubelet names
+// devices as the driver does: a GPU by its minor number (here not its
+// index), a MIG device by its parent's minor number, its GPU instance
+// profile id and its placement. The sampler resolves both with NVML and
+// the holders carry their claim; a GPU two claims share has both.
+func TestDRAHoldersThroughTheirClaims(t *testing.T) {
+	n := samplertest.Start(t, samplertest.Scenario(t, `
+node: n1
+system: dgxa100
+allocation: dra
+pods:
+  - {name: train, namespace: ml, container: c, claim: train-gpus}
+  - {name: slice, namespace: ml, container: c}
+  - {name: a, namespace: web, container: c}
+  - {name: b, namespace: web, container: c}
+gpus:
+  - {index: 0, minor: 3, pods: [train], processes: [{pid: 100, pod: train, memory_used: 9GiB}]}
+  - {index: 1, minor: 0, pods: [a, b]}
+  - index: 2
+    minor: 1
+    mig:
+      - {profile: 3g.20gb}
+      - {profile: 1g.5gb, pods: [slice]}
+      - {profile: 1g.5gb}
+`), nil)
+	s := n.SampleAt(t, time.Minute, 5*time.Second)
+	require.Equal(t, 3, s.GPUs[0].Minor)
+	require.Equal(t, []sampler.Owner{{Namespace: "ml", Pod: "train", Container: "c", Claim: podresources.Claim{Namespace: "ml", Name: "train-gpus"},
+		MemoryUsed: 9 << 30, SMUtil: sampler.Gauge{OK: true}, Processes: 1, StartTime: samplertest.T0}}, s.GPUs[0].Units[0].Owners, "its process is the claim's holder's")
+	require.Equal(t, []sampler.Owner{
+		{Namespace: "web", Pod: "a", Container: "c", Claim: podresources.Claim{Namespace: "web", Name: "a-gpu"}},
+		{Namespace: "web", Pod: "b", Container: "c", Claim: podresources.Claim{Namespace: "web", Name: "b-gpu"}},
+	}, s.GPUs[1].Units[0].Owners)
+	mig := s.GPUs[2].Units
+	require.Len(t, mig, 3)
+	for i, want := range [][]sampler.Owner{nil, {{Namespace: "ml", Pod: "slice", Container: "c", Claim: podresources.Claim{Namespace: "ml", Name: "slice-gpu"}}}, nil} {
+		require.Equal(t, want, nilIfEmpty(mig[i].Owners), "instance %d (%s, placement %d)", i, mig[i].MIG.Profile, mig[i].MIG.PlacementStart)
+	}
+	require.GreaterOrEqual(t, mig[1].MIG.ProfileID, 0)
+}
+
+func nilIfEmpty(os []sampler.Owner) []sampler.Owner {
+	if len(os) == 0 {
+		return nil
+	}
+	return os
 }

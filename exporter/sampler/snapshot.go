@@ -6,6 +6,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/exporter/slurm"
 
 	"github.com/gpureclaim/gpureclaim/internal/names"
+	"github.com/gpureclaim/gpureclaim/internal/podresources"
 
 	"github.com/gpureclaim/gpureclaim/internal/mig"
 )
@@ -56,7 +57,10 @@ func some(v float64) Gauge { return Gauge{V: v, OK: true} }
 
 // GPU is a physical GPU.
 type GPU struct {
-	Index    int
+	Index int
+	// Minor is the device's minor number (/dev/nvidia<minor>), which
+	// NVIDIA's DRA driver names it by; -1 when NVML does not tell it.
+	Minor    int
 	UUID     string
 	Model    string
 	PCIBusID string
@@ -121,6 +125,10 @@ type MIGInstance struct {
 	GPUInstanceID     int
 	ComputeInstanceID int
 	Slices            int
+	// ProfileID is the GPU instance's profile id and PlacementStart the
+	// first memory slice of its placement: with the parent's minor number
+	// they make the name NVIDIA's DRA driver gives it. -1 when unknown.
+	ProfileID, PlacementStart int
 }
 
 // Process is a process with a context on a unit. PIDs are never metric
@@ -147,6 +155,8 @@ type Process struct {
 type Owner struct {
 	Namespace, Pod, Container string
 	User, SlurmJob            string
+	// Claim is the ResourceClaim a pod holds the unit through (DRA).
+	Claim podresources.Claim
 	// Keep is set when the pod is marked to be kept.
 	Keep bool
 	// MemoryUsed sums the owner's processes on the unit.

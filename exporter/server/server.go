@@ -45,6 +45,7 @@ type Options struct {
 	Node                           string
 	Procfs, Passwd                 string
 	PodResourcesSocket             string
+	DRADrivers                     string
 	LogLevel, LogFormat            string
 	PrintVersion                   bool
 
@@ -69,6 +70,7 @@ func RegisterFlags(fs *flag.FlagSet) *Options {
 	fs.StringVar(&o.Procfs, "path.procfs", "/proc", "The /proc to read process owners from (the host's, from a container); empty turns process attribution off.")
 	fs.StringVar(&o.Passwd, "path.passwd", "/etc/passwd", "The passwd file to name users by (the host's, from a container); empty keeps uids.")
 	fs.StringVar(&o.PodResourcesSocket, "kubelet.pod-resources-socket", podresources.DefaultSocket, "The kubelet's pod-resources socket; empty turns pod attribution off.")
+	fs.StringVar(&o.DRADrivers, "kubelet.dra-drivers", strings.Join(names.DRADrivers, ","), "Comma-separated DRA drivers whose devices the kubelet reports are GPUs: their holders are the pods whose ResourceClaims hold them; empty turns DRA attribution off.")
 	fs.StringVar(&o.LogLevel, "log.level", "info", "Log level: debug, info, warn, error.")
 	fs.StringVar(&o.LogFormat, "log.format", "logfmt", "Log format: logfmt or json.")
 	fs.BoolVar(&o.PrintVersion, "version", false, "Print the version and exit.")
@@ -148,6 +150,12 @@ func RealNode(o *Options, logger *slog.Logger) (*Node, error) {
 			c, err := podresources.Dial(o.PodResourcesSocket, 5*time.Second)
 			if err != nil {
 				return nil, err
+			}
+			c.Drivers = nil
+			for _, d := range strings.Split(o.DRADrivers, ",") {
+				if d = strings.TrimSpace(d); d != "" {
+					c.Drivers = append(c.Drivers, d)
+				}
 			}
 			n.Allocs = c
 			prev := n.Close

@@ -43,6 +43,10 @@ const (
 	LabelAction = "action"
 	// LabelKeep marks a unit whose owner asked to keep it.
 	LabelKeep = "keep"
+	// LabelClaimNamespace and LabelClaim name the ResourceClaim a pod holds
+	// a unit through, where a DRA driver allocated it.
+	LabelClaimNamespace = "claim_namespace"
+	LabelClaim          = "claim"
 )
 
 // Values of LabelKind.

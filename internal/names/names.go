@@ -34,6 +34,12 @@ const UnitOwnerInfo = "gpureclaim_unit_owner_info"
 // renameByDefault): what the advisor and GPUPackable tell an owner to ask for.
 const SharedGPUResource = "nvidia.com/gpu.shared"
 
+// DRADrivers are the DRA drivers whose devices the exporter reads from the
+// kubelet unless told others: NVIDIA's GPU driver (kubernetes-sigs/
+// dra-driver-nvidia-gpu), which names a GPU gpu-<minor> and a MIG device
+// gpu-<parent minor>-mig-<profile>-<GI profile id>-<placement start>.
+var DRADrivers = []string{"gpu.nvidia.com"}
+
 // IsGPUResource says whether a device-plugin resource is an NVIDIA GPU or MIG
 // resource (nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-1g.10gb, ...):
 // the exporter reads holders of these from the kubelet, the reclaimer looks

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -22,20 +23,43 @@ import (
 // DefaultSocket is where the kubelet serves the API.
 const DefaultSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
-// Container is a pod's container that holds a device.
+// Container is a pod's container that holds a device. Claim names the
+// ResourceClaim it holds a DRA device through; it is zero for a device
+// plugin's.
 type Container struct {
 	Namespace, Pod, Container string
+	Claim                     Claim
 }
 
-// Allocations maps a unit's UUID (GPU-… or MIG-…) to the containers that
-// hold it. A replica of a shared GPU (<uuid>::<n>) counts for its GPU.
-type Allocations map[string][]Container
+// Claim is a ResourceClaim.
+type Claim struct {
+	Namespace, Name string
+}
+
+// Device is a device a DRA driver allocated, as the kubelet names it: the
+// driver, its pool (the node) and the device's name in the pool, which the
+// exporter resolves to a unit with NVML (sampler.DRAName).
+type Device struct {
+	Driver, Pool, Name string
+}
+
+// Allocations are the kubelet's answer. Units maps a unit's UUID (GPU-… or
+// MIG-…) to the containers a device plugin allocated it to; a replica of a
+// shared GPU (<uuid>::<n>) counts for its GPU. Devices maps the devices of
+// the DRA drivers asked for to the containers whose claims hold them.
+type Allocations struct {
+	Units   map[string][]Container
+	Devices map[Device][]Container
+}
 
 // Client reads allocations from a kubelet.
 type Client struct {
 	conn    *grpc.ClientConn
 	api     podresourcesapi.PodResourcesListerClient
 	timeout time.Duration
+	// Drivers are the DRA drivers whose devices are read; default
+	// names.DRADrivers.
+	Drivers []string
 }
 
 // Dial connects to the kubelet's socket. The connection is made lazily, so a
@@ -48,7 +72,7 @@ func Dial(socket string, timeout time.Duration) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pod-resources socket %s: %w", socket, err)
 	}
-	return &Client{conn: conn, api: podresourcesapi.NewPodResourcesListerClient(conn), timeout: timeout}, nil
+	return &Client{conn: conn, api: podresourcesapi.NewPodResourcesListerClient(conn), timeout: timeout, Drivers: names.DRADrivers}, nil
 }
 
 // Close closes the connection.
@@ -60,14 +84,15 @@ func (c *Client) List(ctx context.Context) (Allocations, error) {
 	defer cancel()
 	resp, err := c.api.List(ctx, &podresourcesapi.ListPodResourcesRequest{})
 	if err != nil {
-		return nil, fmt.Errorf("pod-resources List: %w", err)
+		return Allocations{}, fmt.Errorf("pod-resources List: %w", err)
 	}
-	return FromPods(resp.GetPodResources()), nil
+	return FromPods(resp.GetPodResources(), c.Drivers), nil
 }
 
-// FromPods turns a List answer into allocations per unit.
-func FromPods(pods []*podresourcesapi.PodResources) Allocations {
-	out := Allocations{}
+// FromPods turns a List answer into allocations: device plugins' GPU
+// resources by unit, and the devices of the DRA drivers named.
+func FromPods(pods []*podresourcesapi.PodResources, drivers []string) Allocations {
+	out := Allocations{Units: map[string][]Container{}, Devices: map[Device][]Container{}}
 	for _, p := range pods {
 		for _, c := range p.GetContainers() {
 			holder := Container{Namespace: p.GetNamespace(), Pod: p.GetName(), Container: c.GetName()}
@@ -77,35 +102,46 @@ func FromPods(pods []*podresourcesapi.PodResources) Allocations {
 				}
 				for _, id := range d.GetDeviceIds() {
 					id, _, _ = strings.Cut(id, "::")
-					if !contains(out[id], holder) {
-						out[id] = append(out[id], holder)
+					if !slices.Contains(out.Units[id], holder) {
+						out.Units[id] = append(out.Units[id], holder)
+					}
+				}
+			}
+			for _, dr := range c.GetDynamicResources() {
+				claimed := holder
+				claimed.Claim = Claim{Namespace: dr.GetClaimNamespace(), Name: dr.GetClaimName()}
+				for _, cr := range dr.GetClaimResources() {
+					if !slices.Contains(drivers, cr.GetDriverName()) || cr.GetDeviceName() == "" {
+						continue
+					}
+					d := Device{Driver: cr.GetDriverName(), Pool: cr.GetPoolName(), Name: cr.GetDeviceName()}
+					if !slices.Contains(out.Devices[d], claimed) {
+						out.Devices[d] = append(out.Devices[d], claimed)
 					}
 				}
 			}
 		}
 	}
-	for _, cs := range out {
-		sort.Slice(cs, func(i, j int) bool {
-			a, b := cs[i], cs[j]
-			if a.Namespace != b.Namespace {
-				return a.Namespace < b.Namespace
-			}
-			if a.Pod != b.Pod {
-				return a.Pod < b.Pod
-			}
-			return a.Container < b.Container
-		})
+	for _, cs := range out.Units {
+		sortContainers(cs)
+	}
+	for _, cs := range out.Devices {
+		sortContainers(cs)
 	}
 	return out
 }
 
-func contains(cs []Container, c Container) bool {
-	for _, x := range cs {
-		if x == c {
-			return true
+func sortContainers(cs []Container) {
+	sort.Slice(cs, func(i, j int) bool {
+		a, b := cs[i], cs[j]
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
 		}
-	}
-	return false
+		if a.Pod != b.Pod {
+			return a.Pod < b.Pod
+		}
+		return a.Container < b.Container
+	})
 }
 
 // Server serves the pod-resources API from a function, as a kubelet does.

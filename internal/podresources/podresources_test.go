@@ -36,12 +36,46 @@ func TestListOverAUnixSocket(t *testing.T) {
 
 	got, err := c.List(context.Background())
 	require.NoError(t, err)
-	require.Equal(t, Allocations{
-		"GPU-1": {{"a", "whole", "c"}},
-		"GPU-2": {{"a", "whole", "c"}},
-		"MIG-1": {{"a", "slice", "c"}},
-		"GPU-3": {{"b", "replica-0", "c"}, {"b", "replica-1", "c"}},
-	}, got, "replicas count for their GPU; other resources are ignored")
+	require.Equal(t, map[string][]Container{
+		"GPU-1": {{Namespace: "a", Pod: "whole", Container: "c"}},
+		"GPU-2": {{Namespace: "a", Pod: "whole", Container: "c"}},
+		"MIG-1": {{Namespace: "a", Pod: "slice", Container: "c"}},
+		"GPU-3": {{Namespace: "b", Pod: "replica-0", Container: "c"}, {Namespace: "b", Pod: "replica-1", Container: "c"}},
+	}, got.Units, "replicas count for their GPU; other resources are ignored")
+	require.Empty(t, got.Devices)
+}
+
+// Devices a DRA driver allocated come as the driver names them, with the
+// claim each container holds them through; other drivers' are left out,
+// and a device two claims share has both holders.
+func TestDynamicResources(t *testing.T) {
+	claim := func(ns, name string, rs ...*podresourcesapi.ClaimResource) *podresourcesapi.DynamicResource {
+		return &podresourcesapi.DynamicResource{ClaimNamespace: ns, ClaimName: name, ClaimResources: rs}
+	}
+	res := func(driver, device string) *podresourcesapi.ClaimResource {
+		return &podresourcesapi.ClaimResource{DriverName: driver, PoolName: "node-1", DeviceName: device}
+	}
+	withClaims := func(ns, name string, claims ...*podresourcesapi.DynamicResource) *podresourcesapi.PodResources {
+		return &podresourcesapi.PodResources{Namespace: ns, Name: name, Containers: []*podresourcesapi.ContainerResources{{Name: "c", DynamicResources: claims}}}
+	}
+	got := FromPods([]*podresourcesapi.PodResources{
+		withClaims("ml", "train", claim("ml", "train-gpus", res("gpu.nvidia.com", "gpu-0"), res("gpu.nvidia.com", "gpu-3"))),
+		withClaims("ml", "slice", claim("ml", "slice-mig", res("gpu.nvidia.com", "gpu-1-mig-1g10gb-19-6"))),
+		withClaims("ml", "a", claim("ml", "shared", res("gpu.nvidia.com", "gpu-2"))),
+		withClaims("ml", "b", claim("ml", "shared", res("gpu.nvidia.com", "gpu-2"))),
+		withClaims("ml", "nic", claim("ml", "nic", res("dra.net", "eth1"))),
+	}, []string{"gpu.nvidia.com"})
+	on := func(name string) Device { return Device{Driver: "gpu.nvidia.com", Pool: "node-1", Name: name} }
+	holder := func(pod, claim string) Container {
+		return Container{Namespace: "ml", Pod: pod, Container: "c", Claim: Claim{Namespace: "ml", Name: claim}}
+	}
+	require.Equal(t, map[Device][]Container{
+		on("gpu-0"):                 {holder("train", "train-gpus")},
+		on("gpu-3"):                 {holder("train", "train-gpus")},
+		on("gpu-1-mig-1g10gb-19-6"): {holder("slice", "slice-mig")},
+		on("gpu-2"):                 {holder("a", "shared"), holder("b", "shared")},
+	}, got.Devices)
+	require.Empty(t, got.Units)
 }
 
 func TestListFailsWhenTheKubeletIsGone(t *testing.T) {

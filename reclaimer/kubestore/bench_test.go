@@ -76,7 +76,7 @@ func BenchmarkIngest10kAlerts(b *testing.B) {
 			alerts[i] = reclaimtest.IdlePod("firing", reclaimtest.T0.Add(time.Duration(run)*time.Hour), fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("pod-%d", i))
 		}
 		var ru0, ru1 syscall.Rusage
-		syscall.Getrusage(0, &ru0)
+		_ = syscall.Getrusage(0, &ru0)
 		b.StartTimer()
 		start := time.Now()
 		res, err := eng.Ingest(alerts)
@@ -87,7 +87,7 @@ func BenchmarkIngest10kAlerts(b *testing.B) {
 		if err != nil || res.New != len(alerts) {
 			b.Fatalf("%+v %v", res, err)
 		}
-		syscall.Getrusage(0, &ru1)
+		_ = syscall.Getrusage(0, &ru1)
 		cpu += time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
 	}
 	b.ReportMetric(answered.Seconds()/float64(b.N), "answered-s")

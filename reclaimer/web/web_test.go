@@ -59,7 +59,7 @@ func newServer(t *testing.T, broken bool) *server {
 	s.engine, err = reclaim.New(reclaim.Options{Config: cfg, Store: use, Actor: &Actor{}, Clock: s.clock.Now, Metrics: reclaim.NewMetrics(reg)})
 	require.NoError(t, err)
 	s.Server = httptest.NewServer(web.New(web.Options{Config: cfg, Engine: s.engine, Logger: nil, Clock: s.clock.Now, Registry: reg}))
-	t.Cleanup(s.Server.Close)
+	t.Cleanup(s.Close)
 	return s
 }
 

@@ -106,16 +106,27 @@ func newDevice(s *Sim, d *server.Device, g *GPU) (*device, error) {
 		dev.gpm = *g.GPM
 	}
 	dev.unit = unit{sim: s, uuid: g.UUID, cfg: &g.Unit, memTotal: d.Config.MemoryMB << 20, mps: g.MPS}
+	if g.Minor != nil {
+		d.Minor = *g.Minor
+	}
 	if !dev.migOn() {
 		return dev, nil
 	}
 	if ret, _ := d.SetMigMode(nvml.DEVICE_MIG_ENABLE); ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("enabling MIG: %v", ret)
 	}
+	var used []nvml.GpuInstancePlacement
 	for j := range g.MIG {
 		m := &g.MIG[j]
 		info, _ := s.sys.profile(m.Profile)
-		gi, ret := d.CreateGpuInstance(&info)
+		// The first free placement, as nvidia-smi mig -cgi picks one.
+		possible, _ := d.GetGpuInstancePossiblePlacements(&info)
+		placement, ok := freePlacement(possible, used)
+		if !ok {
+			return nil, fmt.Errorf("mig[%d]: no free placement for %s", j, m.Profile)
+		}
+		used = append(used, placement)
+		gi, ret := d.CreateGpuInstanceWithPlacement(&info, &placement)
 		if ret != nvml.SUCCESS {
 			return nil, fmt.Errorf("mig[%d]: creating GPU instance: %v", j, ret)
 		}
@@ -134,18 +145,48 @@ func newDevice(s *Sim, d *server.Device, g *GPU) (*device, error) {
 		giInfo, _ := gi.GetInfo()
 		ciI, _ := ci.GetInfo()
 		md := &migDevice{
-			parent:  dev,
-			giID:    int(giInfo.Id),
-			ciID:    int(ciI.Id),
-			profile: info,
-			name:    m.Profile,
-			uuid:    "MIG-" + stableUUID(s.sc.Node, "mig", g.UUID, fmt.Sprint(giInfo.Id), fmt.Sprint(ciI.Id)),
+			parent:    dev,
+			giID:      int(giInfo.Id),
+			ciID:      int(ciI.Id),
+			profile:   info,
+			placement: placement,
+			name:      m.Profile,
+			uuid:      "MIG-" + stableUUID(s.sc.Node, "mig", g.UUID, fmt.Sprint(giInfo.Id), fmt.Sprint(ciI.Id)),
 		}
 		md.unit = unit{sim: s, uuid: md.uuid, cfg: &m.Unit, memTotal: info.MemorySizeMB << 20}
 		dev.migs = append(dev.migs, md)
 	}
 	sort.Slice(dev.migs, func(a, b int) bool { return dev.migs[a].giID < dev.migs[b].giID })
 	return dev, nil
+}
+
+// freePlacement is the first placement that overlaps none in use.
+func freePlacement(possible, used []nvml.GpuInstancePlacement) (nvml.GpuInstancePlacement, bool) {
+next:
+	for _, p := range possible {
+		for _, u := range used {
+			if p.Start < u.Start+u.Size && u.Start < p.Start+p.Size {
+				continue next
+			}
+		}
+		return p, true
+	}
+	return nvml.GpuInstancePlacement{}, false
+}
+
+// GetGpuInstanceById finds a GPU instance, as NVML does by its id.
+func (d *device) GetGpuInstanceById(id int) (nvml.GpuInstance, nvml.Return) {
+	if _, ret := d.call("DeviceGetGpuInstanceById"); ret != nvml.SUCCESS {
+		return nil, ret
+	}
+	d.RLock()
+	defer d.RUnlock()
+	for gi := range d.GpuInstances {
+		if int(gi.Info.Id) == id {
+			return gi, nvml.SUCCESS
+		}
+	}
+	return nil, nvml.ERROR_NOT_FOUND
 }
 
 // migOn says whether the GPU is in MIG mode, with instances or without.
@@ -433,13 +474,14 @@ func (d *device) GpmQueryDeviceSupport() (nvml.GpmSupport, nvml.Return) {
 // migDevice is a MIG device handle: one compute instance of a GPU instance.
 type migDevice struct {
 	mock.Device
-	parent  *device
-	unit    unit
-	giID    int
-	ciID    int
-	profile nvml.GpuInstanceProfileInfo
-	name    string
-	uuid    string
+	parent    *device
+	unit      unit
+	giID      int
+	ciID      int
+	profile   nvml.GpuInstanceProfileInfo
+	placement nvml.GpuInstancePlacement
+	name      string
+	uuid      string
 }
 
 var _ nvml.Device = (*migDevice)(nil)

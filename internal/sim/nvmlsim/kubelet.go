@@ -2,9 +2,11 @@ package nvmlsim
 
 import (
 	"fmt"
+	"strings"
 
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/gpureclaim/gpureclaim/internal/names"
 	"github.com/gpureclaim/gpureclaim/internal/podmeta"
 )
 
@@ -20,6 +22,9 @@ func (s *Sim) PodResources() []*podresourcesapi.PodResources {
 	}
 	s.mu.Unlock()
 
+	if s.sc.Allocation == AllocationDRA {
+		return s.draPodResources(removed)
+	}
 	devices := map[string][]*podresourcesapi.ContainerDevices{}
 	for _, d := range s.devices {
 		shared := d.cfg.MPS || len(d.unit.cfg.Pods) > 1
@@ -48,6 +53,48 @@ func (s *Sim) PodResources() []*podresourcesapi.PodResources {
 				Name:    p.Container,
 				Devices: devices[p.Name],
 			}},
+		})
+	}
+	return out
+}
+
+// draPodResources is what the kubelet reports when NVIDIA's DRA driver
+// allocated the units: each pod's claim and the devices in it, named as the
+// driver names them (gpu-<minor>; gpu-<minor>-mig-<profile>-<GI profile
+// id>-<placement start>), a GPU several pods share in each pod's claim.
+func (s *Sim) draPodResources(removed map[string]bool) []*podresourcesapi.PodResources {
+	byPod := map[string][]string{}
+	for _, d := range s.devices {
+		for _, pod := range d.unit.cfg.Pods {
+			byPod[pod] = append(byPod[pod], fmt.Sprintf("gpu-%d", d.Minor))
+		}
+		for _, m := range d.migs {
+			for _, pod := range m.unit.cfg.Pods {
+				byPod[pod] = append(byPod[pod], fmt.Sprintf("gpu-%d-mig-%s-%d-%d", d.Minor, strings.ReplaceAll(m.name, ".", ""), m.profile.Id, m.placement.Start))
+			}
+		}
+	}
+	var out []*podresourcesapi.PodResources
+	for _, p := range s.sc.Pods {
+		if removed[p.Name] {
+			continue
+		}
+		claim := p.Claim
+		if claim == "" {
+			claim = p.Name + "-gpu"
+		}
+		var devices []*podresourcesapi.ClaimResource
+		for _, n := range byPod[p.Name] {
+			devices = append(devices, &podresourcesapi.ClaimResource{DriverName: names.DRADrivers[0], PoolName: s.sc.Node, DeviceName: n})
+		}
+		var dynamic []*podresourcesapi.DynamicResource
+		if len(devices) > 0 {
+			dynamic = []*podresourcesapi.DynamicResource{{ClaimName: claim, ClaimNamespace: p.Namespace, ClaimResources: devices}}
+		}
+		out = append(out, &podresourcesapi.PodResources{
+			Name:       p.Name,
+			Namespace:  p.Namespace,
+			Containers: []*podresourcesapi.ContainerResources{{Name: p.Container, DynamicResources: dynamic}},
 		})
 	}
 	return out

@@ -30,16 +30,29 @@ type Scenario struct {
 	Users map[string]int `yaml:"users"`
 	Pods  []Pod          `yaml:"pods"`
 	GPUs  []GPU          `yaml:"gpus"`
+	// Allocation is how the simulated kubelet reports the pods' units:
+	// device-plugin (default; by UUID) or dra (NVIDIA's DRA driver's device
+	// names, through each pod's ResourceClaim).
+	Allocation string `yaml:"allocation"`
 
 	dir string // for relative trace paths
 }
 
+// How the simulated kubelet reports the pods' units (Scenario.Allocation).
+const (
+	AllocationDevicePlugin = "device-plugin"
+	AllocationDRA          = "dra"
+)
+
 // Pod is a Kubernetes pod that the simulated kubelet reports as holding units.
 type Pod struct {
-	Name        string            `yaml:"name"`
-	Namespace   string            `yaml:"namespace"`
-	Container   string            `yaml:"container"`
-	UID         string            `yaml:"uid"`
+	Name      string `yaml:"name"`
+	Namespace string `yaml:"namespace"`
+	Container string `yaml:"container"`
+	UID       string `yaml:"uid"`
+	// Claim is the pod's ResourceClaim under allocation: dra; default
+	// <name>-gpu.
+	Claim       string            `yaml:"claim"`
 	Labels      map[string]string `yaml:"labels"`
 	Annotations map[string]string `yaml:"annotations"`
 }
@@ -63,6 +76,9 @@ type Unit struct {
 type GPU struct {
 	Index int    `yaml:"index"`
 	UUID  string `yaml:"uuid"`
+	// Minor is the device's minor number (/dev/nvidia<minor>); default its
+	// index. NVIDIA's DRA driver names GPUs by it.
+	Minor *int `yaml:"minor"`
 	// GPM says whether GPM metrics are supported; default: Hopper and newer.
 	GPM                *bool     `yaml:"gpm"`
 	PowerWatts         Value     `yaml:"power_watts"`
@@ -183,6 +199,13 @@ func (sc *Scenario) validate() error {
 		}
 	}
 	sc.Users["root"] = 0
+	switch sc.Allocation {
+	case "":
+		sc.Allocation = AllocationDevicePlugin
+	case AllocationDevicePlugin, AllocationDRA:
+	default:
+		v.errorf("allocation", "%q is not %s or %s", sc.Allocation, AllocationDevicePlugin, AllocationDRA)
+	}
 
 	pods := map[string]*Pod{}
 	for i := range sc.Pods {

@@ -1,0 +1,75 @@
+package sampler
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+
+	"github.com/gpureclaim/gpureclaim/internal/podresources"
+)
+
+// draKey is a unit as NVIDIA's DRA driver names it: a whole GPU by its
+// minor number (gpu-<minor>, not the NVML index), a MIG device by its
+// parent's minor number, its GPU instance profile id and where its
+// placement starts (gpu-<minor>-mig-<profile>-<profile id>-<start>). The
+// names hold for MIG devices the driver creates on demand too: NVML tells
+// the exporter all three numbers of each instance it finds.
+type draKey struct {
+	minor, profile, start int
+	mig                   bool
+}
+
+var (
+	draGPUName = regexp.MustCompile(`^gpu-(\d+)$`)
+	draMIGName = regexp.MustCompile(`^gpu-(\d+)-mig-.+-(\d+)-(\d+)$`)
+)
+
+// parseDRAName reads a device name of NVIDIA's DRA driver.
+func parseDRAName(name string) (draKey, bool) {
+	if m := draGPUName.FindStringSubmatch(name); m != nil {
+		minor, _ := strconv.Atoi(m[1])
+		return draKey{minor: minor}, true
+	}
+	if m := draMIGName.FindStringSubmatch(name); m != nil {
+		minor, _ := strconv.Atoi(m[1])
+		profile, _ := strconv.Atoi(m[2])
+		start, _ := strconv.Atoi(m[3])
+		return draKey{minor: minor, profile: profile, start: start, mig: true}, true
+	}
+	return draKey{}, false
+}
+
+// unitDRAKey is the name NVIDIA's DRA driver gives a unit, when NVML told
+// the numbers it is made of.
+func unitDRAKey(g *GPU, u *Unit) (draKey, bool) {
+	if g.Minor < 0 {
+		return draKey{}, false
+	}
+	if u.MIG == nil {
+		return draKey{minor: g.Minor}, true
+	}
+	if u.MIG.ProfileID < 0 || u.MIG.PlacementStart < 0 {
+		return draKey{}, false
+	}
+	return draKey{minor: g.Minor, profile: u.MIG.ProfileID, start: u.MIG.PlacementStart, mig: true}, true
+}
+
+// draHolders maps the kubelet's DRA devices to the units they name. A
+// name that does not follow the driver's convention holds no unit the
+// exporter can tell: it is logged once.
+func (c *cycle) draHolders() map[draKey][]podresources.Container {
+	out := map[draKey][]podresources.Container{}
+	for d, holders := range c.s.allocs.Devices {
+		k, ok := parseDRAName(d.Name)
+		if !ok {
+			if cause := fmt.Sprintf("%s/%s", d.Driver, d.Name); !c.s.causes[cause] {
+				c.s.causes[cause] = true
+				c.s.cfg.Logger.Warn("a DRA device's name does not follow its driver's convention (gpu-<minor>, gpu-<minor>-mig-<profile>-<profile id>-<start>): its holders are not attributed to a unit",
+					"driver", d.Driver, "pool", d.Pool, "device", d.Name, "holders", len(holders))
+			}
+			continue
+		}
+		out[k] = append(out[k], holders...)
+	}
+	return out
+}
