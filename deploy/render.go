@@ -160,5 +160,20 @@ func ReclaimerRole(root string) ([]byte, error) {
 	return Find(filepath.Join(root, "deploy", "manifests", CoreFile), "Role", "gpureclaim-reclaimer")
 }
 
+// ReclaimerFence is the chart's ValidatingAdmissionPolicy that refuses a
+// GPUReclaim written with an old term of the Lease, and its binding, as the
+// plain manifests ship them.
+func ReclaimerFence(root string) ([]byte, error) {
+	var out []byte
+	for _, kind := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
+		d, err := Find(filepath.Join(root, "deploy", "manifests", CoreFile), kind, "gpureclaim-reclaimer-fence")
+		if err != nil {
+			return nil, err
+		}
+		out = append(append(out, d...), "---\n"...)
+	}
+	return out, nil
+}
+
 // CRDs is the folder of the chart's CustomResourceDefinitions.
 func CRDs(root string) string { return filepath.Join(root, "deploy", "helm", "gpureclaim", "crds") }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -151,17 +150,9 @@ func TestSoak(t *testing.T) {
 	role, err := deploy.ReclaimerRole(root)
 	require.NoError(t, err)
 	cl.BindReclaimerNamespaceRole(t, role)
-	manifests := filepath.Join(root, "deploy", "manifests", deploy.CoreFile)
-	var fence []byte
-	for _, kind := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
-		d, err := deploy.Find(manifests, kind, "gpureclaim-reclaimer-fence")
-		require.NoError(t, err)
-		fence = append(append(fence, d...), []byte("---\n")...)
-	}
-	apply := exec.Command(tooltest.Bin(t, "kubectl"), "--kubeconfig", cl.Kubeconfig, "apply", "-f", "-")
-	apply.Stdin = bytes.NewReader(fence)
-	out, err := apply.CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	fence, err := deploy.ReclaimerFence(root)
+	require.NoError(t, err)
+	cl.Apply(t, fence)
 	kubeconfig, err := cl.KubeconfigFor(kubetest.ReclaimerToken)
 	require.NoError(t, err)
 

@@ -1,13 +1,11 @@
 package kubestore_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -153,17 +151,9 @@ func TestStore(t *testing.T) {
 // without an election is not.
 func TestFence(t *testing.T) {
 	cl, root := apiserver(t)
-	manifests := filepath.Join(root, "deploy", "manifests", deploy.CoreFile)
-	var fence []byte
-	for _, kind := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
-		d, err := deploy.Find(manifests, kind, "gpureclaim-reclaimer-fence")
-		require.NoError(t, err)
-		fence = append(append(fence, d...), []byte("---\n")...)
-	}
-	apply := exec.Command(tooltest.Bin(t, "kubectl"), "--kubeconfig", cl.Kubeconfig, "apply", "-f", "-")
-	apply.Stdin = bytes.NewReader(fence)
-	out, err := apply.CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	fence, err := deploy.ReclaimerFence(root)
+	require.NoError(t, err)
+	cl.Apply(t, fence)
 
 	ns := deploy.Namespace
 	admin := cl.Client(t, kubetest.AdminToken)

@@ -3,6 +3,7 @@
 package kubetest
 
 import (
+	"bytes"
 	"context"
 	"os/exec"
 	"path/filepath"
@@ -138,6 +139,16 @@ func (c *Cluster) BindReclaimerNamespaceRole(t testing.TB, roleYAML []byte) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+	}
+}
+
+// Apply applies manifests with kubectl, as the admin.
+func (c *Cluster) Apply(t testing.TB, manifests []byte) {
+	t.Helper()
+	apply := exec.Command(tooltest.Bin(t, "kubectl"), "--kubeconfig", c.Kubeconfig, "apply", "-f", "-")
+	apply.Stdin = bytes.NewReader(manifests)
+	if out, err := apply.CombinedOutput(); err != nil {
+		t.Fatalf("kubectl apply: %v: %s", err, out)
 	}
 }
 
