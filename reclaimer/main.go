@@ -289,7 +289,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return err
 		}
-		srv := rweb.New(rweb.Options{Config: cfg, Engine: eng, Logger: logger, Clock: time.Now, Registry: reg, Ready: ready(st, leader)})
+		var activity rweb.ActivityReader
+		if prom != nil {
+			activity = prom
+		}
+		srv := rweb.New(rweb.Options{Config: cfg, Engine: eng, Logger: logger, Clock: time.Now, Registry: reg, Ready: ready(st, leader), Activity: activity})
 		notifiers.mount(ctx, srv, eng)
 		go every(ctx, time.Hour, func() {
 			if n, err := eng.Prune(time.Now().Add(-o.retention)); err != nil {

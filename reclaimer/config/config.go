@@ -67,6 +67,7 @@ type Config struct {
 	Nodes          Nodes          `yaml:"nodes"`
 	Slurm          Slurm          `yaml:"slurm"`
 	Prometheus     Prometheus     `yaml:"prometheus"`
+	Activity       Activity       `yaml:"activity"`
 	Notifiers      []Notifier     `yaml:"notifiers"`
 	Exemptions     Exemptions     `yaml:"exemptions"`
 	RateLimits     RateLimits     `yaml:"rate_limits"`
@@ -581,6 +582,7 @@ func (cfg *Config) validate() error {
 
 	cfg.Slurm.validate(c)
 	cfg.Prometheus.validate(c)
+	cfg.Activity.validate(c, cfg.Prometheus)
 	cfg.Release.validate(c)
 	n := &cfg.Nodes
 	if n.URLTemplate == "" {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -39,6 +40,27 @@ type response struct {
 
 // Demand says whether the instant query returns a sample now.
 func (c *Client) Demand(ctx context.Context, query string) (bool, error) {
+	result, err := c.instant(ctx, query)
+	return len(result) > 0, err
+}
+
+// sample is one element of an instant vector.
+type sample struct {
+	Metric map[string]string `json:"metric"`
+	Value  [2]any            `json:"value"`
+}
+
+// float is the sample's value.
+func (s sample) float() (float64, error) {
+	v, ok := s.Value[1].(string)
+	if !ok {
+		return 0, fmt.Errorf("a sample value %v that is not a string", s.Value[1])
+	}
+	return strconv.ParseFloat(v, 64)
+}
+
+// instant runs an instant query and returns its vector.
+func (c *Client) instant(ctx context.Context, query string) ([]sample, error) {
 	if c.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
@@ -50,7 +72,7 @@ func (c *Client) Demand(ctx context.Context, query string) (bool, error) {
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.URL, "/")+"/api/v1/query", strings.NewReader(form.Encode()))
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	if c.Token != "" {
@@ -62,25 +84,33 @@ func (c *Client) Demand(ctx context.Context, query string) (bool, error) {
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	if len(body) > maxResponseBytes {
-		return false, fmt.Errorf("answer over %d bytes: make restore_when return fewer series", maxResponseBytes)
+		return nil, fmt.Errorf("answer over %d bytes: make restore_when return fewer series", maxResponseBytes)
 	}
 	var r response
 	if err := json.Unmarshal(body, &r); err != nil {
-		return false, fmt.Errorf("%s: not Prometheus's query API (%v)", resp.Status, err)
+		return nil, fmt.Errorf("%s: not Prometheus's query API (%v)", resp.Status, err)
 	}
 	if r.Status != "success" {
-		return false, fmt.Errorf("%s: %s: %s", resp.Status, r.ErrorType, r.Error)
+		return nil, fmt.Errorf("%s: %s: %s", resp.Status, r.ErrorType, r.Error)
 	}
 	if r.Data.ResultType != "vector" {
-		return false, fmt.Errorf("the query returned a %s, not an instant vector", r.Data.ResultType)
+		return nil, fmt.Errorf("the query returned a %s, not an instant vector", r.Data.ResultType)
 	}
-	return len(r.Data.Result) > 0, nil
+	out := make([]sample, 0, len(r.Data.Result))
+	for _, raw := range r.Data.Result {
+		var smp sample
+		if err := json.Unmarshal(raw, &smp); err != nil {
+			return nil, fmt.Errorf("a sample that is not one: %v", err)
+		}
+		out = append(out, smp)
+	}
+	return out, nil
 }

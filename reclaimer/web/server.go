@@ -49,6 +49,8 @@ type Server struct {
 	turns    chan struct{}
 	turnWait time.Duration
 	inFlight prometheus.Gauge
+	// activityReader answers GET /api/v1/activity, with activity: on.
+	activityReader ActivityReader
 }
 
 // Options configure a Server.
@@ -63,6 +65,9 @@ type Options struct {
 	// TurnWait is how long a notification waits for its turn to be read
 	// (webhook.max_concurrent) before it is answered 503. Default 10s.
 	TurnWait time.Duration
+	// Activity reads GPU activity for GET /api/v1/activity, which is served
+	// when it is set and activity: is on.
+	Activity ActivityReader
 }
 
 // New builds the server and its routes.
@@ -85,6 +90,10 @@ func New(o Options) *Server {
 	s.mux.Handle("GET /api/v1/reclaims", s.readers(s.list))
 	s.mux.Handle("GET /api/v1/reclaims/{id}", s.readers(s.get))
 	s.mux.HandleFunc("POST /api/v1/reclaims/{id}/restore", s.restore)
+	if o.Activity != nil && o.Config.Activity.On() {
+		s.activityReader = o.Activity
+		s.mux.HandleFunc("GET /api/v1/activity", s.activity)
+	}
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	s.mux.HandleFunc("GET /readyz", s.readyz)

@@ -1,0 +1,95 @@
+package web_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	. "github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/web"
+)
+
+// reader answers LastActive from a table by namespace/pod.
+type reader struct {
+	last map[string]time.Time // held, last active (zero: never)
+	err  error
+	asks []string
+}
+
+func (r *reader) LastActive(_ context.Context, ns, pod string, threshold float64, lookback, step time.Duration) (time.Time, bool, error) {
+	r.asks = append(r.asks, ns+"/"+pod)
+	if r.err != nil {
+		return time.Time{}, false, r.err
+	}
+	last, held := r.last[ns+"/"+pod]
+	return last, held, nil
+}
+
+// GET /api/v1/activity in the shape Kubeflow Notebooks' activity probe
+// reads, with its token only, for valid names, 404 for a pod that held no
+// GPU and 503 (cull nothing) when Prometheus does not answer.
+func TestActivityEndpoint(t *testing.T) {
+	cfg := Config(t, "prometheus: {url: \"http://127.0.0.1:9090\"}\nactivity: {bearer_token_file: token, recent: 5m}\n")
+	now := T0.Add(time.Hour)
+	r := &reader{last: map[string]time.Time{"ml/busy": now.Add(-time.Minute), "ml/idle": now.Add(-40 * time.Minute), "ml/never": {}}}
+	srv := httptest.NewServer(web.New(web.Options{Config: cfg, Engine: nil, Clock: func() time.Time { return now }, Registry: prometheus.NewRegistry(), Activity: r}))
+	t.Cleanup(srv.Close)
+	get := func(query, token string) (int, map[string]any) {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/api/v1/activity?"+query, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var body map[string]any
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+		return resp.StatusCode, body
+	}
+	for _, tc := range []struct {
+		name, query, token string
+		code               int
+		want               map[string]any
+	}{
+		{"active within recent", "namespace=ml&pod=busy", "t0ken", 200, map[string]any{"has_activity": true, "last_activity": now.Add(-time.Minute).Format(time.RFC3339)}},
+		{"idle for 40m", "namespace=ml&pod=idle", "t0ken", 200, map[string]any{"has_activity": false, "last_activity": now.Add(-40 * time.Minute).Format(time.RFC3339)}},
+		{"never active", "namespace=ml&pod=never", "t0ken", 200, map[string]any{"has_activity": false}},
+		{"held nothing", "namespace=ml&pod=gone", "t0ken", 404, map[string]any{"error": "ml/gone held no GPU in the last 168h0m0s"}},
+		{"no token", "namespace=ml&pod=busy", "", 401, nil},
+		{"a wrong token", "namespace=ml&pod=busy", "nope", 401, nil},
+		{"a bad namespace", "namespace=ML_x&pod=busy", "t0ken", 400, nil},
+		{"no pod", "namespace=ml", "t0ken", 400, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := get(tc.query, tc.token)
+			require.Equal(t, tc.code, code, "%v", body)
+			if tc.want != nil {
+				require.Equal(t, tc.want, body)
+			}
+		})
+	}
+	require.Equal(t, []string{"ml/busy", "ml/idle", "ml/never", "ml/gone"}, r.asks, "refused requests never reach Prometheus")
+
+	r.err = errors.New("connection refused")
+	code, body := get("namespace=ml&pod=busy", "t0ken")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, body["error"], "connection refused")
+}
+
+// Without activity: the endpoint is not served.
+func TestActivityEndpointOff(t *testing.T) {
+	cfg := Config(t, "prometheus: {url: \"http://127.0.0.1:9090\"}\n")
+	srv := httptest.NewServer(web.New(web.Options{Config: cfg, Clock: time.Now, Registry: prometheus.NewRegistry(), Activity: &reader{}}))
+	t.Cleanup(srv.Close)
+	resp, err := http.Get(srv.URL + "/api/v1/activity?namespace=ml&pod=busy")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+}
