@@ -8,13 +8,14 @@ import (
 
 func sortStrings(s []string) { sort.Strings(s) }
 
-// Store keeps reclaims and the audit log durably. Writes are atomic and
-// durable when they return: the engine writes a decision before it carries
-// it out. A shared store for a highly available pair implements the same.
+// Store keeps reclaims and the audit log durably. Writes are durable when
+// they return: the engine writes a decision before it carries it out. A shared store for a highly available pair implements the same.
 type Store interface {
 	// Load returns every reclaim, for the engine's index at start.
 	Load() ([]*Reclaim, error)
-	// Write stores reclaims and appends audit events in one transaction.
+	// Write stores reclaims and appends audit events, durably when it
+	// returns nil. A large write may be split (an alert's reclaims kept
+	// together); one that fails is retried whole.
 	Write(rs []*Reclaim, events []Event) error
 	// Audit returns the newest events first, at most limit.
 	Audit(limit int) ([]Event, error)

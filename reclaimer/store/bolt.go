@@ -76,6 +76,39 @@ func (b *Bolt) Write(rs []*reclaim.Reclaim, events []reclaim.Event) error {
 	// ones split and rewrite pages all over (most of the time of a large
 	// notification went there).
 	rs = slices.SortedFunc(slices.Values(rs), func(a, b *reclaim.Reclaim) int { return strings.Compare(a.ID, b.ID) })
+	// In transactions of about writeChunk: a notification of 100,000 alerts
+	// holds a chunk's JSON and dirty pages at a time, not all of them. An
+	// alert's reclaims share a transaction; a write cut short is retried
+	// whole, and rewrites what it had written.
+	for len(rs) > 0 || len(events) > 0 {
+		n := chunkEnd(rs)
+		m := 0
+		if n < writeChunk {
+			m = min(len(events), writeChunk-n)
+		}
+		if err := b.write(rs[:n], events[:m]); err != nil {
+			return err
+		}
+		rs, events = rs[n:], events[m:]
+	}
+	return nil
+}
+
+// chunkEnd is how many of rs (sorted by id) the next transaction takes:
+// writeChunk, or more to keep an alert's episodes together (a new one and
+// the one it supersedes).
+func chunkEnd(rs []*reclaim.Reclaim) int {
+	n := min(len(rs), writeChunk)
+	for n > 0 && n < len(rs) && rs[n].Fingerprint == rs[n-1].Fingerprint {
+		n++
+	}
+	return n
+}
+
+// writeChunk bounds the reclaims and events of one transaction.
+const writeChunk = 5000
+
+func (b *Bolt) write(rs []*reclaim.Reclaim, events []reclaim.Event) error {
 	return b.db.Update(func(tx *bolt.Tx) error {
 		rb := tx.Bucket(bucketReclaims)
 		for _, r := range rs {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -112,4 +113,31 @@ func TestFirstSightRefusesAReplayUntilItExpires(t *testing.T) {
 	first, err = b.FirstSight("sig-1", t0.Add(5*time.Minute), t0.Add(10*time.Minute))
 	require.NoError(t, err)
 	require.True(t, first, "an expired key is forgotten")
+}
+
+// A write larger than a transaction lands whole, with every event, and the
+// two episodes of one alert that straddle a chunk's end share one
+// transaction.
+func TestALargeWriteIsSplitAndWhole(t *testing.T) {
+	b := open(t, filepath.Join(t.TempDir(), "state.db"))
+	defer b.Close()
+	var rs []*reclaim.Reclaim
+	var evs []reclaim.Event
+	for i := range 2*writeChunk + 10 {
+		id := fmt.Sprintf("%016x-1772445600", i)
+		fp := fmt.Sprintf("%016x", i)
+		if i == writeChunk { // the second episode of the alert before it
+			fp = fmt.Sprintf("%016x", i-1)
+		}
+		rs = append(rs, &reclaim.Reclaim{ID: id, Fingerprint: fp, State: reclaim.Pending})
+		evs = append(evs, reclaim.Event{Time: t0, Reclaim: id, Kind: "decided"})
+	}
+	require.Equal(t, writeChunk+1, chunkEnd(rs), "the alert's two episodes in one transaction")
+	require.NoError(t, b.Write(rs, evs))
+	stored, err := b.Load()
+	require.NoError(t, err)
+	require.Len(t, stored, len(rs))
+	audit, err := b.Audit(len(evs) + 1)
+	require.NoError(t, err)
+	require.Len(t, audit, len(evs))
 }
