@@ -1,9 +1,10 @@
 package reclaim
 
 import (
-	"github.com/prometheus/alertmanager/template"
 	"sort"
 	"time"
+
+	"github.com/prometheus/alertmanager/template"
 )
 
 func sortStrings(s []string) { sort.Strings(s) }

@@ -2,11 +2,11 @@ package reclaim
 
 import (
 	"errors"
-
 	"fmt"
-	"github.com/prometheus/alertmanager/template"
 	"sync"
 	"time"
+
+	"github.com/prometheus/alertmanager/template"
 )
 
 // A notification's decisions are in the index at once and written to the
