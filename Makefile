@@ -15,6 +15,8 @@ KUBE_VERSION         := v1.37.2
 KWOK_VERSION         := v0.8.0
 HELM_VERSION         := v3.22.0
 GOLANGCI_LINT_VERSION := v2.15.0
+# A real SMTP server, with an API to read what it was sent (the e-mail notifier's tests).
+MAILPIT_VERSION      := v1.33.1
 # prometheus-operator's CRDs, for validating the chart's ServiceMonitor,
 # PrometheusRule and AlertmanagerConfig on a real apiserver.
 PROMETHEUS_OPERATOR_VERSION := v0.94.0
@@ -35,7 +37,7 @@ LDFLAGS  := -X github.com/prometheus/common/version.Version=$(VERSION) \
 KUBE_BINS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl
 # The workload controllers the reclaimer's stops are tested against.
 OPERATORS := $(BIN)/ray-operator $(BIN)/training-operator.v1 $(BIN)/kueue
-TOOLS := $(BIN)/promtool $(BIN)/prometheus $(BIN)/alertmanager $(BIN)/amtool $(BIN)/etcd $(KUBE_BINS) $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/helm $(BIN)/crds/.$(PROMETHEUS_OPERATOR_VERSION) $(WORKLOAD_CRDS_STAMP) $(OPERATORS) $(BIN)/golangci-lint
+TOOLS := $(BIN)/promtool $(BIN)/prometheus $(BIN)/alertmanager $(BIN)/amtool $(BIN)/etcd $(KUBE_BINS) $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/helm $(BIN)/crds/.$(PROMETHEUS_OPERATOR_VERSION) $(WORKLOAD_CRDS_STAMP) $(OPERATORS) $(BIN)/golangci-lint $(BIN)/mailpit
 
 .PHONY: all build run demo test e2e soak bench bench-rules lint tools chromium rules dashboards manifests images backtest clean device-check
 
@@ -182,6 +184,14 @@ $(BIN)/.golangci-lint-$(GOLANGCI_LINT_VERSION):
 	@touch $@
 
 $(BIN)/golangci-lint: $(BIN)/.golangci-lint-$(GOLANGCI_LINT_VERSION)
+	@test -x $@ || { rm -f $< && $(MAKE) --no-print-directory $<; }
+
+$(BIN)/.mailpit-$(MAILPIT_VERSION):
+	@mkdir -p $(BIN)
+	GOBIN=$(BIN) $(GO) install github.com/axllent/mailpit@$(MAILPIT_VERSION)
+	@touch $@
+
+$(BIN)/mailpit: $(BIN)/.mailpit-$(MAILPIT_VERSION)
 	@test -x $@ || { rm -f $< && $(MAKE) --no-print-directory $<; }
 
 $(BIN)/kwok:

@@ -32,6 +32,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/logging"
 	"github.com/gpureclaim/gpureclaim/reclaimer/alertmanager"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/email"
 	"github.com/gpureclaim/gpureclaim/reclaimer/jupyterhub"
 	"github.com/gpureclaim/gpureclaim/reclaimer/kube"
 	"github.com/gpureclaim/gpureclaim/reclaimer/kubestore"
@@ -254,7 +255,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		act.kube, insp.kube = kc, kc
 		events = kc
 	}
-	var owners rslack.OwnerLookup
+	var owners reclaim.OwnerLookup
 	if act.kube != nil {
 		owners = act.kube
 	}
@@ -407,7 +408,7 @@ type notifierSet struct {
 	mount func(ctx context.Context, srv *rweb.Server, eng *reclaim.Engine)
 }
 
-func buildNotifiers(cfg *config.Config, logger *slog.Logger, am *alertmanager.Client, owners rslack.OwnerLookup, replay rslack.ReplayGuard) (notifierSet, error) {
+func buildNotifiers(cfg *config.Config, logger *slog.Logger, am *alertmanager.Client, owners reclaim.OwnerLookup, replay rslack.ReplayGuard) (notifierSet, error) {
 	set := notifierSet{mount: func(context.Context, *rweb.Server, *reclaim.Engine) {}}
 	for _, n := range cfg.Notifiers {
 		switch n.Type {
@@ -415,6 +416,12 @@ func buildNotifiers(cfg *config.Config, logger *slog.Logger, am *alertmanager.Cl
 			set.list = append(set.list, notify.Log{Logger: logger})
 		case "webhook":
 			set.list = append(set.list, &notify.Webhook{URL: n.URL, Token: n.BearerToken, HTTP: &http.Client{Timeout: 10 * time.Second}})
+		case "email":
+			en, err := email.New(email.Options{Config: n.Email, Owners: owners, Clock: time.Now, Logger: logger, StatusPage: cfg.StatusPageURL})
+			if err != nil {
+				return set, err
+			}
+			set.list = append(set.list, en)
 		case "slack":
 			sn := rslack.New(rslack.Options{Config: n.Slack, Owners: owners, Clock: time.Now, Logger: logger,
 				Pricing: rslack.Pricing{PerGPUHour: n.Slack.PricePerGPUHour, Currency: n.Slack.Currency}, StatusPage: cfg.StatusPageURL})

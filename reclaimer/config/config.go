@@ -218,13 +218,15 @@ func (n Nodes) URL(node string) (string, error) {
 
 // Notifier sends messages to owners and admins.
 type Notifier struct {
-	// Type is log, webhook or slack.
+	// Type is log, webhook, slack or email.
 	Type string `yaml:"type"`
 	// URL receives a JSON POST per message (webhook).
 	URL             string `yaml:"url"`
 	BearerTokenFile string `yaml:"bearer_token_file"`
 	// Slack holds the Slack notifier's settings (type slack).
 	Slack *Slack `yaml:"slack"`
+	// Email holds the e-mail notifier's settings (type email).
+	Email *Email `yaml:"email"`
 
 	BearerToken string `yaml:"-"`
 }
@@ -633,11 +635,20 @@ func (cfg *Config) validate() error {
 			} else {
 				nf.Slack.validate(c, field+".slack")
 			}
+		case "email":
+			if nf.Email == nil {
+				c.errorf(field+".email", "is required for an email notifier")
+			} else {
+				nf.Email.validate(c, field+".email")
+			}
 		default:
-			c.errorf(field+".type", "%q is not one of log, webhook, slack", nf.Type)
+			c.errorf(field+".type", "%q is not one of log, webhook, slack, email", nf.Type)
 		}
 		if nf.Type != "slack" && nf.Slack != nil {
 			c.errorf(field+".slack", "is only for type slack")
+		}
+		if nf.Type != "email" && nf.Email != nil {
+			c.errorf(field+".email", "is only for type email")
 		}
 	}
 

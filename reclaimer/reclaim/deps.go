@@ -217,6 +217,13 @@ func MessageKey(r *Reclaim, kind MessageKind) string {
 	return r.ID + "/" + string(kind)
 }
 
+// OwnerLookup finds the contact of a pod's owner (its or its namespace's
+// gpureclaim.io/owner annotation): a Slack user id or an e-mail address.
+// The notifiers that reach people use it.
+type OwnerLookup interface {
+	Owner(ctx context.Context, t Target) (string, error)
+}
+
 // Notifier tells owners and admins.
 type Notifier interface {
 	Name() string

@@ -20,17 +20,11 @@ import (
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
-// OwnerLookup finds the contact of a pod's owner (its or its namespace's
-// gpureclaim.io/owner annotation): a Slack user id or an e-mail address.
-type OwnerLookup interface {
-	Owner(ctx context.Context, t reclaim.Target) (string, error)
-}
-
 // Notifier sends the reclaimer's messages to Slack.
 type Notifier struct {
 	cfg        *config.Slack
 	api        *slack.Client
-	owners     OwnerLookup
+	owners     reclaim.OwnerLookup
 	limit      *rate.Limiter
 	clock      func() time.Time
 	log        *slog.Logger
@@ -45,7 +39,7 @@ var _ reclaim.Notifier = (*Notifier)(nil)
 // Options configure a Notifier.
 type Options struct {
 	Config     *config.Slack
-	Owners     OwnerLookup // nil: pods have no owner contact
+	Owners     reclaim.OwnerLookup // nil: pods have no owner contact
 	Clock      func() time.Time
 	Logger     *slog.Logger
 	Pricing    Pricing
