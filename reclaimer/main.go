@@ -280,6 +280,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if f, ok := leader.(interface{ Fence() (string, int64) }); ok {
 			nodes.Fence = f.Fence
 		}
+		if leader != nil {
+			nodes.Leading = leader.Check
+		}
 		if ks, ok := st.(*kubestore.Store); ok && leader != nil {
 			ks.Lead(ctx) // the Lease lost, its writes in flight end
 		}

@@ -27,6 +27,10 @@ type Client struct {
 	// replica's term of it, which a kill carries: the node refuses an
 	// older term.
 	Fence func() (lease string, term int64)
+	// Leading, with two replicas, says whether this replica may still act;
+	// it is asked again right before a kill is sent, after the look at the
+	// unit's processes (a pause there would otherwise send it late).
+	Leading func() error
 }
 
 // New returns a client.
@@ -122,6 +126,11 @@ func (c *Client) Kill(ctx context.Context, r *reclaim.Reclaim) (reclaim.Result, 
 	}
 	if len(procs) == 0 {
 		return reclaim.Result{}, reclaim.ErrGone
+	}
+	if c.Leading != nil {
+		if err := c.Leading(); err != nil {
+			return reclaim.Result{}, fmt.Errorf("%w: no kill sent: %v", reclaim.ErrNotLeader, err)
+		}
 	}
 	var res nodeapi.KillResult
 	code, hdr, err := c.doH(ctx, http.MethodPost, r.Target.Node, "/api/v1/units/"+r.Target.UUID+"/kill", c.killRequest(procs, r), &res)

@@ -179,6 +179,11 @@ func (e *Engine) act(ctx context.Context, id string) {
 	var refused *RefusedError
 	var retry *RetryError
 	switch {
+	case errors.Is(err, ErrNotLeader):
+		// The actor found leadership in doubt before it acted: nothing was
+		// done, and the next leader resumes it, as after a crash.
+		e.o.Metrics.fenced.WithLabelValues(string(FencedAction)).Inc()
+		e.o.Logger.Warn("refused: leadership in doubt", "what", FencedAction, "reclaim", id, "err", err)
 	case err == nil || errors.Is(err, ErrGone):
 		result, detail := ActionDone, res.Detail
 		switch {

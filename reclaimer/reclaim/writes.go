@@ -99,11 +99,11 @@ func (e *Engine) writeQueued() {
 		w.written = err == nil
 		entries := w.entries
 		w.mu.Unlock()
-		close(w.done)
 		if err == nil {
 			e.o.Failpoint("ingested")
-			e.retire(entries...)
+			e.retire(entries...) // before done: Flush means retired too
 		}
+		close(w.done)
 		e.Kick()
 	}
 }
