@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpureclaim/gpureclaim/deploy"
+	"github.com/gpureclaim/gpureclaim/internal/sim/cluster"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/amtest"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/kubetest"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
@@ -104,17 +105,7 @@ func TestFailover(t *testing.T) {
 	hook := httptest.NewServer(rcv)
 	t.Cleanup(hook.Close)
 
-	cl := kubetest.Start(t, false)
-	root := tooltest.Root(t)
-	cl.InstallCRDs(t, deploy.CRDs(root))
-	clusterRole, err := deploy.ReclaimerClusterRole(root)
-	require.NoError(t, err)
-	cl.BindReclaimerRole(t, clusterRole)
-	role, err := deploy.ReclaimerRole(root)
-	require.NoError(t, err)
-	cl.BindReclaimerNamespaceRole(t, role)
-	kubeconfig, err := cl.KubeconfigFor(kubetest.ReclaimerToken)
-	require.NoError(t, err)
+	cl, kubeconfig := reclaimerCluster(t, cluster.Options{})
 
 	svc := &service{}
 	front := httptest.NewServer(svc)
@@ -270,6 +261,25 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 
 		require.Contains(t, readFile(a.log), "refused: leadership in doubt", "it was about to act, and did not")
 		_ = b.cmd.Process.Signal(syscall.SIGTERM)
 	})
+}
+
+// reclaimerCluster runs kube-apiserver with the GPUReclaim CRD and the
+// reclaimer's roles as the chart ships them, and returns a kubeconfig that
+// authenticates as the reclaimer.
+func reclaimerCluster(t *testing.T, o cluster.Options) (*kubetest.Cluster, string) {
+	t.Helper()
+	cl := kubetest.StartWith(t, o)
+	root := tooltest.Root(t)
+	cl.InstallCRDs(t, deploy.CRDs(root))
+	clusterRole, err := deploy.ReclaimerClusterRole(root)
+	require.NoError(t, err)
+	cl.BindReclaimerRole(t, clusterRole)
+	role, err := deploy.ReclaimerRole(root)
+	require.NoError(t, err)
+	cl.BindReclaimerNamespaceRole(t, role)
+	kubeconfig, err := cl.KubeconfigFor(kubetest.ReclaimerToken)
+	require.NoError(t, err)
+	return cl, kubeconfig
 }
 
 // stopped says whether a process is stopped by a signal (state T in /proc).

@@ -18,8 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpureclaim/gpureclaim/deploy"
+	"github.com/gpureclaim/gpureclaim/internal/sim/cluster"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/amtest"
-	"github.com/gpureclaim/gpureclaim/internal/testkit/kubetest"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/notify"
 )
@@ -45,17 +45,7 @@ func TestAPIServerOutage(t *testing.T) {
 	nodeAddr, uuids := idleNodeNamed(t, dir, exporterBin, "outage-node", "outage-node.log", units)
 	am := amtest.Start(t, amtest.Config("http://127.0.0.1:1/unused", "x", time.Hour))
 
-	cl := kubetest.Start(t, false)
-	root := tooltest.Root(t)
-	cl.InstallCRDs(t, deploy.CRDs(root))
-	clusterRole, err := deploy.ReclaimerClusterRole(root)
-	require.NoError(t, err)
-	cl.BindReclaimerRole(t, clusterRole)
-	role, err := deploy.ReclaimerRole(root)
-	require.NoError(t, err)
-	cl.BindReclaimerNamespaceRole(t, role)
-	kubeconfig, err := cl.KubeconfigFor(kubetest.ReclaimerToken)
-	require.NoError(t, err)
+	cl, kubeconfig := reclaimerCluster(t, cluster.Options{})
 
 	// The notifier's receiver stops the apiserver as it takes the first
 	// final message, before it answers: the reclaimer cannot record that

@@ -24,7 +24,6 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/sim/cluster"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/amtest"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/fakeslack"
-	"github.com/gpureclaim/gpureclaim/internal/testkit/kubetest"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
 )
 
@@ -142,20 +141,10 @@ func TestSoak(t *testing.T) {
 	t.Cleanup(hook.Close)
 	am := amtest.Start(t, amtest.Config("http://127.0.0.1:1/unused", "x", time.Hour))
 
-	cl := kubetest.StartWith(t, cluster.Options{Audit: true})
-	root := tooltest.Root(t)
-	cl.InstallCRDs(t, deploy.CRDs(root))
-	clusterRole, err := deploy.ReclaimerClusterRole(root)
-	require.NoError(t, err)
-	cl.BindReclaimerRole(t, clusterRole)
-	role, err := deploy.ReclaimerRole(root)
-	require.NoError(t, err)
-	cl.BindReclaimerNamespaceRole(t, role)
-	fence, err := deploy.ReclaimerFence(root)
+	cl, kubeconfig := reclaimerCluster(t, cluster.Options{Audit: true})
+	fence, err := deploy.ReclaimerFence(tooltest.Root(t))
 	require.NoError(t, err)
 	cl.Apply(t, fence)
-	kubeconfig, err := cl.KubeconfigFor(kubetest.ReclaimerToken)
-	require.NoError(t, err)
 
 	cfgPath := filepath.Join(dir, "soak.yml")
 	require.NoError(t, os.WriteFile(cfgPath, []byte(fmt.Sprintf(`webhook: {bearer_token_file: webhook.token, max_body_bytes: 64MiB}
