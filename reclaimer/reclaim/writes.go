@@ -177,16 +177,7 @@ func (e *Engine) await(ws []*pendingWrite, alerts []template.Alert, arrived time
 				e.o.Metrics.Error(ComponentStore)
 				return fmt.Errorf("recording the notification in the journal: %w", err)
 			}
-			last := ws[len(ws)-1] // written after the others
-			last.mu.Lock()
-			written := last.written
-			if !written {
-				last.entries = append(last.entries, id)
-			}
-			last.mu.Unlock()
-			if written {
-				e.retire(id)
-			}
+			e.retireWhenWritten(ws[len(ws)-1], id) // the last is written after the others
 			return nil
 		}
 	}
@@ -227,12 +218,23 @@ func (e *Engine) replay() error {
 			e.retire(entry.ID)
 			continue
 		}
-		last := ws[len(ws)-1]
-		last.mu.Lock()
-		last.entries = append(last.entries, entry.ID)
-		last.mu.Unlock()
+		e.retireWhenWritten(ws[len(ws)-1], entry.ID)
 	}
 	return nil
+}
+
+// retireWhenWritten retires a journal entry once w is written: at once if
+// its writer has already finished, else by the writer when it does.
+func (e *Engine) retireWhenWritten(w *pendingWrite, id string) {
+	w.mu.Lock()
+	written := w.written
+	if !written {
+		w.entries = append(w.entries, id)
+	}
+	w.mu.Unlock()
+	if written {
+		e.retire(id)
+	}
 }
 
 // awaitWritten waits until the reclaim's decisions are in the store; the
