@@ -50,6 +50,8 @@ type Options struct {
 	Owners     reclaim.OwnerLookup // nil: pods have no owner address
 	Clock      func() time.Time
 	Logger     *slog.Logger
+	// StatusPage is status_page_url, which the config takes only as an
+	// http(s) URL.
 	StatusPage string
 }
 
@@ -111,23 +113,9 @@ func (n *Notifier) Send(ctx context.Context, m reclaim.Message, _ map[string]str
 
 // owner is the address of the target's owner, or "".
 func (n *Notifier) owner(ctx context.Context, t reclaim.Target) (string, error) {
-	var contact string
-	switch {
-	case t.Pod != "" && n.owners != nil:
-		c, err := n.owners.Owner(ctx, t)
-		if err != nil {
-			return "", err
-		}
-		contact = c
-	case t.Pod == "" && t.User != "":
-		contact = n.cfg.Users[t.User]
-		if contact == "" && n.cfg.EmailDomain != "" {
-			contact = t.User + "@" + n.cfg.EmailDomain
-		}
-	}
-	contact = strings.TrimSpace(contact)
-	if !address.MatchString(contact) {
-		return "", nil // a Slack id, or nothing
+	contact, err := reclaim.Contact(ctx, n.owners, t, n.cfg.Users, n.cfg.EmailDomain)
+	if err != nil || !address.MatchString(contact) {
+		return "", err // a Slack id, or nothing
 	}
 	return contact, nil
 }
@@ -185,7 +173,7 @@ func (n *Notifier) compose(m reclaim.Message, to []string) ([]byte, error) {
 	}
 	b.WriteString("\r\n")
 	var html bytes.Buffer
-	if err := page.Execute(&html, map[string]string{"Subject": subject, "Text": m.Text, "StatusPage": httpLink(n.statusPage)}); err != nil {
+	if err := page.Execute(&html, map[string]string{"Subject": subject, "Text": m.Text, "StatusPage": n.statusPage}); err != nil {
 		return nil, err
 	}
 	for _, part := range []struct{ kind, body string }{{"text/plain", m.Text + "\n"}, {"text/html", html.String()}} {
@@ -208,14 +196,6 @@ func (n *Notifier) compose(m reclaim.Message, to []string) ([]byte, error) {
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
-
-// httpLink keeps only http(s) links, as the Slack messages do.
-func httpLink(u string) string {
-	if strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://") {
-		return u
-	}
-	return ""
-}
 
 // deliver runs one SMTP conversation.
 func (n *Notifier) deliver(ctx context.Context, to []string, msg []byte) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
@@ -222,6 +223,28 @@ func MessageKey(r *Reclaim, kind MessageKind) string {
 // The notifiers that reach people use it.
 type OwnerLookup interface {
 	Owner(ctx context.Context, t Target) (string, error)
+}
+
+// Contact is how a target's owner is reached, as the notifiers that reach
+// people configure it: a pod's owner annotation through owners, else a
+// bare-metal user's entry in users, else <user>@domain; "" when none is
+// known.
+func Contact(ctx context.Context, owners OwnerLookup, t Target, users map[string]string, domain string) (string, error) {
+	var contact string
+	switch {
+	case t.Pod != "" && owners != nil:
+		c, err := owners.Owner(ctx, t)
+		if err != nil {
+			return "", fmt.Errorf("looking up the owner of %s: %w", t.Owner(), err)
+		}
+		contact = c
+	case t.Pod == "" && t.User != "":
+		contact = users[t.User]
+		if contact == "" && domain != "" {
+			contact = t.User + "@" + domain
+		}
+	}
+	return strings.TrimSpace(contact), nil
 }
 
 // Notifier tells owners and admins.

@@ -140,21 +140,10 @@ var (
 
 // owner resolves the target's owner to a Slack user id; "" when unknown.
 func (n *Notifier) owner(ctx context.Context, t reclaim.Target) (string, error) {
-	var contact string
-	switch {
-	case t.Pod != "" && n.owners != nil:
-		c, err := n.owners.Owner(ctx, t)
-		if err != nil {
-			return "", fmt.Errorf("looking up the owner of %s: %w", t.Owner(), err)
-		}
-		contact = c
-	case t.Pod == "" && t.User != "":
-		contact = n.cfg.Users[t.User]
-		if contact == "" && n.cfg.EmailDomain != "" {
-			contact = t.User + "@" + n.cfg.EmailDomain
-		}
+	contact, err := reclaim.Contact(ctx, n.owners, t, n.cfg.Users, n.cfg.EmailDomain)
+	if err != nil {
+		return "", err
 	}
-	contact = strings.TrimSpace(contact)
 	switch {
 	case slackUserID.MatchString(contact):
 		return contact, nil
