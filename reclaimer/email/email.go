@@ -46,10 +46,10 @@ var _ reclaim.Notifier = (*Notifier)(nil)
 
 // Options configure a Notifier.
 type Options struct {
-	Config     *config.Email
-	Owners     reclaim.OwnerLookup // nil: pods have no owner address
-	Clock      func() time.Time
-	Logger     *slog.Logger
+	Config *config.Email
+	Owners reclaim.OwnerLookup // nil: pods have no owner address
+	Clock  func() time.Time
+	Logger *slog.Logger
 	// StatusPage is status_page_url, which the config takes only as an
 	// http(s) URL.
 	StatusPage string
