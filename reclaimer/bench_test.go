@@ -56,7 +56,7 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: notify}]
 	for b.Loop() {
 		b.StopTimer()
 		run++
-		addr := freeAddr(b)
+		addr := tooltest.FreeAddr(b)
 		cmd := exec.Command(bin, "--config.file="+cfg, "--web.listen-address="+addr, "--storage.path="+filepath.Join(dir, fmt.Sprintf("s%d.db", run)))
 		cmd.Dir = dir
 		var out bytes.Buffer

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -23,13 +22,6 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/notify"
 )
-
-func freeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // receiver counts the notifier's messages by idempotency key.
 type receiver struct {
@@ -99,7 +91,7 @@ func idleNodeNamed(t *testing.T, dir, exporterBin, node, logName string, n int) 
 	require.NoError(t, os.WriteFile(scenarioFile, []byte(scenario), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "node.token"), []byte("node-token\n"), 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "webhook.token"), []byte("am-token\n"), 0o600))
-	addr := freeAddr(t)
+	addr := tooltest.FreeAddr(t)
 	log, err := os.Create(filepath.Join(dir, logName))
 	require.NoError(t, err)
 	exporter := exec.Command(exporterBin, "--simulate="+scenarioFile, "--web.listen-address="+addr,
@@ -151,7 +143,7 @@ nodes: {addresses: {crash-node: "http://%s"}, bearer_token_file: node.token, tim
 notifiers: [{type: webhook, url: %q}]
 policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 1s, min_runtime: 0s}]
 `, am.URL, exporterAddr, hook.URL)), 0o600))
-			addr := freeAddr(t)
+			addr := tooltest.FreeAddr(t)
 			start := func(failpoint string) *exec.Cmd {
 				cmd := exec.Command(reclaimerBin, "--config.file="+cfgPath, "--storage.path="+state, "--web.listen-address="+addr, "--step.interval=50ms")
 				cmd.Env = append(os.Environ(), "GPURECLAIM_FAILPOINT="+failpoint)

@@ -124,7 +124,7 @@ notifiers: [{type: webhook, url: %q}]
 policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: %s, min_runtime: 0s}]
 `, am.URL, kubeconfig, exporterAddr, pauseAddr, hook.URL, grace)), 0o600))
 		start := func(name, failpoint string) *replica {
-			r := &replica{name: name, addr: freeAddr(t), log: filepath.Join(dir, name+".log")}
+			r := &replica{name: name, addr: tooltest.FreeAddr(t), log: filepath.Join(dir, name+".log")}
 			r.cmd = exec.Command(reclaimerBin, "--config.file="+cfgPath, "--web.listen-address="+r.addr, "--step.interval=50ms",
 				"--storage.backend=kubernetes", "--kubernetes.namespace="+deploy.Namespace, "--leader-elect", "--leader-elect.lease-name="+lease,
 				"--leader-elect.identity="+name, "--leader-elect.lease-duration="+testLease.String(),

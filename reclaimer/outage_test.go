@@ -78,7 +78,7 @@ policies:
   - {name: first, matchers: ['user="u0"'], action: auto, grace: 1s, min_runtime: 0s}
   - {name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 10s, min_runtime: 0s}
 `, am.URL, kubeconfig, nodeAddr, hook.URL)), 0o600))
-	rep := &replica{name: "outage", addr: freeAddr(t), log: filepath.Join(dir, "outage.log")}
+	rep := &replica{name: "outage", addr: tooltest.FreeAddr(t), log: filepath.Join(dir, "outage.log")}
 	rep.cmd = exec.Command(reclaimerBin, "--config.file="+cfgPath, "--web.listen-address="+rep.addr, "--step.interval=50ms",
 		"--storage.backend=kubernetes", "--kubernetes.namespace="+deploy.Namespace)
 	logFile, err := os.Create(rep.log)

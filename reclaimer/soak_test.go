@@ -172,7 +172,7 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 
 		launched++
 		id := fmt.Sprintf("%s-%d", name, launched)
 		mu.Unlock()
-		r := &replica{name: id, addr: freeAddr(t), log: filepath.Join(dir, id+".log")}
+		r := &replica{name: id, addr: tooltest.FreeAddr(t), log: filepath.Join(dir, id+".log")}
 		r.cmd = exec.Command(reclaimerBin, "--config.file="+cfgPath, "--web.listen-address="+r.addr, "--step.interval=50ms",
 			"--storage.backend=kubernetes", "--kubernetes.namespace="+deploy.Namespace, "--leader-elect",
 			"--leader-elect.identity="+id, "--leader-elect.lease-duration="+testLease.String(),

@@ -48,8 +48,8 @@ func Start(t testing.TB, mode TLS) *Server {
 	t.Helper()
 	bin := tooltest.Bin(t, "mailpit")
 	dir := t.TempDir()
-	s := &Server{SMTP: freeAddr(t), dir: dir}
-	api := freeAddr(t)
+	s := &Server{SMTP: tooltest.FreeAddr(t), dir: dir}
+	api := tooltest.FreeAddr(t)
 	s.API = "http://" + api
 	args := []string{"--listen", api, "--smtp", s.SMTP, "--database", filepath.Join(dir, "mail.db"), "--smtp-auth-accept-any", "--smtp-disable-rdns"}
 	if mode == Plain {
@@ -180,13 +180,4 @@ func (s *Server) get(path string, out any) error {
 		return fmt.Errorf("%s: %s", path, resp.Status)
 	}
 	return json.NewDecoder(resp.Body).Decode(out)
-}
-
-func freeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

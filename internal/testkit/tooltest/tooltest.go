@@ -93,12 +93,7 @@ func Serve(t testing.TB, name, readyPath string, args func(addr, dir string) []s
 	t.Helper()
 	bin := Bin(t, name)
 	dir := t.TempDir()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := FreeAddr(t)
 	log, err := os.Create(filepath.Join(dir, name+".log"))
 	if err != nil {
 		t.Fatal(err)
@@ -126,6 +121,18 @@ func Serve(t testing.TB, name, readyPath string, args func(addr, dir string) []s
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// FreeAddr is a loopback address nobody listens on, for a server the test
+// starts.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
 
 // Stop stops the tool (SIGTERM) and waits for it; once is enough.
