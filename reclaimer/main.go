@@ -144,7 +144,7 @@ func kubeClient(cfg *config.Config, rc *rest.Config, logger *slog.Logger) (*kube
 	c := cfg.Kubernetes
 	o := kube.Options{
 		Workloads: cfg.Workloads, Kueue: c.Kueue.On(), EvictionDeadline: time.Duration(c.EvictionDeadline),
-		Events: c.EventsOn(), Clock: time.Now, Logger: logger,
+		Events: c.EventsOn(), DRADrivers: c.DRADrivers, Clock: time.Now, Logger: logger,
 	}
 	if h := c.JupyterHub; h != nil {
 		o.Hub = jupyterhub.New(h.URL, h.Token, time.Duration(h.Timeout))

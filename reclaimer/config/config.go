@@ -23,6 +23,7 @@ import (
 	amlabels "github.com/prometheus/alertmanager/pkg/labels"
 	"github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Actions a policy can take.
@@ -178,6 +179,10 @@ type Kubernetes struct {
 	// priority and fairness lets this client.
 	QPS   float32 `yaml:"qps"`
 	Burst int     `yaml:"burst"`
+	// DRADrivers are the DRA drivers whose devices are GPUs, as the
+	// exporters' --kubelet.dra-drivers: a pod's ResourceClaims allocated by
+	// them hold its GPUs. Default names.DRADrivers.
+	DRADrivers []string `yaml:"dra_drivers"`
 }
 
 // On says whether Kubernetes is used.
@@ -572,6 +577,14 @@ func (cfg *Config) validate() error {
 	}
 	if k.Burst < 1 || float32(k.Burst) < k.QPS {
 		c.errorf("kubernetes.burst", "%d must be at least 1 and at least kubernetes.qps (%g)", k.Burst, k.QPS)
+	}
+	if k.DRADrivers == nil {
+		k.DRADrivers = names.DRADrivers
+	}
+	for i, d := range k.DRADrivers {
+		if errs := validation.IsDNS1123Subdomain(d); len(errs) > 0 {
+			c.errorf(fmt.Sprintf("kubernetes.dra_drivers[%d]", i), "%q is not a driver name: %s", d, strings.Join(errs, "; "))
+		}
 	}
 	if k.Kubeconfig != "" {
 		if !filepath.IsAbs(k.Kubeconfig) {

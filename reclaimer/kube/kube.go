@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 
+	"github.com/gpureclaim/gpureclaim/internal/names"
 	"github.com/gpureclaim/gpureclaim/internal/podmeta"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
@@ -57,8 +58,11 @@ type Options struct {
 	EvictionDeadline time.Duration
 	// Events writes Kubernetes Events.
 	Events bool
-	Clock  func() time.Time
-	Logger *slog.Logger
+	// DRADrivers are the DRA drivers whose devices are GPUs; default
+	// names.DRADrivers.
+	DRADrivers []string
+	Clock      func() time.Time
+	Logger     *slog.Logger
 }
 
 // Client acts on a cluster.
@@ -72,8 +76,10 @@ type Client struct {
 	hub       Hub
 	deadline  time.Duration
 	events    bool
-	clock     func() time.Time
-	log       *slog.Logger
+	// draDrivers are the DRA drivers whose devices are GPUs.
+	draDrivers []string
+	clock      func() time.Time
+	log        *slog.Logger
 }
 
 // New returns a client of the cluster rc points at.
@@ -93,10 +99,13 @@ func New(rc *rest.Config, o Options) (*Client, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.DRADrivers == nil {
+		o.DRADrivers = names.DRADrivers
+	}
 	return &Client{
 		cs: cs, dyn: dyn, disco: disco, mapper: restmapper.NewDeferredDiscoveryRESTMapper(disco),
 		workloads: o.Workloads, kueue: o.Kueue, hub: o.Hub, deadline: o.EvictionDeadline, events: o.Events,
-		clock: o.Clock, log: o.Logger,
+		draDrivers: o.DRADrivers, clock: o.Clock, log: o.Logger,
 	}, nil
 }
 

@@ -133,7 +133,12 @@ func (c *Client) Controller(ctx context.Context, t reclaim.Target) (reclaim.Cont
 	if err != nil {
 		return reclaim.Controller{}, err
 	}
-	return c.decide(ctx, ch)
+	ctl, err := c.decide(ctx, ch)
+	if err != nil {
+		return ctl, err
+	}
+	ctl.Claims = c.claims(ctx, ch.pod, ctl)
+	return ctl, nil
 }
 
 func (c *Client) decide(ctx context.Context, ch *chain) (reclaim.Controller, error) {

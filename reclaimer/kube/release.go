@@ -99,8 +99,9 @@ func podState(p *corev1.Pod) string {
 	return s + ")"
 }
 
-// Released says whether the reclaim's pod is gone and no pod of the
-// workload it stopped holds a GPU on the node. While some do, it says
+// Released says whether the reclaim's pod is gone, no pod of the
+// workload it stopped holds a GPU on the node, and the pod's
+// ResourceClaims let go of their devices. While some hold on, it says
 // which, and what the workload's controller reports.
 func (c *Client) Released(ctx context.Context, r *reclaim.Reclaim) (reclaim.Release, error) {
 	t := r.Target
@@ -132,8 +133,16 @@ func (c *Client) Released(ctx context.Context, r *reclaim.Reclaim) (reclaim.Rele
 			}
 		}
 	}
+	var shared string
 	if len(holders) == 0 {
-		return reclaim.Release{Done: true}, nil
+		held, others, err := c.claimsReleased(ctx, r, stopped(r))
+		if err != nil {
+			return reclaim.Release{}, err
+		}
+		holders, shared = held, others
+	}
+	if len(holders) == 0 {
+		return reclaim.Release{Done: true, Shared: shared}, nil
 	}
 	sort.Strings(holders)
 	why := "held by " + strings.Join(holders, ", ")

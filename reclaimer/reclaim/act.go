@@ -228,6 +228,11 @@ func (e *Engine) recordError(id string, err error) {
 
 // finish moves a reclaim to a terminal state.
 func (e *Engine) finish(id string, st State, why string, res *Result) {
+	e.finishWith(id, st, why, res, nil)
+}
+
+// finishWith is finish, with more recorded in the same write.
+func (e *Engine) finishWith(id string, st State, why string, res *Result, more func(*Reclaim)) {
 	r, err := e.update(id, func(c *Reclaim) []Event { return []Event{e.event(c, string(st), why, "reclaimer")} }, func(c *Reclaim) bool {
 		if c.State.Terminal() {
 			return false
@@ -244,6 +249,9 @@ func (e *Engine) finish(id string, st State, why string, res *Result) {
 			c.Workload, c.Killed, c.Detail = res.Workload, res.Killed, res.Detail
 		}
 		c.Final.Sent = st == Cancelled && !c.Warning.Sent
+		if more != nil {
+			more(c)
+		}
 		return true
 	})
 	if err != nil {

@@ -84,6 +84,41 @@ type Controller struct {
 	// its controller always honours it (a RayJob whose RayCluster is
 	// suspended).
 	Above *Controller `json:"above,omitempty"`
+	// Claims are the ResourceClaims the pod holds GPUs through (DRA).
+	Claims []Claim `json:"claims,omitempty"`
+}
+
+// Claim is a ResourceClaim a pod holds GPUs through. A claim made from
+// the pod's template goes with the pod; a shared one (standalone, named
+// by the pod) outlives it and keeps its devices allocated while any
+// consumer reserves it.
+type Claim struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Shared    bool   `json:"shared,omitempty"`
+	// Others are the other pods it was reserved for when it was read.
+	Others []string `json:"others,omitempty"`
+}
+
+func (c Claim) String() string { return fmt.Sprintf("ResourceClaim %s/%s", c.Namespace, c.Name) }
+
+// SharedText says, for the owner's warning, which of the pod's GPUs other
+// pods hold too: stopping this workload frees its share, not the GPU.
+// Empty when none does.
+func (c *Controller) SharedText() string {
+	if c == nil {
+		return ""
+	}
+	var parts []string
+	for _, cl := range c.Claims {
+		if len(cl.Others) > 0 {
+			parts = append(parts, fmt.Sprintf("%s with %s", cl, strings.Join(cl.Others, ", ")))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "It shares " + strings.Join(parts, "; ") + ": stopping it frees its share, and the GPU is freed when they stop too."
 }
 
 // Service says whether the controller keeps a number of replicas running:
@@ -116,6 +151,9 @@ type Release struct {
 	// and what its controller says: its status, conditions and latest
 	// Warning events. For people.
 	Why string
+	// Shared, when Done, says who still holds the GPU after the target's
+	// share was freed: the other consumers of a shared ResourceClaim.
+	Shared string
 }
 
 // Verifier looks at the world after an action: a reclaim is done only

@@ -202,6 +202,9 @@ type Reclaim struct {
 	// set when the action was carried out; ReleasedAt is when it did.
 	ReleaseBy  time.Time `json:"release_by,omitzero"`
 	ReleasedAt time.Time `json:"released_at,omitzero"`
+	// SharedWith, once released, says who still holds the GPU: the action
+	// freed the target's share of a shared ResourceClaim, not the GPU.
+	SharedWith string `json:"shared_with,omitempty"`
 	// ActingSince is when the action began, until its outcome is recorded:
 	// after a restart it says the action may have taken effect.
 	ActingSince time.Time `json:"acting_since,omitzero"`
@@ -259,6 +262,10 @@ func (r *Reclaim) Clone() *Reclaim {
 		if ctl.Above != nil {
 			above := *ctl.Above
 			ctl.Above = &above
+		}
+		ctl.Claims = slices.Clone(ctl.Claims)
+		for i := range ctl.Claims {
+			ctl.Claims[i].Others = slices.Clone(ctl.Claims[i].Others)
 		}
 		c.Controller = &ctl
 	}

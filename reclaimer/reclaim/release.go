@@ -69,14 +69,20 @@ func (e *Engine) verify(ctx context.Context, r *Reclaim) {
 		took := max(0, now.Sub(r.ActedAt))
 		e.o.Metrics.releaseDuration.WithLabelValues(kind).Observe(took.Seconds())
 		idle := max(0, r.ActedAt.Sub(r.IdleSince()).Seconds())
-		e.o.Metrics.reclaimedGPUs.Add(r.Target.Size())
-		e.o.Metrics.reclaimedIdle.Add(r.Target.Size() * idle)
 		e.o.Metrics.idleToAction.Observe(idle)
 		why := r.Detail
-		if e.o.Verifier != nil {
+		switch {
+		case rel.Shared != "":
+			// A share freed: the GPU is not, and is not counted.
+			why = fmt.Sprintf("%s; its share was seen freed %s after the action, and the GPU stays held: %s", r.Detail, took.Round(time.Second), rel.Shared)
+		case e.o.Verifier != nil:
 			why = fmt.Sprintf("%s; the GPU was seen released %s after the action", r.Detail, took.Round(time.Second))
 		}
-		e.finish(r.ID, Done, why, nil)
+		if rel.Shared == "" {
+			e.o.Metrics.reclaimedGPUs.Add(r.Target.Size())
+			e.o.Metrics.reclaimedIdle.Add(r.Target.Size() * idle)
+		}
+		e.finishWith(r.ID, Done, why, nil, func(c *Reclaim) { c.SharedWith = rel.Shared })
 	case now.Before(r.ReleaseBy):
 		_, err := e.update(r.ID, nil, func(c *Reclaim) bool {
 			if c.State != Acting {

@@ -279,15 +279,23 @@ func text(kind MessageKind, r *Reclaim) string {
 	t := r.Target
 	switch kind {
 	case MsgWarning:
-		return fmt.Sprintf("%s held by %s has been idle since %s. It will be reclaimed (%s) at %s unless it is used again.",
+		s := fmt.Sprintf("%s held by %s has been idle since %s. It will be reclaimed (%s) at %s unless it is used again.",
 			t.Unit(), t.Owner(), r.IdleSince().UTC().Format(time.RFC3339), r.ActionText(), r.ActAt.UTC().Format(time.RFC3339))
+		if shared := r.Controller.SharedText(); shared != "" {
+			s += " " + shared
+		}
+		return s
 	case MsgNotice:
 		if r.Controller != nil && r.Reason != "" {
 			return fmt.Sprintf("%s held by %s: %s gpureclaim will do nothing: %s.", t.Unit(), t.Owner(), r.Annotations["description"], r.Reason)
 		}
 		return fmt.Sprintf("%s held by %s: %s", t.Unit(), t.Owner(), r.Annotations["description"])
 	case MsgReclaimed:
-		return fmt.Sprintf("%s held by %s was reclaimed (%s) at %s. %s", t.Unit(), t.Owner(), r.ActionText(), r.ActedAt.UTC().Format(time.RFC3339), r.Detail)
+		s := fmt.Sprintf("%s held by %s was reclaimed (%s) at %s. %s", t.Unit(), t.Owner(), r.ActionText(), r.ActedAt.UTC().Format(time.RFC3339), r.Detail)
+		if r.SharedWith != "" {
+			s += ". Its share is freed; the GPU stays held: " + r.SharedWith + "."
+		}
+		return s
 	case MsgNotReleased:
 		return fmt.Sprintf("%s held by %s was not released: %s. The admins are told.", t.Unit(), t.Owner(), r.Reason)
 	case MsgCancelled:

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -104,6 +105,19 @@ func (n *Notifier) Kinds() []reclaim.MessageKind {
 		out = append(out, m.Kind)
 	}
 	return out
+}
+
+// Text is the text of the messages of a kind sent, one a line.
+func (n *Notifier) Text(kind reclaim.MessageKind) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []string
+	for _, m := range n.Sent {
+		if m.Kind == kind {
+			out = append(out, m.Text)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // Actor records actions; Err is returned (and then cleared, if Once).
