@@ -48,6 +48,8 @@ type suite struct {
 	started time.Time // the scenarios' time 0
 	nodeA   *stack.Node
 	nodeB   *stack.Node
+	nodeC   *stack.Node
+	draPod  string // the DRA Job's pod on gpu-c
 	out     string
 	times   []string
 }
@@ -143,18 +145,20 @@ func start(t *testing.T) *suite {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "gpu-b.yaml"), []byte(nodeBScenario("placeholder-job", "placeholder-nb", "placeholder-isvc")), 0o644))
 	su.nodeA = &stack.Node{Name: "gpu-a", Scenario: filepath.Join(dir, "gpu-a.yaml")}
 	su.nodeB = &stack.Node{Name: "gpu-b", Scenario: filepath.Join(dir, "gpu-b.yaml")}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "gpu-c.yaml"), []byte(nodeCScenario), 0o644))
+	su.nodeC = &stack.Node{Name: "gpu-c", Scenario: filepath.Join(dir, "gpu-c.yaml")}
 	rulesFile, err := rules.RenderFile(filepath.Join(root, "rules", "demo.yaml"))
 	require.NoError(t, err)
 	role, err := deploy.ReclaimerClusterRole(root)
 	require.NoError(t, err)
-	s, err := stack.New(stack.Options{Bin: binDir(t), Dir: dir, Nodes: []*stack.Node{su.nodeA, su.nodeB}, Speed: 60,
+	s, err := stack.New(stack.Options{Bin: binDir(t), Dir: dir, Nodes: []*stack.Node{su.nodeA, su.nodeB, su.nodeC}, Speed: 60,
 		Rules: rulesFile, Kubernetes: true, IdleWindow: 5 * time.Second,
 		ReclaimerRole: role})
 	require.NoError(t, err)
 	su.s = s
 	t.Cleanup(func() {
 		if t.Failed() {
-			for _, c := range []string{"reclaimer", "prometheus", "alertmanager", "exporter-gpu-a", "exporter-gpu-b"} {
+			for _, c := range []string{"reclaimer", "prometheus", "alertmanager", "exporter-gpu-a", "exporter-gpu-b", "exporter-gpu-c"} {
 				_ = os.WriteFile(filepath.Join(su.out, c+".log"), []byte(s.Log(c)), 0o644)
 			}
 		}
@@ -164,8 +168,10 @@ func start(t *testing.T) *suite {
 	chatPod := su.deployChatAPI()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "gpu-a.yaml"), []byte(nodeAScenario(chatPod)), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "gpu-b.yaml"), []byte(nodeBScenario(su.deployJob(), su.deployNotebook(), su.deployInferenceService())), 0o644))
+	su.draPod = su.deployDRAJob()
 	require.NoError(t, su.s.CreatePods(ctx))
 	su.waitRunning()
+	su.draWaiter()
 	require.NoError(t, su.s.StartExporters(ctx))
 	su.started = time.Now()
 	require.NoError(t, su.s.StartAlertmanager(ctx))
@@ -192,7 +198,7 @@ func (su *suite) deployChatAPI() string {
 func (su *suite) waitRunning() {
 	require.Eventually(su.t, func() bool {
 		pods, err := su.s.Admin.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
-		if err != nil || len(pods.Items) < 11 { // six on gpu-a, five on gpu-b
+		if err != nil || len(pods.Items) < 12 { // six on gpu-a, five on gpu-b, one on gpu-c
 			return false
 		}
 		for _, p := range pods.Items {
@@ -341,6 +347,10 @@ func TestEndToEnd(t *testing.T) {
 	t.Run("an idle Job: suspended, its pod deleted by the Job controller, none started, then resumed", su.idleJob)
 
 	t.Run("an idle Kubeflow Notebook: the stop annotation, its StatefulSet at 0, then started", su.idleNotebook)
+
+	t.Run("an idle Job on a GPU allocated through DRA: suspended, its claim deallocated, and a waiting pod gets the GPU", su.idleDRAJob)
+
+	t.Run("a GPU that falls off the bus: exported as down, and GPUUnreadable fires", su.lostGPU)
 
 	t.Run("an idle InferenceService whose controller ignores the stop: not released, and said so", su.ignoredStop)
 

@@ -355,6 +355,15 @@ gpus:
 		require.Equal(t, want, nilIfEmpty(mig[i].Owners), "instance %d (%s, placement %d)", i, mig[i].MIG.Profile, mig[i].MIG.PlacementStart)
 	}
 	require.GreaterOrEqual(t, mig[1].MIG.ProfileID, 0)
+
+	// Allocations a cluster's scheduler made, as the simulator's pod watch
+	// reads them from ResourceClaims, are reported beside the scenario's.
+	n.Sim.SetClusterClaims([]nvmlsim.ClusterClaim{{Namespace: "lab", Pod: "nb-0", Container: "main", ClaimNamespace: "lab", ClaimName: "nb-0-gpu-x7k2p",
+		Devices: []nvmlsim.ClaimDevice{{Driver: "gpu.nvidia.com", Pool: "n1", Device: "gpu-4"}}}})
+	s = n.SampleAt(t, 2*time.Minute, 5*time.Second)
+	require.Equal(t, []sampler.Owner{{Namespace: "lab", Pod: "nb-0", Container: "main", Claim: podresources.Claim{Namespace: "lab", Name: "nb-0-gpu-x7k2p"}}},
+		s.GPUs[4].Units[0].Owners, "gpu-4 is the GPU of minor 4")
+	require.Len(t, s.GPUs[0].Units[0].Owners, 1, "the scenario's holders stay")
 }
 
 func nilIfEmpty(os []sampler.Owner) []sampler.Owner {

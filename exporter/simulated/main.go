@@ -41,7 +41,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	flags := func(fs *flag.FlagSet) func() error {
 		fs.StringVar(&so.scenario, "simulate", "demo", "The scenario: a built-in one ("+fmt.Sprint(nvmlsim.Builtin())+") or a scenario file.")
 		fs.Float64Var(&so.speed, "simulate.speed", 0, "Run the scenario this many times faster than the wall clock (default: the scenario's speed).")
-		fs.StringVar(&so.kubeconfig, "simulate.kubeconfig", "", "Follow the simulated node's pods in this cluster: a pod deleted there (evicted, scaled down) leaves its simulated GPU.")
+		fs.StringVar(&so.kubeconfig, "simulate.kubeconfig", "", "Follow the simulated node's pods in this cluster: a pod deleted there (evicted, scaled down) leaves its simulated GPU; under allocation: dra, the claims the scheduler allocated to the node's pods are reported as the kubelet would.")
 		fs.StringVar(&so.dir, "simulate.dir", "", "Where the simulated node writes its /proc tree and kubelet socket (default: a temporary folder).")
 		fs.StringVar(&so.exposition, "simulate.exposition", expositionGPUreclaim, "Serve the scenario as gpureclaim's exporter does, or as NVIDIA's dcgm-exporter does (dcgm: its field names, units and labels, for the rules' source: dcgm).")
 		return func() error {

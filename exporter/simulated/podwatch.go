@@ -21,7 +21,8 @@ import (
 
 // podWatch keeps a simulated node's pods in step with a cluster: a pod that
 // was there and is gone, or terminating, is gone from the simulated node
-// too. It lists the node's pods with one plain API call per sample rather
+// too; under allocation: dra, the devices the scheduler allocated to the
+// node's running pods' ResourceClaims are theirs. It lists the node's pods with one plain API call per sample rather
 // than a Kubernetes client library, which would weigh more than the
 // exporter it serves.
 type podWatch struct {
@@ -54,10 +55,19 @@ func (w *podWatch) run(ctx context.Context, every time.Duration) {
 }
 
 func (w *podWatch) sync(ctx context.Context) {
-	running, err := w.api.runningPods(ctx, w.node)
+	pods, err := w.api.nodePods(ctx, w.node)
 	if err != nil {
 		w.log.Warn("listing the simulated node's pods", "err", err)
 		return
+	}
+	running := map[string]bool{}
+	for _, p := range pods {
+		if p.Metadata.DeletionTimestamp == nil {
+			running[p.Metadata.Namespace+"/"+p.Metadata.Name] = true
+		}
+	}
+	if w.sim.Scenario().Allocation == nvmlsim.AllocationDRA {
+		w.sim.SetClusterClaims(w.claims(ctx, pods))
 	}
 	for _, p := range w.sim.Scenario().Pods {
 		switch {
@@ -150,43 +160,132 @@ func loadKubeconfig(path string) (*apiClient, error) {
 	return c, nil
 }
 
-// runningPods lists the node's pods that are not terminating, as namespace/name.
-func (c *apiClient) runningPods(ctx context.Context, node string) (map[string]bool, error) {
-	u := c.server + "/api/v1/pods?fieldSelector=" + url.QueryEscape("spec.nodeName="+node)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+// apiPod holds the fields of a pod the pod watch reads.
+type apiPod struct {
+	Metadata struct {
+		Name              string  `json:"name"`
+		Namespace         string  `json:"namespace"`
+		DeletionTimestamp *string `json:"deletionTimestamp"`
+	} `json:"metadata"`
+	Spec struct {
+		Containers []struct {
+			Name      string `json:"name"`
+			Resources struct {
+				Claims []struct {
+					Name string `json:"name"`
+				} `json:"claims"`
+			} `json:"resources"`
+		} `json:"containers"`
+		ResourceClaims []struct {
+			Name              string `json:"name"`
+			ResourceClaimName string `json:"resourceClaimName"`
+		} `json:"resourceClaims"`
+	} `json:"spec"`
+	Status struct {
+		Phase                 string `json:"phase"`
+		ResourceClaimStatuses []struct {
+			Name              string `json:"name"`
+			ResourceClaimName string `json:"resourceClaimName"`
+		} `json:"resourceClaimStatuses"`
+	} `json:"status"`
+}
+
+// claims are the DRA allocations of the node's running pods, as the
+// scheduler wrote them into their ResourceClaims: what the kubelet would
+// report once the DRA driver prepared them.
+func (w *podWatch) claims(ctx context.Context, pods []apiPod) []nvmlsim.ClusterClaim {
+	var out []nvmlsim.ClusterClaim
+	for _, p := range pods {
+		if p.Status.Phase != "Running" || p.Metadata.DeletionTimestamp != nil {
+			continue
+		}
+		for _, rc := range p.Spec.ResourceClaims {
+			name := rc.ResourceClaimName
+			for _, st := range p.Status.ResourceClaimStatuses {
+				if name == "" && st.Name == rc.Name {
+					name = st.ResourceClaimName
+				}
+			}
+			if name == "" {
+				continue
+			}
+			devices, err := w.api.allocation(ctx, p.Metadata.Namespace, name)
+			if err != nil {
+				w.log.Warn("reading a pod's ResourceClaim", "pod", p.Metadata.Namespace+"/"+p.Metadata.Name, "claim", name, "err", err)
+				continue
+			}
+			for _, c := range p.Spec.Containers {
+				for _, used := range c.Resources.Claims {
+					if used.Name == rc.Name && len(devices) > 0 {
+						out = append(out, nvmlsim.ClusterClaim{Namespace: p.Metadata.Namespace, Pod: p.Metadata.Name, Container: c.Name,
+							ClaimNamespace: p.Metadata.Namespace, ClaimName: name, Devices: devices})
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func (c *apiClient) get(ctx context.Context, path string, into any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.server+path, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Accept", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("listing pods: %s", resp.Status)
+		return fmt.Errorf("GET %s: %s", path, resp.Status)
 	}
+	if err := json.NewDecoder(resp.Body).Decode(into); err != nil {
+		return fmt.Errorf("GET %s: %w", path, err)
+	}
+	return nil
+}
+
+// nodePods lists the node's pods.
+func (c *apiClient) nodePods(ctx context.Context, node string) ([]apiPod, error) {
 	var list struct {
-		Items []struct {
-			Metadata struct {
-				Name              string  `json:"name"`
-				Namespace         string  `json:"namespace"`
-				DeletionTimestamp *string `json:"deletionTimestamp"`
-			} `json:"metadata"`
-		} `json:"items"`
+		Items []apiPod `json:"items"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
-		return nil, fmt.Errorf("listing pods: %w", err)
+	if err := c.get(ctx, "/api/v1/pods?fieldSelector="+url.QueryEscape("spec.nodeName="+node), &list); err != nil {
+		return nil, err
 	}
 	if list.Items == nil {
 		return nil, errors.New("listing pods: no item list in the answer")
 	}
-	out := make(map[string]bool, len(list.Items))
-	for _, p := range list.Items {
-		if p.Metadata.DeletionTimestamp == nil {
-			out[p.Metadata.Namespace+"/"+p.Metadata.Name] = true
-		}
+	return list.Items, nil
+}
+
+// allocation reads the devices allocated to a ResourceClaim.
+func (c *apiClient) allocation(ctx context.Context, ns, name string) ([]nvmlsim.ClaimDevice, error) {
+	var claim struct {
+		Status struct {
+			Allocation *struct {
+				Devices struct {
+					Results []struct {
+						Driver string `json:"driver"`
+						Pool   string `json:"pool"`
+						Device string `json:"device"`
+					} `json:"results"`
+				} `json:"devices"`
+			} `json:"allocation"`
+		} `json:"status"`
+	}
+	if err := c.get(ctx, "/apis/resource.k8s.io/v1/namespaces/"+url.PathEscape(ns)+"/resourceclaims/"+url.PathEscape(name), &claim); err != nil {
+		return nil, err
+	}
+	if claim.Status.Allocation == nil {
+		return nil, nil
+	}
+	var out []nvmlsim.ClaimDevice
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		out = append(out, nvmlsim.ClaimDevice{Driver: r.Driver, Pool: r.Pool, Device: r.Device})
 	}
 	return out, nil
 }

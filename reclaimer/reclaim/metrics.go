@@ -47,7 +47,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reclaims: f.NewGaugeVec(prometheus.GaugeOpts{Name: "gpureclaim_reclaimer_reclaims",
 			Help: "Reclaims the reclaimer knows of, by state."}, []string{"state"}),
 		reclaimedGPUs: f.NewCounter(prometheus.CounterOpts{Name: "gpureclaim_reclaimer_reclaimed_gpus_total",
-			Help: "GPUs reclaimed, MIG instances by their share of a GPU (a 1g slice is 1/7)."}),
+			Help: "GPUs reclaimed, MIG instances by their share of a GPU (a 1g slice is 1/7); a share of a GPU that others still hold through a shared ResourceClaim is not counted."}),
 		reclaimedIdle: f.NewCounter(prometheus.CounterOpts{Name: "gpureclaim_reclaimer_reclaimed_gpu_seconds_total",
 			Help: "Idle holding ended by reclaims: each reclaimed unit's share of a GPU times how long it had been idle."}),
 		errors: f.NewCounterVec(prometheus.CounterOpts{Name: "gpureclaim_reclaimer_errors_total",

@@ -20,10 +20,11 @@ func (s *Sim) PodResources() []*podresourcesapi.PodResources {
 	for k, v := range s.removedPods {
 		removed[k] = v
 	}
+	cluster := s.clusterClaims
 	s.mu.Unlock()
 
 	if s.sc.Allocation == AllocationDRA {
-		return s.draPodResources(removed)
+		return append(s.draPodResources(removed), clusterPodResources(cluster)...)
 	}
 	devices := map[string][]*podresourcesapi.ContainerDevices{}
 	for _, d := range s.devices {
@@ -96,6 +97,34 @@ func (s *Sim) draPodResources(removed map[string]bool) []*podresourcesapi.PodRes
 			Namespace:  p.Namespace,
 			Containers: []*podresourcesapi.ContainerResources{{Name: p.Container, DynamicResources: dynamic}},
 		})
+	}
+	return out
+}
+
+// clusterPodResources reports the allocations a cluster made, one claim
+// to each container that uses it.
+func clusterPodResources(claims []ClusterClaim) []*podresourcesapi.PodResources {
+	var out []*podresourcesapi.PodResources
+	pods := map[string]*podresourcesapi.PodResources{}
+	containers := map[string]*podresourcesapi.ContainerResources{}
+	for _, c := range claims {
+		pod := pods[c.Namespace+"/"+c.Pod]
+		if pod == nil {
+			pod = &podresourcesapi.PodResources{Name: c.Pod, Namespace: c.Namespace}
+			pods[c.Namespace+"/"+c.Pod] = pod
+			out = append(out, pod)
+		}
+		cr := containers[c.Namespace+"/"+c.Pod+"/"+c.Container]
+		if cr == nil {
+			cr = &podresourcesapi.ContainerResources{Name: c.Container}
+			containers[c.Namespace+"/"+c.Pod+"/"+c.Container] = cr
+			pod.Containers = append(pod.Containers, cr)
+		}
+		dr := &podresourcesapi.DynamicResource{ClaimName: c.ClaimName, ClaimNamespace: c.ClaimNamespace}
+		for _, d := range c.Devices {
+			dr.ClaimResources = append(dr.ClaimResources, &podresourcesapi.ClaimResource{DriverName: d.Driver, PoolName: d.Pool, DeviceName: d.Device})
+		}
+		cr.DynamicResources = append(cr.DynamicResources, dr)
 	}
 	return out
 }

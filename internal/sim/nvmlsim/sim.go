@@ -28,7 +28,10 @@ type Sim struct {
 	killed  map[int]bool
 	// removedPods are pods the kubelet no longer runs (evicted, scaled down).
 	removedPods map[string]bool
-	procRoot    string
+	// clusterClaims are the DRA allocations of pods the scenario does not
+	// list, as a cluster's scheduler made them (SetClusterClaims).
+	clusterClaims []ClusterClaim
+	procRoot      string
 	calls       map[string]int
 }
 
@@ -97,6 +100,27 @@ func (s *Sim) Kill(pid int) bool {
 	s.killed[pid] = true
 	s.removeProc(pid)
 	return true
+}
+
+// ClusterClaim is a device allocation a cluster made to a pod on the node:
+// the scheduler allocated the claim from the node's ResourceSlice.
+type ClusterClaim struct {
+	Namespace, Pod, Container string
+	ClaimNamespace, ClaimName string
+	// Devices are the claim's allocation results.
+	Devices []ClaimDevice
+}
+
+// ClaimDevice is one device of a claim's allocation.
+type ClaimDevice struct{ Driver, Pool, Device string }
+
+// SetClusterClaims replaces the allocations a cluster made to pods the
+// scenario does not list: under allocation: dra the simulated kubelet
+// reports them beside the scenario's own.
+func (s *Sim) SetClusterClaims(c []ClusterClaim) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.clusterClaims = c
 }
 
 // RemovePod ends a pod, as when it is evicted or its Deployment is scaled
