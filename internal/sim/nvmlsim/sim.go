@@ -32,7 +32,7 @@ type Sim struct {
 	// list, as a cluster's scheduler made them (SetClusterClaims).
 	clusterClaims []ClusterClaim
 	procRoot      string
-	calls       map[string]int
+	calls         map[string]int
 }
 
 var _ nvml.Interface = (*Sim)(nil)
