@@ -3,6 +3,7 @@ package e2e
 import (
 	"os"
 	"path/filepath"
+	"sort"
 	"testing"
 	"time"
 
@@ -17,9 +18,12 @@ import (
 )
 
 // dcgmScenario is a node whose exporter serves dcgm-exporter's exposition:
-// an idle pod, a busy pod, and an idle MIG instance held by a pod.
+// an idle pod, a busy pod, and an idle MIG instance held by a pod, each
+// through a ResourceClaim of NVIDIA's DRA driver (dcgm-exporter's dra_*
+// labels).
 const dcgmScenario = `node: gpu-d
 system: dgxh100
+allocation: dra
 pods:
   - {name: idle-d, namespace: lab, container: main}
   - {name: busy-d, namespace: lab, container: main}
@@ -90,6 +94,15 @@ policies:
 	got, err = s.Query(ctx, names.DCGMFBUsed)
 	require.NoError(t, err)
 	require.NotEmpty(t, got)
+
+	owners, err := s.Query(ctx, `last_over_time(uuid:gpureclaim_unit_owner_info:dcgm{pod=~"idle-d|mig-d"}[10m])`)
+	require.NoError(t, err)
+	var claims []string
+	for _, o := range owners {
+		claims = append(claims, o["claim_namespace"]+"/"+o["claim"])
+	}
+	sort.Strings(claims)
+	require.Equal(t, []string{"lab/idle-d-gpu", "lab/mig-d-gpu"}, claims, "the owners carry their claims, as gpureclaim's exporter gives them")
 
 	m := su.waitState("mig-d", pod("lab", "mig-d"), "done", 60*time.Second)
 	require.Equal(t, "mig", m.Target.Kind)

@@ -75,7 +75,7 @@ var migProfileSlices = []int{1, 2, 3, 4, 7}
 // dcgmFields is every field the rules read, relabelled once: the field's
 // name in field, and the exporter's unit labels (uuid, gpu_uuid, node,
 // kind, mig_profile, model, gpu_index) and owner labels (namespace, pod,
-// container).
+// container, and the claim of a pod that holds the unit through DRA).
 const dcgmFields = "uuid:dcgm_fields:unit_labels"
 
 // dcgmRelabel selects the fields on the configured job and relabels them.
@@ -93,6 +93,11 @@ func (c Config) dcgmRelabel() string {
 	}
 	// Before dcgm-exporter 4.5.3-4.8.2 the node's name was in Hostname.
 	e = fmt.Sprintf(`label_join(%s, "node", "", %q, %q)`, e, names.DCGMLabelHostname, names.DCGMLabelOldHost)
+	// A pod that holds the unit through DRA: its claim, as the exporter
+	// names it.
+	for _, r := range [][2]string{{names.LabelClaimNamespace, names.DCGMLabelDRAClaimNamespace}, {names.LabelClaim, names.DCGMLabelDRAClaimName}} {
+		e = fmt.Sprintf(`label_replace(%s, %q, "$1", %q, "(.+)")`, e, r[0], r[1])
+	}
 	if !c.DCGM.HonorLabels {
 		// Without honor_labels the target's pod, namespace and container
 		// (dcgm-exporter's own) win, and the pod mapping's move to exported_*:
@@ -122,7 +127,7 @@ func dcgmRules(c Config) []Rule {
 	}
 	used := by("uuid, gpu_uuid", field(dcgmFieldFBUsed))
 	return []Rule{
-		{Record: dcgmFields, Expr: Expr(by("uuid, gpu_uuid, field, node, kind, mig_profile, model, gpu_index, namespace, pod, container", c.dcgmRelabel()) + "\n")},
+		{Record: dcgmFields, Expr: Expr(by("uuid, gpu_uuid, field, node, kind, mig_profile, model, gpu_index, namespace, pod, container, claim_namespace, claim", c.dcgmRelabel()) + "\n")},
 		{Record: dcgmSMActive, Expr: Expr(by("uuid, gpu_uuid", field(dcgmFieldSMActive)))},
 		{Record: dcgmUtilization, Expr: Expr(by("uuid, gpu_uuid", field(dcgmFieldGPUUtil)) + " / 100")},
 		{Record: dcgmMemUsed, Expr: Expr(fmt.Sprintf("%s * %d", used, mib))},
@@ -130,6 +135,6 @@ func dcgmRules(c Config) []Rule {
 			used, by("uuid, gpu_uuid", field(dcgmFieldFBFree)), by("uuid, gpu_uuid", field(dcgmFieldFBReserved)), used, mib))},
 		{Record: dcgmUnitInfo, Expr: Expr(by("uuid, gpu_uuid, node, kind, mig_profile, model, gpu_index", field(dcgmFieldFBUsed)) + " * 0 + 1")},
 		{Record: dcgmMIGSlices, Expr: Expr(strings.Join(slices, "\nor\n") + "\n")},
-		{Record: dcgmOwnerInfo, Expr: Expr(by("uuid, gpu_uuid, namespace, pod, container", field(dcgmFieldFBUsed, `,pod!=""`)) + " * 0 + 1")},
+		{Record: dcgmOwnerInfo, Expr: Expr(by("uuid, gpu_uuid, namespace, pod, container, claim_namespace, claim", field(dcgmFieldFBUsed, `,pod!=""`)) + " * 0 + 1")},
 	}
 }

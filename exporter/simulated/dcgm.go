@@ -20,12 +20,14 @@ const (
 // Prometheus takes for absent: one label set serves whole GPUs, MIG
 // instances and units no pod holds.
 var dcgmLabels = []string{names.DCGMLabelGPU, names.DCGMLabelUUID, "pci_bus_id", "device", names.DCGMLabelModel, names.DCGMLabelHostname,
-	names.DCGMLabelMIGProfile, names.DCGMLabelMIGID, names.LabelNamespace, names.LabelPod, names.LabelContainer}
+	names.DCGMLabelMIGProfile, names.DCGMLabelMIGID, names.LabelNamespace, names.LabelPod, names.LabelContainer,
+	names.DCGMLabelDRAClaimName, names.DCGMLabelDRAClaimNamespace, names.DCGMLabelDRADevice, names.DCGMLabelDRADriver, names.DCGMLabelDRAPool}
 
 // dcgmCollector serves a snapshot as dcgm-exporter 4.x would: the fields
 // gpureclaim's rules for source: dcgm read, memory in MiB, utilization in
 // percent and only on whole GPUs, profiling fields only where the GPU has
-// them, each series repeated for every pod that holds the unit.
+// them, each series repeated for every pod that holds the unit, with the
+// claim and the DRA driver's device name where it holds it through DRA.
 type dcgmCollector struct {
 	src                            collector.Source
 	smActive, util, fbUsed, fbFree *prometheus.Desc
@@ -60,17 +62,26 @@ func (c *dcgmCollector) Collect(ch chan<- prometheus.Metric) {
 			if u.MIG != nil {
 				profile, instance = u.MIG.Profile, strconv.Itoa(u.MIG.GPUInstanceID)
 			}
-			var pods [][3]string
+			device := names.DRAGPUName(g.Minor)
+			if u.MIG != nil {
+				device = names.DRAMIGName(g.Minor, u.MIG.Profile, u.MIG.ProfileID, u.MIG.PlacementStart)
+			}
+			var pods [][]string
 			for _, o := range u.Owners {
-				if o.Pod != "" {
-					pods = append(pods, [3]string{o.Namespace, o.Pod, o.Container})
+				if o.Pod == "" {
+					continue
 				}
+				p := []string{o.Namespace, o.Pod, o.Container, "", "", "", "", ""}
+				if o.Claim.Name != "" {
+					p = []string{o.Namespace, o.Pod, o.Container, o.Claim.Name, o.Claim.Namespace, device, names.DRADrivers[0], s.Node}
+				}
+				pods = append(pods, p)
 			}
 			if len(pods) == 0 {
-				pods = [][3]string{{}} // a unit no pod holds: one series, no pod labels
+				pods = [][]string{make([]string, 8)} // a unit no pod holds: one series, no pod labels
 			}
 			for _, p := range pods {
-				l := []string{idx, g.UUID, g.PCIBusID, "nvidia" + idx, g.Model, s.Node, profile, instance, p[0], p[1], p[2]}
+				l := append([]string{idx, g.UUID, g.PCIBusID, "nvidia" + idx, g.Model, s.Node, profile, instance}, p...)
 				if u.SMActive.OK {
 					ch <- prometheus.MustNewConstMetric(c.smActive, prometheus.GaugeValue, u.SMActive.V, l...)
 				}

@@ -57,3 +57,22 @@ func TestDCGMExposition(t *testing.T) {
 		}
 	}
 }
+
+// A unit a pod holds through a ResourceClaim carries the claim and the DRA
+// driver's device name, as dcgm-exporter 4.x labels it; one the device
+// plugin allocated carries none.
+func TestDCGMExpositionDRA(t *testing.T) {
+	n := samplertest.Start(t, samplertest.Scenario(t, `
+node: gpu-node-1
+system: dgxh100
+allocation: dra
+pods:
+  - {name: train-a, namespace: ml, container: main, claim: train-a-gpu-x7k2p}
+gpus:
+  - {index: 0, minor: 2, sm_active: 0, pods: [train-a]}
+`), nil)
+	n.SampleAt(t, 5*time.Minute, 10*time.Second)
+	got, err := testutil.CollectAndFormat(newDCGMCollector(n.Sampler), expfmt.TypeTextPlain, names.DCGMFBUsed)
+	require.NoError(t, err)
+	require.Contains(t, string(got), `DCGM_FI_DEV_FB_USED{GPU_I_ID="",GPU_I_PROFILE="",UUID="`+n.Sampler.Latest().GPUs[0].UUID+`",container="main",device="nvidia0",dra_claim_name="train-a-gpu-x7k2p",dra_claim_namespace="ml",dra_device_name="gpu-2",dra_driver_name="gpu.nvidia.com",dra_pool_name="gpu-node-1",gpu="0",`)
+}

@@ -18,6 +18,13 @@ const (
 	DCGMLabelOldHost    = "Hostname"
 	DCGMLabelMIGID      = "GPU_I_ID"
 	DCGMLabelMIGProfile = "GPU_I_PROFILE"
+	// The DRA labels dcgm-exporter (4.x) sets on a unit a pod holds
+	// through a ResourceClaim, beside its pod mapping.
+	DCGMLabelDRAClaimNamespace = "dra_claim_namespace"
+	DCGMLabelDRAClaimName      = "dra_claim_name"
+	DCGMLabelDRADriver         = "dra_driver_name"
+	DCGMLabelDRAPool           = "dra_pool_name"
+	DCGMLabelDRADevice         = "dra_device_name"
 	// DCGMExported prefixes the pod mapping's labels when the scrape does
 	// not honor them (exported_pod, ...): the target's own labels win.
 	DCGMExported = "exported_"

@@ -2,7 +2,10 @@
 // writes, so that each lives in one place. It depends on nothing.
 package names
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // UnattributedUser is the owner user of the processes NVML lists on a unit
 // that the exporter's /proc cannot place (no process attribution, or a PID
@@ -39,6 +42,16 @@ const SharedGPUResource = "nvidia.com/gpu.shared"
 // dra-driver-nvidia-gpu), which names a GPU gpu-<minor> and a MIG device
 // gpu-<parent minor>-mig-<profile>-<GI profile id>-<placement start>.
 var DRADrivers = []string{"gpu.nvidia.com"}
+
+// DRAGPUName is the name NVIDIA's DRA driver gives a whole GPU.
+func DRAGPUName(minor int) string { return fmt.Sprintf("gpu-%d", minor) }
+
+// DRAMIGName is the name NVIDIA's DRA driver gives a MIG device: its
+// parent's minor number, its profile without the dot ("1g10gb"), its GPU
+// instance profile id and the start of its placement.
+func DRAMIGName(minor int, profile string, profileID, placementStart int) string {
+	return fmt.Sprintf("gpu-%d-mig-%s-%d-%d", minor, strings.ReplaceAll(profile, ".", ""), profileID, placementStart)
+}
 
 // IsGPUResource says whether a device-plugin resource is an NVIDIA GPU or MIG
 // resource (nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-1g.10gb, ...):

@@ -2,7 +2,6 @@ package nvmlsim
 
 import (
 	"fmt"
-	"strings"
 
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
@@ -67,11 +66,11 @@ func (s *Sim) draPodResources(removed map[string]bool) []*podresourcesapi.PodRes
 	byPod := map[string][]string{}
 	for _, d := range s.devices {
 		for _, pod := range d.unit.cfg.Pods {
-			byPod[pod] = append(byPod[pod], fmt.Sprintf("gpu-%d", d.Minor))
+			byPod[pod] = append(byPod[pod], names.DRAGPUName(d.Minor))
 		}
 		for _, m := range d.migs {
 			for _, pod := range m.unit.cfg.Pods {
-				byPod[pod] = append(byPod[pod], fmt.Sprintf("gpu-%d-mig-%s-%d-%d", d.Minor, strings.ReplaceAll(m.name, ".", ""), m.profile.Id, m.placement.Start))
+				byPod[pod] = append(byPod[pod], names.DRAMIGName(d.Minor, m.name, int(m.profile.Id), int(m.placement.Start)))
 			}
 		}
 	}
