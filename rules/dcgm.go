@@ -26,6 +26,10 @@ type inputs struct {
 	rightsizing bool
 	// kill: a node agent that can end a process exists.
 	kill bool
+	// holderSMUtil and holderProcesses are each holder's own activity on a
+	// unit (NVML per-process utilization) and its processes there; empty
+	// where the source has none (dcgm-exporter).
+	holderSMUtil, holderProcesses string
 }
 
 func (c Config) inputs() inputs {
@@ -40,6 +44,7 @@ func (c Config) inputs() inputs {
 		memUsed: "gpureclaim_unit_memory_used_bytes", memTotal: "gpureclaim_unit_memory_total_bytes",
 		unitInfo: "gpureclaim_unit_info", ownerInfo: "gpureclaim_unit_owner_info", migSlices: "gpureclaim_mig_instance_slices",
 		rightsizing: true, kill: true,
+		holderSMUtil: "gpureclaim_unit_owner_sm_utilization_ratio", holderProcesses: "gpureclaim_unit_owner_processes",
 	}
 }
 

@@ -160,6 +160,33 @@ func allocCount(rec string) string {
 	return fmt.Sprintf("  count by (%s) (%s{pod!=\"\"})\nor\n  count by (%s) (%s{slurm_job!=\"\"})\n", allocKey, rec, allocKey, rec)
 }
 
+// idleHeld is every holder of an idle unit, and, where the source gives
+// each holder's own activity, a holder of a shared unit busy with the
+// others' work whose own share of it stayed below the threshold (or that
+// ran no process) over the lookback.
+func idleHeld(c Config, in inputs) string {
+	unit := fmt.Sprintf(`  %s
+* on (uuid) group_left (signal)
+  (%s < %s)
+`, names.RecHeld, RecActivityLookback(c), num(c.Idle.Threshold))
+	if in.holderSMUtil == "" {
+		return unit
+	}
+	agg, lb, thr := c.Idle.Aggregation, c.Idle.Lookback, num(c.Idle.Threshold)
+	return unit + fmt.Sprintf(`or
+  (
+      %s
+    * on (%s) group_left (signal)
+      label_replace(
+        (%s_over_time(%s[%s]) or (max_over_time(%s[%s]) == 0)) < %s,
+        "signal", %q, "", "")
+  )
+  and on (uuid) (%s >= %s)
+  and on (uuid) (%s > 1)
+`, names.RecHeld, ownerKey, agg, in.holderSMUtil, lb, in.holderProcesses, lb, thr, names.SignalHolder,
+		RecActivityLookback(c), thr, names.RecOwners)
+}
+
 func unitRules(c Config) []Rule {
 	h := num(1 + c.MIG.Headroom)
 	in := c.inputs()
@@ -180,10 +207,7 @@ or on (uuid)
 * on (uuid) group_left (%s)
   max by (uuid, %s) (%s)
 `, ownerLabels, in.ownerInfo, unitContext, unitContext, in.unitInfo))},
-		{Record: names.RecIdleHeld, Expr: Expr(fmt.Sprintf(`  %s
-* on (uuid) group_left (signal)
-  (%s < %s)
-`, names.RecHeld, RecActivityLookback(c), num(c.Idle.Threshold)))},
+		{Record: names.RecIdleHeld, Expr: Expr(idleHeld(c, in))},
 		{Record: names.RecIdleHeldGPUs, Expr: Expr(fmt.Sprintf(`  (%s * 0 + 1)
 * on (uuid) group_left ()
   (%s / %s)

@@ -47,6 +47,19 @@ const (
 	// a unit through, where a DRA driver allocated it.
 	LabelClaimNamespace = "claim_namespace"
 	LabelClaim          = "claim"
+	// LabelSignal names the activity an idle alert judged by.
+	LabelSignal = "signal"
+)
+
+// Values of LabelSignal.
+const (
+	SignalSMActive    = "sm_active"   // the unit's GPM SM activity
+	SignalUtilization = "utilization" // the unit's NVML utilization (duty cycle)
+	// SignalHolder is one holder's own share of a shared unit's SM time
+	// (NVML per-process utilization), or no process at all, while the
+	// unit is busy with the others' work: that holder is idle, the unit
+	// is not, and stopping it frees its share only.
+	SignalHolder = "holder_sm_utilization"
 )
 
 // Values of LabelKind.

@@ -128,6 +128,10 @@ func (t Target) Size() float64 {
 	return 1
 }
 
+// OnlyShare says whether the rules found the holder idle on a unit the
+// others keep busy: stopping it frees its share, not the unit.
+func (r *Reclaim) OnlyShare() bool { return r.Labels[names.LabelSignal] == names.SignalHolder }
+
 // Delivery is the state of one message to the owner.
 type Delivery struct {
 	Sent     bool      `json:"sent"`

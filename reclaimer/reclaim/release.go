@@ -71,6 +71,9 @@ func (e *Engine) verify(ctx context.Context, r *Reclaim) {
 		idle := max(0, r.ActedAt.Sub(r.IdleSince()).Seconds())
 		e.o.Metrics.idleToAction.Observe(idle)
 		why := r.Detail
+		if rel.Shared == "" && r.OnlyShare() {
+			rel.Shared = "its other holders, busy with their own work when it was warned"
+		}
 		switch {
 		case rel.Shared != "":
 			// A share freed: the GPU is not, and is not counted.

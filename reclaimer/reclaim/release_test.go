@@ -62,6 +62,29 @@ func TestDoneOnlyOnceReleased(t *testing.T) {
 	require.Equal(t, 1.0, f.metric("gpureclaim_reclaimer_reclaimed_gpus_total"))
 }
 
+// A holder idle on a GPU its other holders keep busy (the rules' holder
+// signal): the warning says stopping it frees its share, the final message
+// says the GPU stays held, and no GPU is counted as reclaimed.
+func TestOnlyAShareFreed(t *testing.T) {
+	f := newFixture(t, "release: {interval: 10s}\n")
+	f.verifier = &Verifier{}
+	f.restart()
+	f.inspector.Controllers = map[string]reclaim.Controller{
+		"web/serve-b": {APIVersion: "apps/v1", Kind: "Deployment", Namespace: "web", Name: "serve-b", Stop: reclaim.StopScale, Replicas: 1, Stopped: "scaled down"},
+	}
+	f.ingest(IdlePod("firing", T0, "web", "serve-b", "signal", "holder_sm_utilization"))
+	f.at(0)
+	require.Contains(t, f.notifier.Text(reclaim.MsgWarning), "Its other holders keep the GPU busy: stopping it frees its share, not the GPU.")
+	f.at(5 * time.Minute)
+	f.at(6 * time.Minute)
+	r := f.only()
+	require.Equal(t, reclaim.Done, r.State, r.Reason)
+	require.Equal(t, "its other holders, busy with their own work when it was warned", r.SharedWith)
+	require.Contains(t, r.Reason, "its share was seen freed")
+	require.Contains(t, f.notifier.Text(reclaim.MsgReclaimed), "Its share is freed; the GPU stays held: its other holders")
+	require.Equal(t, 0.0, f.metric("gpureclaim_reclaimer_reclaimed_gpus_total"), "a share is no GPU freed")
+}
+
 // A controller that refuses or ignores the stop: at the deadline the
 // reclaim ends not released with what the controller said; the owner and
 // the admins hear it; the alert still firing is not a duplicate.

@@ -281,8 +281,11 @@ func text(kind MessageKind, r *Reclaim) string {
 	case MsgWarning:
 		s := fmt.Sprintf("%s held by %s has been idle since %s. It will be reclaimed (%s) at %s unless it is used again.",
 			t.Unit(), t.Owner(), r.IdleSince().UTC().Format(time.RFC3339), r.ActionText(), r.ActAt.UTC().Format(time.RFC3339))
-		if shared := r.Controller.SharedText(); shared != "" {
+		switch shared := r.Controller.SharedText(); {
+		case shared != "":
 			s += " " + shared
+		case r.OnlyShare():
+			s += " Its other holders keep the GPU busy: stopping it frees its share, not the GPU."
 		}
 		return s
 	case MsgNotice:
