@@ -206,9 +206,10 @@ func TestExporterPrivileges(t *testing.T) {
 		hostPID, root        bool
 		caps                 []corev1.Capability
 		hostPort, podSockets bool
+		token                bool // it reads ResourceSlices
 	}{
 		{set: "defaults", hostPID: true, root: true, caps: []corev1.Capability{"SYS_ADMIN"}, podSockets: true},
-		{set: "all-on", hostPID: true, root: true, caps: []corev1.Capability{"SYS_ADMIN", "KILL"}, hostPort: true, podSockets: true},
+		{set: "all-on", hostPID: true, root: true, caps: []corev1.Capability{"SYS_ADMIN", "KILL"}, hostPort: true, podSockets: true, token: true},
 		{set: "minimal"},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
@@ -219,7 +220,7 @@ func TestExporterPrivileges(t *testing.T) {
 			require.Equal(t, tc.hostPID, spec.HostPID)
 			require.False(t, spec.HostNetwork)
 			require.NotNil(t, spec.AutomountServiceAccountToken)
-			require.False(t, *spec.AutomountServiceAccountToken, "the exporter calls no API")
+			require.Equal(t, tc.token, *spec.AutomountServiceAccountToken, "the exporter calls no API but to list ResourceSlices")
 			c := spec.Containers[0]
 			sc := c.SecurityContext
 			require.False(t, *sc.AllowPrivilegeEscalation)
@@ -272,6 +273,29 @@ func TestReclaimerRoleIsLeast(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "list", "deletecollection"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"gpureclaim-reclaimer-replays"}, Verbs: []string{"get", "update"}},
 	}, nsRoles[0].Rules)
+}
+
+// The exporter calls no Kubernetes API and mounts no token, unless it
+// reads the node's ResourceSlices: then it may list those and nothing else.
+func TestExporterRoleIsLeast(t *testing.T) {
+	helm := tooltest.Bin(t, "helm")
+	exporterDaemonSet := func(typed []runtime.Object) *appsv1.DaemonSet { return find[*appsv1.DaemonSet](typed)[0] }
+
+	typed, _ := objects(t, render(t, helm, "defaults"))
+	require.False(t, *exporterDaemonSet(typed).Spec.Template.Spec.AutomountServiceAccountToken)
+	require.NotContains(t, exporterDaemonSet(typed).Spec.Template.Spec.Containers[0].Args, "--kubernetes.resource-slices")
+
+	typed, _ = objects(t, render(t, helm, "all-on"))
+	ds := exporterDaemonSet(typed)
+	require.True(t, *ds.Spec.Template.Spec.AutomountServiceAccountToken)
+	require.Contains(t, ds.Spec.Template.Spec.Containers[0].Args, "--kubernetes.resource-slices")
+	var rules []rbacv1.PolicyRule
+	for _, r := range find[*rbacv1.ClusterRole](typed) {
+		if r.Labels["app.kubernetes.io/component"] == "exporter" {
+			rules = append(rules, r.Rules...)
+		}
+	}
+	require.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"list"}}}, rules)
 }
 
 // By default the reclaimer runs as two replicas that elect a leader and

@@ -55,21 +55,48 @@ func unitDRAKey(g *GPU, u *Unit) (draKey, bool) {
 }
 
 // draHolders maps the kubelet's DRA devices to the units they name. A
-// name that does not follow the driver's convention holds no unit the
-// exporter can tell: it is logged once.
-func (c *cycle) draHolders() map[draKey][]podresources.Container {
-	out := map[draKey][]podresources.Container{}
+// name that does not follow the driver's convention is looked up in the
+// node's ResourceSlices, where they are read (the device's uuid
+// attribute); one that cannot be resolved holds no unit the exporter can
+// tell, and is logged once.
+func (c *cycle) draHolders() {
+	c.dra, c.draByUUID = map[draKey][]podresources.Container{}, map[string][]podresources.Container{}
 	for d, holders := range c.s.allocs.Devices {
-		k, ok := parseDRAName(d.Name)
-		if !ok {
-			if cause := fmt.Sprintf("%s/%s", d.Driver, d.Name); !c.s.causes[cause] {
-				c.s.causes[cause] = true
-				c.s.cfg.Logger.Warn("a DRA device's name does not follow its driver's convention (gpu-<minor>, gpu-<minor>-mig-<profile>-<profile id>-<start>): its holders are not attributed to a unit",
-					"driver", d.Driver, "pool", d.Pool, "device", d.Name, "holders", len(holders))
-			}
+		if k, ok := parseDRAName(d.Name); ok {
+			c.dra[k] = append(c.dra[k], holders...)
 			continue
 		}
-		out[k] = append(out[k], holders...)
+		uuid, why := c.sliceUUID(d)
+		if uuid != "" {
+			c.draByUUID[uuid] = append(c.draByUUID[uuid], holders...)
+			continue
+		}
+		if cause := fmt.Sprintf("%s/%s/%s", d.Driver, d.Name, why); !c.s.causes[cause] {
+			c.s.causes[cause] = true
+			c.s.cfg.Logger.Warn("a DRA device's name does not follow its driver's convention (gpu-<minor>, gpu-<minor>-mig-<profile>-<profile id>-<start>), and "+why+": its holders are not attributed to a unit",
+				"driver", d.Driver, "pool", d.Pool, "device", d.Name, "holders", len(holders))
+		}
 	}
-	return out
+}
+
+// sliceUUID is the UUID a device publishes in the node's ResourceSlices,
+// read again at most every SliceInterval while a name is unknown; else
+// why it is not known.
+func (c *cycle) sliceUUID(d podresources.Device) (uuid, why string) {
+	if c.s.cfg.Slices == nil {
+		return "", "ResourceSlices are not read (--kubernetes.resource-slices)"
+	}
+	if _, ok := c.s.sliceUUIDs[d]; !ok && (c.s.slicesRead.IsZero() || c.now.Sub(c.s.slicesRead) >= c.s.cfg.SliceInterval) {
+		c.s.slicesRead = c.now
+		m, err := c.s.cfg.Slices.DeviceUUIDs(c.ctx)
+		if err != nil {
+			c.s.cfg.Logger.Warn("reading the node's ResourceSlices", "err", err)
+		} else {
+			c.s.sliceUUIDs = m
+		}
+	}
+	if uuid := c.s.sliceUUIDs[d]; uuid != "" {
+		return uuid, ""
+	}
+	return "", "its ResourceSlice gives it no uuid attribute"
 }

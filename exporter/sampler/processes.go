@@ -176,6 +176,7 @@ func (c *cycle) owners(g *GPU, u *Unit) []Owner {
 	if k, ok := unitDRAKey(g, u); ok {
 		allocated = append(slices.Clone(allocated), c.dra[k]...)
 	}
+	allocated = append(slices.Clone(allocated), c.draByUUID[u.UUID]...)
 	byKey := map[ownerKey]*Owner{}
 	var order []ownerKey
 	get := func(k ownerKey) *Owner {

@@ -48,6 +48,16 @@ type AllocationLister interface {
 	List(ctx context.Context) (podresources.Allocations, error)
 }
 
+// DeviceUUIDReader reads the UUIDs DRA devices publish in the node's
+// ResourceSlices (internal/kubeapi).
+type DeviceUUIDReader interface {
+	DeviceUUIDs(ctx context.Context) (map[podresources.Device]string, error)
+}
+
+// DefaultSliceInterval is the least time between two reads of the node's
+// ResourceSlices.
+const DefaultSliceInterval = time.Minute
+
 // SlurmLister says which Slurm jobs hold which of the node's GPUs by
 // allocation (exporter/slurm).
 type SlurmLister interface {
@@ -67,6 +77,12 @@ type Config struct {
 	// SlurmInterval is the least time between two reads of Slurm: each is
 	// an RPC to slurmctld from every node. Default DefaultSlurmInterval.
 	SlurmInterval time.Duration
+	// Slices, when set, resolves a DRA device whose name does not follow
+	// its driver's convention through the node's ResourceSlices, read at
+	// most every SliceInterval (default DefaultSliceInterval) while one is
+	// unknown.
+	Slices        DeviceUUIDReader
+	SliceInterval time.Duration
 	Pods          podmeta.Resolver
 	Clock         func() time.Time
 	Logger        *slog.Logger
@@ -100,6 +116,10 @@ type Sampler struct {
 	// can no longer be had (lost, off the bus) stays visible as down.
 	byIndex map[int]string
 	lost    map[string]bool // why a GPU was unreadable, logged once each
+	// sliceUUIDs are the UUIDs DRA devices publish in the node's
+	// ResourceSlices, as last read at slicesRead.
+	sliceUUIDs map[podresources.Device]string
+	slicesRead time.Time
 }
 
 type staticInfo struct {
@@ -114,6 +134,9 @@ func New(cfg Config) *Sampler {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.SliceInterval == 0 {
+		cfg.SliceInterval = DefaultSliceInterval
 	}
 	return &Sampler{
 		cfg:          cfg,
@@ -157,6 +180,9 @@ type cycle struct {
 	steps map[string]*Step
 	seen  map[gpmKey]bool
 	dra   map[draKey][]podresources.Container // the kubelet's DRA devices, by the unit they name
+	// draByUUID are the kubelet's DRA devices that were resolved through
+	// the node's ResourceSlices, by unit UUID.
+	draByUUID map[string][]podresources.Container
 }
 
 func (c *cycle) track(step string, start time.Time, err error) {
@@ -252,7 +278,7 @@ func (c *cycle) podResources() {
 	} else {
 		c.s.allocs = a
 	}
-	c.dra = c.draHolders()
+	c.draHolders()
 	c.track(StepPodResources, start, err)
 }
 

@@ -372,3 +372,50 @@ func nilIfEmpty(os []sampler.Owner) []sampler.Owner {
 	}
 	return os
 }
+
+// sliceReader stands for the node's ResourceSlices.
+type sliceReader struct {
+	uuids map[podresources.Device]string
+	reads int
+}
+
+func (r *sliceReader) DeviceUUIDs(context.Context) (map[podresources.Device]string, error) {
+	r.reads++
+	return r.uuids, nil
+}
+
+// A DRA device whose name does not follow the driver's convention is
+// resolved through the uuid its ResourceSlice publishes, read at most once
+// a SliceInterval while a name is unknown; without ResourceSlices its
+// holder is not attributed.
+func TestDRANameThroughResourceSlices(t *testing.T) {
+	sc := `
+node: n1
+system: dgxh100
+allocation: dra
+`
+	claim := func(n *samplertest.Node) {
+		n.Sim.SetClusterClaims([]nvmlsim.ClusterClaim{{Namespace: "lab", Pod: "nb-0", Container: "main", ClaimNamespace: "lab", ClaimName: "nb-0-gpu",
+			Devices: []nvmlsim.ClaimDevice{{Driver: "gpu.nvidia.com", Pool: "n1", Device: "h100-slot-b"}, {Driver: "gpu.nvidia.com", Pool: "n1", Device: "h100-slot-x"}}}})
+	}
+	n := samplertest.Start(t, samplertest.Scenario(t, sc), nil)
+	claim(n)
+	s := n.SampleAt(t, time.Minute, 5*time.Second)
+	for _, g := range s.GPUs {
+		require.Empty(t, g.Units[0].Owners, "not attributed without ResourceSlices")
+	}
+
+	reader := &sliceReader{}
+	n = samplertest.Start(t, samplertest.Scenario(t, sc), func(sim *nvmlsim.Sim) sampler.Config {
+		return sampler.Config{NVML: sim, Slices: reader, SliceInterval: time.Minute}
+	})
+	uuid := n.Sim.Devices[2].(interface{ GetUUID() (string, nvml.Return) })
+	gpu2, _ := uuid.GetUUID()
+	reader.uuids = map[podresources.Device]string{{Driver: "gpu.nvidia.com", Pool: "n1", Name: "h100-slot-b"}: gpu2}
+	claim(n)
+	s = n.SampleAt(t, time.Minute, 5*time.Second)
+	require.Equal(t, []sampler.Owner{{Namespace: "lab", Pod: "nb-0", Container: "main", Claim: podresources.Claim{Namespace: "lab", Name: "nb-0-gpu"}}}, s.GPUs[2].Units[0].Owners)
+	require.Equal(t, 1, reader.reads, "h100-slot-x is still unknown, but the slices were read this minute")
+	n.SampleAt(t, 2*time.Minute+5*time.Second, 5*time.Second)
+	require.Equal(t, 2, reader.reads, "read again a minute later, while a name is unknown")
+}

@@ -31,6 +31,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/exporter/sampler"
 	"github.com/gpureclaim/gpureclaim/exporter/slurm"
 	"github.com/gpureclaim/gpureclaim/internal/httpserver"
+	"github.com/gpureclaim/gpureclaim/internal/kubeapi"
 	"github.com/gpureclaim/gpureclaim/internal/logging"
 	"github.com/gpureclaim/gpureclaim/internal/names"
 	"github.com/gpureclaim/gpureclaim/internal/podmeta"
@@ -46,6 +47,8 @@ type Options struct {
 	Procfs, Passwd                 string
 	PodResourcesSocket             string
 	DRADrivers                     string
+	ResourceSlices                 bool
+	Kubeconfig                     string
 	LogLevel, LogFormat            string
 	PrintVersion                   bool
 
@@ -71,6 +74,8 @@ func RegisterFlags(fs *flag.FlagSet) *Options {
 	fs.StringVar(&o.Passwd, "path.passwd", "/etc/passwd", "The passwd file to name users by (the host's, from a container); empty keeps uids.")
 	fs.StringVar(&o.PodResourcesSocket, "kubelet.pod-resources-socket", podresources.DefaultSocket, "The kubelet's pod-resources socket; empty turns pod attribution off.")
 	fs.StringVar(&o.DRADrivers, "kubelet.dra-drivers", strings.Join(names.DRADrivers, ","), "Comma-separated DRA drivers whose devices the kubelet reports are GPUs: their holders are the pods whose ResourceClaims hold them; empty turns DRA attribution off.")
+	fs.BoolVar(&o.ResourceSlices, "kubernetes.resource-slices", false, "Resolve a DRA device whose name does not follow its driver's convention through the node's ResourceSlices (the device's uuid attribute): needs list on resourceslices.resource.k8s.io, as the pod's service account or --kubernetes.kubeconfig.")
+	fs.StringVar(&o.Kubeconfig, "kubernetes.kubeconfig", "", "A kubeconfig with a bearer token for --kubernetes.resource-slices (default: the pod's service account).")
 	fs.StringVar(&o.LogLevel, "log.level", "info", "Log level: debug, info, warn, error.")
 	fs.StringVar(&o.LogFormat, "log.format", "logfmt", "Log format: logfmt or json.")
 	fs.BoolVar(&o.PrintVersion, "version", false, "Print the version and exit.")
@@ -102,10 +107,34 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--action.idle-threshold: %g must be between 0 and 1", o.ActionThreshold)
 	case !o.SlurmEnabled && (o.SlurmNode != "" || o.SlurmBin != ""):
 		return errors.New("--slurm.node-name and --slurm.bin-dir need --slurm.enabled")
+	case o.Kubeconfig != "" && !o.ResourceSlices:
+		return errors.New("--kubernetes.kubeconfig needs --kubernetes.resource-slices")
 	case o.SlurmInterval < o.Interval:
 		return fmt.Errorf("--slurm.interval: %s is under --sample.interval (%s)", o.SlurmInterval, o.Interval)
 	}
 	return nil
+}
+
+// draDrivers are the drivers of --kubelet.dra-drivers.
+func (o *Options) draDrivers() []string {
+	var out []string
+	for _, d := range strings.Split(o.DRADrivers, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// sliceReader reads the node's ResourceSlices of the DRA drivers.
+type sliceReader struct {
+	api     *kubeapi.Client
+	node    string
+	drivers []string
+}
+
+func (r sliceReader) DeviceUUIDs(ctx context.Context) (map[podresources.Device]string, error) {
+	return r.api.DeviceUUIDs(ctx, r.node, r.drivers)
 }
 
 // Node is what the exporter samples: a real or a simulated node.
@@ -151,12 +180,7 @@ func RealNode(o *Options, logger *slog.Logger) (*Node, error) {
 			if err != nil {
 				return nil, err
 			}
-			c.Drivers = nil
-			for _, d := range strings.Split(o.DRADrivers, ",") {
-				if d = strings.TrimSpace(d); d != "" {
-					c.Drivers = append(c.Drivers, d)
-				}
-			}
+			c.Drivers = o.draDrivers()
 			n.Allocs = c
 			prev := n.Close
 			n.Close = func() { c.Close(); prev() }
@@ -269,6 +293,13 @@ func Run(ctx context.Context, o *Options, n *Node, logger *slog.Logger) error {
 		n.Slurm = &slurm.Reader{Node: node, Bin: o.SlurmBin}
 	}
 	scfg := sampler.Config{NVML: n.NVML, Node: n.Name, Proc: n.Proc, Allocations: n.Allocs, Slurm: n.Slurm, SlurmInterval: o.SlurmInterval, Pods: n.Pods, Logger: logger}
+	if o.ResourceSlices {
+		api, err := kubeapi.New(o.Kubeconfig)
+		if err != nil {
+			return fmt.Errorf("--kubernetes.resource-slices: %w", err)
+		}
+		scfg.Slices = sliceReader{api: api, node: n.Name, drivers: o.draDrivers()}
+	}
 	if hist != nil {
 		scfg.OnSample = hist.Record
 	}

@@ -2,31 +2,22 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
-	"net/http"
 	"net/url"
-	"os"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
+	"github.com/gpureclaim/gpureclaim/internal/kubeapi"
 	"github.com/gpureclaim/gpureclaim/internal/sim/nvmlsim"
 )
 
 // podWatch keeps a simulated node's pods in step with a cluster: a pod that
 // was there and is gone, or terminating, is gone from the simulated node
 // too; under allocation: dra, the devices the scheduler allocated to the
-// node's running pods' ResourceClaims are theirs. It lists the node's pods with one plain API call per sample rather
-// than a Kubernetes client library, which would weigh more than the
-// exporter it serves.
+// node's running pods' ResourceClaims are theirs. It reads them with plain
+// API calls (internal/kubeapi).
 type podWatch struct {
-	api  *apiClient
+	api  *kubeapi.Client
 	sim  *nvmlsim.Sim
 	node string
 	log  *slog.Logger
@@ -34,7 +25,7 @@ type podWatch struct {
 }
 
 func newPodWatch(kubeconfig string, sim *nvmlsim.Sim, node string, log *slog.Logger) (*podWatch, error) {
-	api, err := loadKubeconfig(kubeconfig)
+	api, err := kubeapi.New(kubeconfig)
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +46,7 @@ func (w *podWatch) run(ctx context.Context, every time.Duration) {
 }
 
 func (w *podWatch) sync(ctx context.Context) {
-	pods, err := w.api.nodePods(ctx, w.node)
+	pods, err := nodePods(ctx, w.api, w.node)
 	if err != nil {
 		w.log.Warn("listing the simulated node's pods", "err", err)
 		return
@@ -79,85 +70,6 @@ func (w *podWatch) sync(ctx context.Context) {
 			}
 		}
 	}
-}
-
-// apiClient calls the API server a kubeconfig's current context names.
-type apiClient struct {
-	server, token string
-	http          *http.Client
-}
-
-// kubeconfig holds the fields of a kubeconfig the pod watch uses.
-type kubeconfig struct {
-	CurrentContext string `yaml:"current-context"`
-	Clusters       []struct {
-		Name    string `yaml:"name"`
-		Cluster struct {
-			Server                   string `yaml:"server"`
-			InsecureSkipTLSVerify    bool   `yaml:"insecure-skip-tls-verify"`
-			CertificateAuthorityData string `yaml:"certificate-authority-data"`
-		} `yaml:"cluster"`
-	} `yaml:"clusters"`
-	Users []struct {
-		Name string `yaml:"name"`
-		User struct {
-			Token string `yaml:"token"`
-		} `yaml:"user"`
-	} `yaml:"users"`
-	Contexts []struct {
-		Name    string `yaml:"name"`
-		Context struct {
-			Cluster string `yaml:"cluster"`
-			User    string `yaml:"user"`
-		} `yaml:"context"`
-	} `yaml:"contexts"`
-}
-
-// loadKubeconfig reads a kubeconfig with a bearer token (what the demo and
-// the tests write).
-func loadKubeconfig(path string) (*apiClient, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var kc kubeconfig
-	if err := yaml.Unmarshal(b, &kc); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	var clusterName, userName string
-	for _, c := range kc.Contexts {
-		if c.Name == kc.CurrentContext {
-			clusterName, userName = c.Context.Cluster, c.Context.User
-		}
-	}
-	c := &apiClient{}
-	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	for _, cl := range kc.Clusters {
-		if cl.Name != clusterName {
-			continue
-		}
-		c.server = cl.Cluster.Server
-		tlsCfg.InsecureSkipVerify = cl.Cluster.InsecureSkipTLSVerify //nolint:gosec // as the kubeconfig says
-		if cl.Cluster.CertificateAuthorityData != "" {
-			pem, err := base64.StdEncoding.DecodeString(cl.Cluster.CertificateAuthorityData)
-			if err != nil {
-				return nil, fmt.Errorf("%s: certificate-authority-data: %w", path, err)
-			}
-			pool := x509.NewCertPool()
-			pool.AppendCertsFromPEM(pem)
-			tlsCfg.RootCAs = pool
-		}
-	}
-	for _, u := range kc.Users {
-		if u.Name == userName {
-			c.token = u.User.Token
-		}
-	}
-	if c.server == "" || c.token == "" {
-		return nil, fmt.Errorf("%s: the current context needs a cluster server and a user token", path)
-	}
-	c.http = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
-	return c, nil
 }
 
 // apiPod holds the fields of a pod the pod watch reads.
@@ -209,7 +121,7 @@ func (w *podWatch) claims(ctx context.Context, pods []apiPod) []nvmlsim.ClusterC
 			if name == "" {
 				continue
 			}
-			devices, err := w.api.allocation(ctx, p.Metadata.Namespace, name)
+			devices, err := allocation(ctx, w.api, p.Metadata.Namespace, name)
 			if err != nil {
 				w.log.Warn("reading a pod's ResourceClaim", "pod", p.Metadata.Namespace+"/"+p.Metadata.Name, "claim", name, "err", err)
 				continue
@@ -227,33 +139,12 @@ func (w *podWatch) claims(ctx context.Context, pods []apiPod) []nvmlsim.ClusterC
 	return out
 }
 
-func (c *apiClient) get(ctx context.Context, path string, into any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.server+path, nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Accept", "application/json")
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", path, resp.Status)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(into); err != nil {
-		return fmt.Errorf("GET %s: %w", path, err)
-	}
-	return nil
-}
-
 // nodePods lists the node's pods.
-func (c *apiClient) nodePods(ctx context.Context, node string) ([]apiPod, error) {
+func nodePods(ctx context.Context, c *kubeapi.Client, node string) ([]apiPod, error) {
 	var list struct {
 		Items []apiPod `json:"items"`
 	}
-	if err := c.get(ctx, "/api/v1/pods?fieldSelector="+url.QueryEscape("spec.nodeName="+node), &list); err != nil {
+	if err := c.Get(ctx, "/api/v1/pods?fieldSelector="+url.QueryEscape("spec.nodeName="+node), &list); err != nil {
 		return nil, err
 	}
 	if list.Items == nil {
@@ -263,7 +154,7 @@ func (c *apiClient) nodePods(ctx context.Context, node string) ([]apiPod, error)
 }
 
 // allocation reads the devices allocated to a ResourceClaim.
-func (c *apiClient) allocation(ctx context.Context, ns, name string) ([]nvmlsim.ClaimDevice, error) {
+func allocation(ctx context.Context, c *kubeapi.Client, ns, name string) ([]nvmlsim.ClaimDevice, error) {
 	var claim struct {
 		Status struct {
 			Allocation *struct {
@@ -277,7 +168,7 @@ func (c *apiClient) allocation(ctx context.Context, ns, name string) ([]nvmlsim.
 			} `json:"allocation"`
 		} `json:"status"`
 	}
-	if err := c.get(ctx, "/apis/resource.k8s.io/v1/namespaces/"+url.PathEscape(ns)+"/resourceclaims/"+url.PathEscape(name), &claim); err != nil {
+	if err := c.Get(ctx, "/apis/resource.k8s.io/v1/namespaces/"+url.PathEscape(ns)+"/resourceclaims/"+url.PathEscape(name), &claim); err != nil {
 		return nil, err
 	}
 	if claim.Status.Allocation == nil {
