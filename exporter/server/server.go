@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -38,6 +39,12 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/podresources"
 	"github.com/gpureclaim/gpureclaim/internal/procfs"
 )
+
+// gcPercent is the exporter's GOGC unless the environment sets one. Its
+// heap is a few MB, most of it live: collecting when it has grown by a
+// quarter rather than doubled keeps about 1 MiB less resident, for a
+// collection every few samples that takes well under a millisecond.
+const gcPercent = 25
 
 // Options are the exporter's flags.
 type Options struct {
@@ -194,6 +201,9 @@ func RealNode(o *Options, logger *slog.Logger) (*Node, error) {
 // code: 2 for bad flags, 1 for a failure.
 func Main(ctx context.Context, name string, args []string, stdout, stderr io.Writer,
 	extra func(fs *flag.FlagSet) func() error, open func(o *Options, logger *slog.Logger) (*Node, error)) int {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(gcPercent)
+	}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o := RegisterFlags(fs)

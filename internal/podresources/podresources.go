@@ -1,21 +1,20 @@
 // Package podresources reads which pods hold which GPU devices from the
-// kubelet's pod-resources API (a gRPC service on a unix socket), and serves
-// that API for simulated nodes and tests.
+// kubelet's pod-resources API (a gRPC service on a unix socket).
 package podresources
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"net"
-	"os"
+	"net/http"
 	"slices"
 	"sort"
 	"strings"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gpureclaim/gpureclaim/internal/names"
 )
@@ -52,69 +51,122 @@ type Allocations struct {
 	Devices map[Device][]Container
 }
 
-// Client reads allocations from a kubelet.
+
+// Client calls the kubelet's pod-resources API: gRPC's List, a unary call,
+// as an HTTP/2 request over the unix socket, its answer decoded field by
+// field (wire.go). A gRPC and protobuf runtime would be most of what a node
+// runs for one call.
 type Client struct {
-	conn    *grpc.ClientConn
-	api     podresourcesapi.PodResourcesListerClient
+	http    *http.Client
 	timeout time.Duration
 	// Drivers are the DRA drivers whose devices are read; default
 	// names.DRADrivers.
 	Drivers []string
 }
 
-// Dial connects to the kubelet's socket. The connection is made lazily, so a
-// kubelet that starts later is picked up.
+// maxMessage bounds the kubelet's answer, as a gRPC client's receive limit.
+const maxMessage = 16 << 20
+
+// Dial makes a client of the kubelet's socket. Nothing is dialed before the
+// first call, so a kubelet that starts later is picked up.
 func Dial(socket string, timeout time.Duration) (*Client, error) {
-	conn, err := grpc.NewClient("unix://"+socket,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("pod-resources socket %s: %w", socket, err)
-	}
-	return &Client{conn: conn, api: podresourcesapi.NewPodResourcesListerClient(conn), timeout: timeout, Drivers: names.DRADrivers}, nil
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true) // gRPC speaks HTTP/2 with prior knowledge
+	tr := &http.Transport{Protocols: &p, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", socket)
+	}}
+	return &Client{http: &http.Client{Transport: tr}, timeout: timeout, Drivers: names.DRADrivers}, nil
 }
 
-// Close closes the connection.
-func (c *Client) Close() error { return c.conn.Close() }
+// Close closes the idle connections.
+func (c *Client) Close() error {
+	c.http.CloseIdleConnections()
+	return nil
+}
 
 // List asks the kubelet which containers hold which GPU devices.
 func (c *Client) List(ctx context.Context) (Allocations, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	resp, err := c.api.List(ctx, &podresourcesapi.ListPodResourcesRequest{})
+	msg, err := c.call(ctx, "/v1.PodResourcesLister/List", nil)
 	if err != nil {
 		return Allocations{}, fmt.Errorf("pod-resources List: %w", err)
 	}
-	return FromPods(resp.GetPodResources(), c.Drivers), nil
+	pods, err := decodeList(msg)
+	if err != nil {
+		return Allocations{}, fmt.Errorf("pod-resources List: %w", err)
+	}
+	return fromPods(pods, c.Drivers), nil
 }
 
-// FromPods turns a List answer into allocations: device plugins' GPU
+// call makes a unary gRPC call: the request message framed (no
+// compression, its length), and the one message of the answer, once the
+// trailers say it succeeded.
+func (c *Client) call(ctx context.Context, method string, req []byte) ([]byte, error) {
+	body := make([]byte, 5, 5+len(req))
+	binary.BigEndian.PutUint32(body[1:], uint32(len(req)))
+	body = append(body, req...)
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://kubelet"+method, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	r.Header.Set("Content-Type", "application/grpc")
+	r.Header.Set("TE", "trailers")
+	resp, err := c.http.Do(r)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("HTTP %s", resp.Status)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 5+maxMessage+1))
+	if err != nil {
+		return nil, err
+	}
+	status, message := resp.Trailer.Get("Grpc-Status"), resp.Trailer.Get("Grpc-Message")
+	if status == "" { // a trailers-only answer: an error before any message
+		status, message = resp.Header.Get("Grpc-Status"), resp.Header.Get("Grpc-Message")
+	}
+	if status != "0" {
+		return nil, fmt.Errorf("gRPC status %s: %s", status, message)
+	}
+	if len(b) < 5 || b[0] != 0 {
+		return nil, errors.New("no uncompressed message in the answer")
+	}
+	n := binary.BigEndian.Uint32(b[1:5])
+	if n > maxMessage || int(n) != len(b)-5 {
+		return nil, fmt.Errorf("a message of %d bytes in an answer of %d", n, len(b)-5)
+	}
+	return b[5:], nil
+}
+
+// fromPods turns a List answer into allocations: device plugins' GPU
 // resources by unit, and the devices of the DRA drivers named.
-func FromPods(pods []*podresourcesapi.PodResources, drivers []string) Allocations {
+func fromPods(pods []pod, drivers []string) Allocations {
 	out := Allocations{Units: map[string][]Container{}, Devices: map[Device][]Container{}}
 	for _, p := range pods {
-		for _, c := range p.GetContainers() {
-			holder := Container{Namespace: p.GetNamespace(), Pod: p.GetName(), Container: c.GetName()}
-			for _, d := range c.GetDevices() {
-				if !names.IsGPUResource(d.GetResourceName()) {
+		for _, c := range p.containers {
+			holder := Container{Namespace: p.namespace, Pod: p.name, Container: c.name}
+			for _, d := range c.devices {
+				if !names.IsGPUResource(d.resource) {
 					continue
 				}
-				for _, id := range d.GetDeviceIds() {
+				for _, id := range d.ids {
 					id, _, _ = strings.Cut(id, "::")
 					if !slices.Contains(out.Units[id], holder) {
 						out.Units[id] = append(out.Units[id], holder)
 					}
 				}
 			}
-			for _, dr := range c.GetDynamicResources() {
+			for _, dr := range c.claims {
 				claimed := holder
-				claimed.Claim = Claim{Namespace: dr.GetClaimNamespace(), Name: dr.GetClaimName()}
-				for _, cr := range dr.GetClaimResources() {
-					if !slices.Contains(drivers, cr.GetDriverName()) || cr.GetDeviceName() == "" {
+				claimed.Claim = Claim{Namespace: dr.namespace, Name: dr.name}
+				for _, d := range dr.devices {
+					if !slices.Contains(drivers, d.Driver) || d.Name == "" {
 						continue
 					}
-					d := Device{Driver: cr.GetDriverName(), Pool: cr.GetPoolName(), Name: cr.GetDeviceName()}
 					if !slices.Contains(out.Devices[d], claimed) {
 						out.Devices[d] = append(out.Devices[d], claimed)
 					}
@@ -144,29 +196,3 @@ func sortContainers(cs []Container) {
 	})
 }
 
-// Server serves the pod-resources API from a function, as a kubelet does.
-type Server struct {
-	podresourcesapi.UnimplementedPodResourcesListerServer
-	pods func() []*podresourcesapi.PodResources
-	grpc *grpc.Server
-}
-
-// Serve listens on a unix socket and answers List with pods(). Stop it with Stop.
-func Serve(socket string, pods func() []*podresourcesapi.PodResources) (*Server, error) {
-	_ = os.Remove(socket)
-	l, err := net.Listen("unix", socket)
-	if err != nil {
-		return nil, err
-	}
-	s := &Server{pods: pods, grpc: grpc.NewServer()}
-	podresourcesapi.RegisterPodResourcesListerServer(s.grpc, s)
-	go func() { _ = s.grpc.Serve(l) }()
-	return s, nil
-}
-
-// Stop stops serving.
-func (s *Server) Stop() { s.grpc.Stop() }
-
-func (s *Server) List(context.Context, *podresourcesapi.ListPodResourcesRequest) (*podresourcesapi.ListPodResourcesResponse, error) {
-	return &podresourcesapi.ListPodResourcesResponse{PodResources: s.pods()}, nil
-}

@@ -5,8 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"time"
-
-	"github.com/gpureclaim/gpureclaim/internal/podresources"
 )
 
 // Node is a running simulated node: the NVML simulator, its /proc tree and
@@ -15,7 +13,7 @@ type Node struct {
 	*Sim
 	ProcRoot, Passwd, Socket string
 
-	srv     *podresources.Server
+	srv     *PodResourcesServer
 	cleanup func()
 }
 
@@ -38,7 +36,7 @@ func StartNode(sc *Scenario, dir string, now func() time.Time) (*Node, error) {
 		return nil, err
 	}
 	n.Socket = filepath.Join(dir, "kubelet.sock")
-	if n.srv, err = podresources.Serve(n.Socket, sim.PodResources); err != nil {
+	if n.srv, err = ServePodResources(n.Socket, sim.PodResources); err != nil {
 		n.cleanup()
 		return nil, fmt.Errorf("serving the simulated kubelet's pod resources: %w", err)
 	}
