@@ -67,8 +67,9 @@ func TestListOverAUnixSocket(t *testing.T) {
 }
 
 // Devices a DRA driver allocated come as the driver names them, with the
-// claim each container holds them through; other drivers' are left out,
-// and a device two claims share has both holders.
+// claim each container holds them through; other drivers' are left out;
+// a claim reserved for two pods, and a device two claims each have a share
+// of (consumable capacity), have both holders.
 func TestDynamicResources(t *testing.T) {
 	claim := func(ns, name string, rs ...*podresourcesapi.ClaimResource) *podresourcesapi.DynamicResource {
 		return &podresourcesapi.DynamicResource{ClaimNamespace: ns, ClaimName: name, ClaimResources: rs}
@@ -76,6 +77,10 @@ func TestDynamicResources(t *testing.T) {
 	res := func(driver, device string) *podresourcesapi.ClaimResource {
 		return &podresourcesapi.ClaimResource{DriverName: driver, PoolName: "node-1", DeviceName: device,
 			CdiDevices: []*podresourcesapi.CDIDevice{{Name: "k8s.gpu.nvidia.com/claim=x"}}}
+	}
+	share := func(r *podresourcesapi.ClaimResource, id string) *podresourcesapi.ClaimResource {
+		r.ShareId = &id
+		return r
 	}
 	withClaims := func(ns, name string, claims ...*podresourcesapi.DynamicResource) *podresourcesapi.PodResources {
 		return &podresourcesapi.PodResources{Namespace: ns, Name: name, Containers: []*podresourcesapi.ContainerResources{{Name: "c", DynamicResources: claims}}}
@@ -86,6 +91,9 @@ func TestDynamicResources(t *testing.T) {
 		withClaims("ml", "a", claim("ml", "shared", res("gpu.nvidia.com", "gpu-2"))),
 		withClaims("ml", "b", claim("ml", "shared", res("gpu.nvidia.com", "gpu-2"))),
 		withClaims("ml", "nic", claim("ml", "nic", res("dra.net", "eth1"))),
+		// Consumable capacity: two claims, each with a share of one GPU.
+		withClaims("ml", "c", claim("ml", "c-share", share(res("gpu.nvidia.com", "gpu-4"), "a1"))),
+		withClaims("ml", "d", claim("ml", "d-share", share(res("gpu.nvidia.com", "gpu-4"), "b2"))),
 	)
 	on := func(name string) Device { return Device{Driver: "gpu.nvidia.com", Pool: "node-1", Name: name} }
 	holder := func(pod, claim string) Container {
@@ -96,6 +104,7 @@ func TestDynamicResources(t *testing.T) {
 		on("gpu-3"):                 {holder("train", "train-gpus")},
 		on("gpu-1-mig-1g10gb-19-6"): {holder("slice", "slice-mig")},
 		on("gpu-2"):                 {holder("a", "shared"), holder("b", "shared")},
+		on("gpu-4"):                 {holder("c", "c-share"), holder("d", "d-share")},
 	}, got.Devices)
 	require.Empty(t, got.Units)
 }
