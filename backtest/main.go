@@ -36,6 +36,7 @@ type backtestOptions struct {
 	printVersion                  bool
 	dcgmHonorLabels               bool
 	restoreOnDemand               bool
+	coldStart                     time.Duration
 }
 
 func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, error) {
@@ -51,6 +52,7 @@ func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, erro
 	fs.StringVar(&o.prometheus, "history.prometheus", "", "A Prometheus range-query export (the JSON of /api/v1/query_range) of the exporter's unit metrics, or of dcgm-exporter's fields (replay those with rules for source: dcgm).")
 	fs.BoolVar(&o.dcgmHonorLabels, "history.dcgm-honor-labels", false, "The dcgm-exporter export was scraped with honor_labels: its pod labels are pod, namespace, container rather than exported_*.")
 	fs.StringVar(&o.controller, "history.controller", "", "What runs the history's pods, which a trace or an export does not say: a workload kind the config knows (Deployment, StatefulSet or another that scales, replayed with one replica; Job, Notebook, RayJob or another that stops), or empty (bare pods).")
+	fs.DurationVar(&o.coldStart, "history.cold-start", 0, "How long a restored workload takes to serve again, which its returning work waits for (default: its kind's, e.g. 3m for a Deployment, 1m for a Notebook, 5m for a Job; backtest.DefaultColdStarts).")
 	fs.BoolVar(&o.restoreOnDemand, "history.restore-on-demand", false, "Give every policy that scales down or stops a restore_when that answers when the workload's recorded work comes back (a demand series that rises with its work): a regretted reclaim is restored then, and the report counts it.")
 	fs.Var(&o.rules, "rules", "A Prometheus rule file, as Prometheus loads it (repeatable).")
 	fs.StringVar(&o.configFile, "config.file", "", "The reclaimer's configuration, read without its secret files; empty for the defaults. Dry run is ignored.")
@@ -76,6 +78,8 @@ func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, erro
 		return nil, errors.New("--rules: give the rule files (e.g. rules/gpureclaim.rules.yml)")
 	case o.regret <= 0:
 		return nil, errors.New("--regret.window: must be positive")
+	case o.coldStart < 0:
+		return nil, errors.New("--history.cold-start: must not be negative")
 	case o.threshold <= 0 || o.threshold >= 1:
 		return nil, fmt.Errorf("--idle.threshold: %g must be between 0 and 1", o.threshold)
 	case o.heldApart < 0 || o.heldApart >= 1:
@@ -130,7 +134,12 @@ func runBacktest(ctx context.Context, o *backtestOptions, stdout io.Writer) erro
 		return err
 	}
 	defer os.RemoveAll(dir)
-	res, err := backtest.Run(ctx, h, backtest.Options{RuleFiles: o.rules, Config: cfg, Dir: dir, RegretWindow: o.regret, IdleThreshold: o.threshold, RestoreOnDemand: o.restoreOnDemand})
+	var coldStarts map[string]time.Duration
+	if o.coldStart > 0 {
+		coldStarts = map[string]time.Duration{ctl.Kind: o.coldStart}
+	}
+	res, err := backtest.Run(ctx, h, backtest.Options{RuleFiles: o.rules, Config: cfg, Dir: dir, RegretWindow: o.regret, IdleThreshold: o.threshold,
+		RestoreOnDemand: o.restoreOnDemand, ColdStarts: coldStarts})
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,7 @@
 // `make backtest` (hack/backtest.sh) runs it.
 //
 //	backtestreport markdown REPORT.json
-//	backtestreport frontier -o FILE.svg [-regret 0.2] wait:LABEL=REPORT.json... policy:LABEL=REPORT.json...
+//	backtestreport frontier -o FILE.svg [-regret 0.2 | -cold-starts 1] wait:LABEL=REPORT.json... policy:LABEL=REPORT.json...
 package main
 
 import (
@@ -67,6 +67,7 @@ func frontier(args []string) error {
 	out := fs.String("o", "frontier.svg", "Where the plot goes.")
 	title := fs.String("title", "Fixed waits and policies", "The plot's title.")
 	regret := fs.Float64("regret", 0.2, "The regret share at which the frontier is read.")
+	coldStarts := fs.Float64("cold-starts", 0, "Plot against cold starts per workload-day instead of regret, and read the frontier at this many.")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -87,8 +88,13 @@ func frontier(args []string) error {
 		tuned.Tuned, tuned.Curve, held.Curve = true, curve, curve
 		points = append(points, tuned, held)
 		if !curve {
-			policies = append(policies, fmt.Sprintf("| %s | %.0f%% at %.0f%% regret | %.0f%% at %.0f%% regret |",
-				label, 100*tuned.Freed, 100*tuned.Regret, 100*held.Freed, 100*held.Regret))
+			if *coldStarts > 0 {
+				policies = append(policies, fmt.Sprintf("| %s | %.0f%% at %.2f cold starts | %.0f%% at %.2f cold starts |",
+					label, 100*tuned.Freed, tuned.ColdStarts, 100*held.Freed, held.ColdStarts))
+			} else {
+				policies = append(policies, fmt.Sprintf("| %s | %.0f%% at %.0f%% regret | %.0f%% at %.0f%% regret |",
+					label, 100*tuned.Freed, 100*tuned.Regret, 100*held.Freed, 100*held.Regret))
+			}
 		}
 	}
 	var tunedCurve, heldCurve []backtest.FrontierPoint
@@ -100,9 +106,13 @@ func frontier(args []string) error {
 			heldCurve = append(heldCurve, p)
 		}
 	}
+	axis, at, cost := backtest.ByRegret, *regret, fmt.Sprintf("%.0f%% regret", 100**regret)
+	if *coldStarts > 0 {
+		axis, at, cost = backtest.ByColdStarts, *coldStarts, fmt.Sprintf("%g cold starts per workload-day", *coldStarts)
+	}
 	fmt.Printf("| | tuned | held apart |\n| --- | --- | --- |\n")
-	fmt.Printf("| best fixed wait with at most %.0f%% regret | %.0f%% | %.0f%% |\n", 100**regret,
-		100*backtest.FrontierAt(tunedCurve, *regret), 100*backtest.FrontierAt(heldCurve, *regret))
+	fmt.Printf("| best fixed wait with at most %s | %.0f%% | %.0f%% |\n", cost,
+		100*backtest.FrontierAt(tunedCurve, axis, at), 100*backtest.FrontierAt(heldCurve, axis, at))
 	for _, p := range policies {
 		fmt.Println(p)
 	}
@@ -110,7 +120,7 @@ func frontier(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := backtest.Frontier(f, *title, points); err != nil {
+	if err := backtest.Frontier(f, *title, axis, points); err != nil {
 		f.Close()
 		return err
 	}

@@ -146,6 +146,23 @@ func (h History) Slice(from, to int, ids ...string) History {
 }
 
 // present says whether the workload held its unit at step i.
+// span counts the steps from its first sample to its last.
+func (w *Workload) span() int {
+	first, last := -1, -1
+	for i := range w.Activity {
+		if w.present(i) {
+			if first < 0 {
+				first = i
+			}
+			last = i
+		}
+	}
+	if first < 0 {
+		return 0
+	}
+	return last - first + 1
+}
+
 func (w *Workload) present(i int) bool {
 	if w.held != nil {
 		return i < len(w.held) && w.held[i]

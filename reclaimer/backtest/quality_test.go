@@ -68,6 +68,10 @@ func TestKnownAnswers(t *testing.T) {
 	}
 	require.Equal(t, want, by["diurnal"].Reclaims)
 
+	rep := backtest.Summarize(res, 0)
+	require.Equal(t, days-1, rep.Total.ColdStarts, "the diurnal service starts cold each morning but the first; the abandoned one never comes back")
+	require.InDelta(t, float64(days-1)*3, rep.Total.OwnerWaitMinutes, 1e-9)
+
 	gone := 119 + 1 + wait
 	require.Equal(t, []backtest.Reclaimed{{Action: config.ActionScaleDown, At: gone, Returned: -1, Restored: -1, Freed: days*1440 - 1 - gone}}, by["abandoned"].Reclaims)
 }
@@ -89,12 +93,26 @@ func TestRegretsRestoredOnDemand(t *testing.T) {
 	for _, r := range res.Workloads[0].Reclaims {
 		require.Equal(t, r.Returned, r.Restored)
 	}
+	// Each restore is a cold start its returning work waits for: a
+	// Deployment's, 3 minutes, here over a quarter of a day.
+	require.Equal(t, 6, rep.Total.ColdStarts)
+	require.InDelta(t, 6*3.0, rep.Total.OwnerWaitMinutes, 1e-9)
+	require.InDelta(t, 361.0/1440, rep.Total.WorkloadDays, 1e-9)
+	require.InDelta(t, 6/(361.0/1440), rep.Total.ColdStartsPerWorkloadDay(), 1e-9)
+	res, err = backtest.Run(context.Background(), h, backtest.Options{
+		RuleFiles: []string{rulesFile(t, "idle: {reclaim_after: 10m}")}, Dir: t.TempDir(), RestoreOnDemand: true,
+		Config:     policy(t, "policies: [{name: idle, matchers: ['alertname=\"GPUIdle\"'], action: auto, grace: 5m, min_runtime: 30m}]"),
+		ColdStarts: map[string]time.Duration{"Deployment": 10 * time.Minute},
+	})
+	require.NoError(t, err)
+	require.InDelta(t, 6*10.0, backtest.Summarize(res, 0).Total.OwnerWaitMinutes, 1e-9, "a slower cold start, waited for each time")
 
 	// Without restore_when, nobody restores: each regret waits for a person.
 	res = run(t, h, rulesFile(t, "idle: {reclaim_after: 10m}"), policy(t, "policies: [{name: idle, matchers: ['alertname=\"GPUIdle\"'], action: auto, grace: 5m, min_runtime: 30m}]"))
 	rep = backtest.Summarize(res, 0)
 	require.Equal(t, 6, rep.Total.Regrets)
 	require.Zero(t, rep.Total.RegretsRestored)
+	require.Zero(t, rep.Total.ColdStarts, "nothing restored, no cold start: the work waits for a person")
 }
 
 // The split depends on the workload's ID alone, holds apart about the
@@ -127,21 +145,27 @@ func TestHeldApartSplit(t *testing.T) {
 }
 
 // The frontier is read off the fixed waits: the best freed share at or
-// under a regret share, and the plot places every point.
+// under a regret share, or a number of cold starts per workload-day, and
+// the plot places every point.
 func TestFrontier(t *testing.T) {
 	curve := []backtest.FrontierPoint{
-		{Label: "30m", Regret: 0.6, Freed: 0.8, Curve: true},
-		{Label: "60m", Regret: 0.3, Freed: 0.5, Curve: true},
-		{Label: "90m", Regret: 0.15, Freed: 0.35, Curve: true},
-		{Label: "120m", Regret: 0.1, Freed: 0.2, Curve: true},
+		{Label: "30m", Regret: 0.6, ColdStarts: 3.2, Freed: 0.8, Curve: true},
+		{Label: "60m", Regret: 0.3, ColdStarts: 1.1, Freed: 0.5, Curve: true},
+		{Label: "90m", Regret: 0.15, ColdStarts: 0.6, Freed: 0.35, Curve: true},
+		{Label: "120m", Regret: 0.1, ColdStarts: 0.3, Freed: 0.2, Curve: true},
 	}
-	require.Equal(t, 0.35, backtest.FrontierAt(curve, 0.2))
-	require.Equal(t, 0.8, backtest.FrontierAt(curve, 1))
-	require.Zero(t, backtest.FrontierAt(curve, 0.05))
+	require.Equal(t, 0.35, backtest.FrontierAt(curve, backtest.ByRegret, 0.2))
+	require.Equal(t, 0.8, backtest.FrontierAt(curve, backtest.ByRegret, 1))
+	require.Zero(t, backtest.FrontierAt(curve, backtest.ByRegret, 0.05))
+	require.Equal(t, 0.35, backtest.FrontierAt(curve, backtest.ByColdStarts, 1))
+	require.Equal(t, 0.5, backtest.FrontierAt(curve, backtest.ByColdStarts, 2))
 
-	p := backtest.PointOf("policy", backtest.Figures{Reclaims: 10, Regrets: 2, RegretFreeMinutes: 300, ReclaimableMinutes: 600})
-	require.Equal(t, backtest.FrontierPoint{Label: "policy", Regret: 0.2, Freed: 0.5}, p)
+	p := backtest.PointOf("policy", backtest.Figures{Reclaims: 10, Regrets: 2, RegretFreeMinutes: 300, ReclaimableMinutes: 600, ColdStarts: 3, WorkloadDays: 2})
+	require.Equal(t, backtest.FrontierPoint{Label: "policy", Regret: 0.2, ColdStarts: 1.5, Freed: 0.5}, p)
 	var svg bytes.Buffer
-	require.NoError(t, backtest.Frontier(&svg, "test", append(curve, p)))
+	require.NoError(t, backtest.Frontier(&svg, "test", backtest.ByRegret, append(curve, p)))
 	golden(t, "frontier.svg", svg.Bytes())
+	svg.Reset()
+	require.NoError(t, backtest.Frontier(&svg, "test", backtest.ByColdStarts, append(curve, p)))
+	golden(t, "frontier-cold-starts.svg", svg.Bytes())
 }

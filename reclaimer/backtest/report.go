@@ -35,6 +35,23 @@ type Figures struct {
 	// The others wait for a person.
 	RegretsRestored    int     `json:"regrets_restored_on_demand"`
 	RestoreWaitMinutes float64 `json:"restore_wait_minutes"`
+	// ColdStarts counts the restores on demand, regretted or not: each
+	// time returning work found its workload stopped and waited for it to
+	// start again. OwnerWaitMinutes sums those waits: the restore's own
+	// delay and the workload's cold start. WorkloadDays is the workloads'
+	// time in the history.
+	ColdStarts       int     `json:"cold_starts"`
+	OwnerWaitMinutes float64 `json:"owner_wait_minutes"`
+	WorkloadDays     float64 `json:"workload_days"`
+}
+
+// ColdStartsPerWorkloadDay is how often, on average, a workload's returning
+// work waited for a cold start in a day.
+func (f Figures) ColdStartsPerWorkloadDay() float64 {
+	if f.WorkloadDays == 0 {
+		return 0
+	}
+	return float64(f.ColdStarts) / f.WorkloadDays
 }
 
 // Recovered is the share of the idle-held GPU-minutes the policy freed.
@@ -59,6 +76,7 @@ func (f *Figures) add(w WorkloadResult, minutes float64) {
 	f.IdleMinutes += float64(w.Idle) * minutes
 	f.FreedMinutes += float64(w.Freed) * minutes
 	f.ReclaimableMinutes += float64(w.Reclaimable) * minutes
+	f.WorkloadDays += float64(w.Span) * minutes / (24 * 60)
 	f.Warnings += len(w.Warned)
 	if f.ByAction == nil {
 		f.ByAction = map[string]int{}
@@ -66,6 +84,10 @@ func (f *Figures) add(w WorkloadResult, minutes float64) {
 	for _, r := range w.Reclaims {
 		f.Reclaims++
 		f.ByAction[r.Action]++
+		if r.Restored >= 0 && r.Returned >= 0 {
+			f.ColdStarts++
+			f.OwnerWaitMinutes += float64(r.Restored-r.Returned)*minutes + w.ColdStart.Minutes()
+		}
 		if r.Regret {
 			f.Regrets++
 			if r.Restored >= 0 {
@@ -184,13 +206,13 @@ func actions(m map[string]int) string {
 
 func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
 
-var header = []string{"", "workloads", "held GPU-min", "idle GPU-min", "reclaimable", "freed GPU-min", "recovered", "freed w/o regret", "warnings", "reclaims", "regret", "restored on demand", "by action"}
+var header = []string{"", "workloads", "held GPU-min", "idle GPU-min", "reclaimable", "freed GPU-min", "recovered", "freed w/o regret", "warnings", "reclaims", "regret", "restored on demand", "cold starts", "by action"}
 
 func row(f Figures) []string {
 	return []string{f.Name, fmt.Sprint(f.Workloads), fmt.Sprintf("%.0f", f.HeldMinutes), fmt.Sprintf("%.0f", f.IdleMinutes),
 		fmt.Sprintf("%.0f", f.ReclaimableMinutes), fmt.Sprintf("%.0f", f.FreedMinutes), pct(f.Recovered()),
 		fmt.Sprintf("%.0f", f.RegretFreeMinutes), fmt.Sprint(f.Warnings), fmt.Sprint(f.Reclaims),
-		fmt.Sprintf("%d (%s)", f.Regrets, pct(f.RegretShare())), restored(f), actions(f.ByAction)}
+		fmt.Sprintf("%d (%s)", f.Regrets, pct(f.RegretShare())), restored(f), coldStarts(f), actions(f.ByAction)}
 }
 
 // restored says how many regrets restore_when brought back, and how long
@@ -200,6 +222,15 @@ func restored(f Figures) string {
 		return "-"
 	}
 	return fmt.Sprintf("%d, waited %.1f min", f.RegretsRestored, f.RestoreWaitMinutes/float64(f.RegretsRestored))
+}
+
+// coldStarts says how many times returning work waited for its workload to
+// start again, per workload-day, and how long it waited on average.
+func coldStarts(f Figures) string {
+	if f.ColdStarts == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d (%.2f/workload-day), waited %.1f min", f.ColdStarts, f.ColdStartsPerWorkloadDay(), f.OwnerWaitMinutes/float64(f.ColdStarts))
 }
 
 // Text writes the report as aligned columns; top bounds the owners and

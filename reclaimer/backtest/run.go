@@ -40,7 +40,10 @@ type Options struct {
 	// is back: a demand series (its Service's request rate) that rises with
 	// its work. A regretted reclaim is then restored when its work returns.
 	RestoreOnDemand bool
-	Logger          *slog.Logger
+	// ColdStarts are how long a restored workload takes to serve again, by
+	// its kind; default DefaultColdStarts. Its returning work waits for it.
+	ColdStarts map[string]time.Duration
+	Logger     *slog.Logger
 }
 
 // Result is what the policy did to each workload.
@@ -64,6 +67,11 @@ type WorkloadResult struct {
 	// did not come back within the regret window: what a policy that knew
 	// the future could free without regret.
 	Held, Idle, Freed, Reclaimable int
+	// Span counts the steps from its first sample to its last: its time in
+	// the history, reclaimed or not.
+	Span int
+	// ColdStart is how long it takes to serve again after a restore.
+	ColdStart time.Duration
 	// Warned lists the steps at which its owner was warned.
 	Warned   []int
 	Reclaims []Reclaimed
@@ -103,6 +111,10 @@ func Run(ctx context.Context, h History, o Options) (*Result, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	coldStarts := o.ColdStarts
+	if coldStarts == nil {
+		coldStarts = DefaultColdStarts
+	}
 	cfg := *o.Config
 	cfg.DryRun = false
 	cfg.Policies = append([]config.Policy(nil), o.Config.Policies...)
@@ -136,7 +148,7 @@ func Run(ctx context.Context, h History, o Options) (*Result, error) {
 		b.byKey[w.key] = i
 		uuid, _, _ := strings.Cut(w.key, "\xff")
 		b.byUUID[uuid] = append(b.byUUID[uuid], i)
-		b.states[i].res = WorkloadResult{ID: w.ID, Owner: w.Owner}
+		b.states[i].res = WorkloadResult{ID: w.ID, Owner: w.Owner, Span: w.span(), ColdStart: coldStarts[w.Controller.Kind]}
 	}
 	eng, err := reclaim.New(reclaim.Options{
 		Config: &cfg, Store: &memStore{}, Checker: b, Inspector: b, Actor: b,
