@@ -87,6 +87,7 @@ CHART := deploy/helm/gpureclaim
 rules:
 	$(GO) run ./rules/gen -o rules/gpureclaim.rules.yml
 	$(GO) run ./rules/gen -config rules/dcgm.yaml -o rules/gpureclaim-dcgm.rules.yml
+	$(GO) run ./rules/gen -config rules/classes.yaml -o rules/gpureclaim-classes.rules.yml
 	cp rules/gpureclaim.rules.yml rules/gpureclaim-dcgm.rules.yml $(CHART)/files/
 
 ## dashboards: regenerate the committed Grafana dashboards (and the chart's copies).

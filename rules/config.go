@@ -66,6 +66,9 @@ type Idle struct {
 	// idle while others work before GPUAllocationPartlyIdle tells its
 	// owner. Default 1h.
 	PartlyFor model.Duration `yaml:"partly_for"`
+	// Classes give kinds of workload their own threshold, for,
+	// reclaim_after and pauses; see IdleClass. Default none.
+	Classes []IdleClass `yaml:"classes"`
 }
 
 // Pauses remembers how long each workload (a unit's owner) paused before
@@ -80,6 +83,31 @@ type Pauses struct {
 	Factor float64 `yaml:"factor"`
 	// Max caps the wait the pauses add. Default 4h.
 	Max model.Duration `yaml:"max"`
+}
+
+// fillPauses gives the fields of pauses left out their defaults and
+// checks them.
+func fillPauses(field string, p *Pauses) []error {
+	if p.Window == 0 {
+		p.Window = dur(24 * time.Hour)
+	}
+	if p.Factor == 0 {
+		p.Factor = 1
+	}
+	if p.Max == 0 {
+		p.Max = dur(4 * time.Hour)
+	}
+	var errs []error
+	if p.Window < 0 {
+		errs = append(errs, fmt.Errorf("%s.window: must be a positive duration (e.g. 10m)", field))
+	}
+	if p.Max < 0 {
+		errs = append(errs, fmt.Errorf("%s.max: must be a positive duration (e.g. 10m)", field))
+	}
+	if p.Factor < 0 {
+		errs = append(errs, fmt.Errorf("%s.factor: %g must be positive", field, p.Factor))
+	}
+	return errs
 }
 
 // Wasted: a held unit with low average activity that holds much of its memory.
@@ -277,21 +305,9 @@ func (c *Config) Validate() error {
 	positive("idle.reclaim_after", c.Idle.ReclaimAfter)
 	positive("idle.partly_for", c.Idle.PartlyFor)
 	if p := c.Idle.Pauses; p != nil {
-		if p.Window == 0 {
-			p.Window = dur(24 * time.Hour)
-		}
-		if p.Factor == 0 {
-			p.Factor = 1
-		}
-		if p.Max == 0 {
-			p.Max = dur(4 * time.Hour)
-		}
-		positive("idle.pauses.window", p.Window)
-		positive("idle.pauses.max", p.Max)
-		if p.Factor < 0 {
-			errs = append(errs, fmt.Errorf("idle.pauses.factor: %g must be positive", p.Factor))
-		}
+		errs = append(errs, fillPauses("idle.pauses", p)...)
 	}
+	errs = append(errs, c.validateClasses()...)
 	ratio("wasted.activity_below", c.Wasted.ActivityBelow)
 	if c.Wasted.ActivityBelow <= c.Idle.Threshold {
 		errs = append(errs, fmt.Errorf("wasted.activity_below: %g must be above idle.threshold (%g), or no unit is ever wasted but not idle", c.Wasted.ActivityBelow, c.Idle.Threshold))

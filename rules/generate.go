@@ -163,16 +163,26 @@ func allocCount(rec string) string {
 // idleHeld is every holder of an idle unit, and, where the source gives
 // each holder's own activity, a holder of a shared unit busy with the
 // others' work whose own share of it stayed below the threshold (or that
-// ran no process) over the lookback.
+// ran no process) over the lookback: for each idle class, by its
+// threshold.
 func idleHeld(c Config, in inputs) string {
+	var parts []string
+	for _, k := range c.idleClasses() {
+		parts = append(parts, k.idleHeld(c, in))
+	}
+	return strings.Join(parts, "or\n")
+}
+
+func (k idleClass) idleHeld(c Config, in inputs) string {
+	thr := num(k.threshold)
 	unit := fmt.Sprintf(`  %s
 * on (uuid) group_left (signal)
   (%s < %s)
-`, names.RecHeld, RecActivityLookback(c), num(c.Idle.Threshold))
+`, k.held(), RecActivityLookback(c), thr)
 	if in.holderSMUtil == "" {
 		return unit
 	}
-	agg, lb, thr := c.Idle.Aggregation, c.Idle.Lookback, num(c.Idle.Threshold)
+	agg, lb := c.Idle.Aggregation, c.Idle.Lookback
 	return unit + fmt.Sprintf(`or
   (
       %s
@@ -183,7 +193,7 @@ func idleHeld(c Config, in inputs) string {
   )
   and on (uuid) (%s >= %s)
   and on (uuid) (%s > 1)
-`, names.RecHeld, ownerKey, agg, in.holderSMUtil, lb, in.holderProcesses, lb, thr, names.SignalHolder,
+`, k.held(), ownerKey, agg, in.holderSMUtil, lb, in.holderProcesses, lb, thr, names.SignalHolder,
 		RecActivityLookback(c), thr, names.RecOwners)
 }
 
@@ -207,6 +217,9 @@ or on (uuid)
 * on (uuid) group_left (%s)
   max by (uuid, %s) (%s)
 `, ownerLabels, in.ownerInfo, unitContext, unitContext, in.unitInfo))},
+	}
+	rs = append(rs, ownerClassRule(c)...)
+	rs = append(rs, []Rule{
 		{Record: names.RecIdleHeld, Expr: Expr(idleHeld(c, in))},
 		{Record: names.RecIdleHeldGPUs, Expr: Expr(fmt.Sprintf(`  (%s * 0 + 1)
 * on (uuid) group_left ()
@@ -234,7 +247,7 @@ and on (uuid) (%s == 1)
   max by (uuid) (%s)
 and on (uuid) (%s == 1)
 `, names.RecHeld, in.memUsed, names.RecOwners))},
-	}
+	}...)
 	if in.rightsizing {
 		rs = append(rs, rightsizeRules(c, h)...)
 	}
@@ -387,13 +400,41 @@ func (c Config) suggest(expr string) string {
 // alerts are the unit alerts, once for each audience, and the allocation
 // alerts, for people.
 func alerts(c Config) []Rule {
-	rs := forEachAudience(alertRules(c))
-	for i, r := range rs {
-		if r.Alert == names.AlertIdle && r.Labels[names.LabelAudience] == names.AudienceReclaimer {
-			rs[i] = reclaimIdle(c, r)
+	rs := idleAlerts(c)
+	rs = append(rs, forEachAudience(alertRules(c))...)
+	return append(rs, c.partlyIdle())
+}
+
+// idleAlerts are GPUIdle for people and the reclaimer, for each idle class.
+func idleAlerts(c Config) []Rule {
+	var rs []Rule
+	for _, k := range c.idleClasses() {
+		sel := `{keep!="true"}`
+		if k.name != "" {
+			sel = fmt.Sprintf(`{%s=%q,keep!="true"}`, names.LabelClass, k.name)
+		}
+		labels := map[string]string{"severity": "warning"}
+		if k.name != "" {
+			labels[names.LabelClass] = k.name
+		}
+		r := Rule{
+			Alert:  names.AlertIdle,
+			Expr:   Expr(c.suggest(names.RecIdleWhole+sel) + "\n"),
+			For:    k.forDur.String(),
+			Labels: labels,
+			Annotations: with(c.annotations("gpuidle",
+				`Idle `+whatUnit,
+				`The `+whatUnit+` is held by `+whoHolds+` but its {{ $labels.signal }} has stayed below `+num(k.threshold*100)+`% for `+k.forDur.String()+` (now {{ $value | humanizePercentage }}).`,
+				c.unitDashboard()), "idle_for", c.Idle.Lookback.String()),
+		}
+		for _, a := range forEachAudience([]Rule{r}) {
+			if a.Labels[names.LabelAudience] == names.AudienceReclaimer {
+				a = reclaimIdle(c, k, a, sel)
+			}
+			rs = append(rs, a)
 		}
 	}
-	return append(rs, c.partlyIdle())
+	return rs
 }
 
 // partlyIdle tells the owner of a pod or a Slurm job that some of its GPUs
@@ -436,7 +477,12 @@ func forEachAudience(rs []Rule) []Rule {
 // reads the last-busy record before this evaluation updates it: a group
 // evaluates in order.
 func pauseRules(c Config) []Rule {
-	p := c.Idle.Pauses
+	var p *Pauses
+	for _, k := range c.idleClasses() {
+		if k.pauses != nil {
+			p = k.pauses // every class's window is the same (validateClasses)
+		}
+	}
 	if p == nil {
 		return nil
 	}
@@ -457,38 +503,27 @@ and on (%s)
 	}
 }
 
-// reclaimIdle is the reclaimer's copy of GPUIdle: it fires after
-// idle.reclaim_after and, with idle.pauses, only once the unit has been idle
-// beyond its owner's longest recent pause.
-func reclaimIdle(c Config, r Rule) Rule {
-	r.For = c.Idle.ReclaimAfter.String()
+// reclaimIdle is the reclaimer's copy of a class's GPUIdle: it fires after
+// the class's reclaim_after and, with pauses, only once the unit has been
+// idle beyond its owner's longest recent pause.
+func reclaimIdle(c Config, k idleClass, r Rule, sel string) Rule {
+	r.For = k.after.String()
 	r.Annotations = with(c.annotations("gpuidle",
 		`Idle `+whatUnit,
-		`The `+whatUnit+` is held by `+whoHolds+` but its {{ $labels.signal }} has stayed below `+num(c.Idle.Threshold*100)+`% for `+r.For+` (now {{ $value | humanizePercentage }}).`,
+		`The `+whatUnit+` is held by `+whoHolds+` but its {{ $labels.signal }} has stayed below `+num(k.threshold*100)+`% for `+r.For+` (now {{ $value | humanizePercentage }}).`,
 		c.unitDashboard()), "idle_for", c.Idle.Lookback.String())
-	if p := c.Idle.Pauses; p != nil {
-		r.Expr = Expr(c.suggest(fmt.Sprintf(`  %s{keep!="true"}
+	if p := k.pauses; p != nil {
+		r.Expr = Expr(c.suggest(fmt.Sprintf(`  %s%s
 unless on (%s)
   (time() - %s < clamp_max(%s * %s, %d))
-`, names.RecIdleWhole, ownerKey, names.RecIdleSince, names.RecPauseLongest, num(p.Factor), int64(time.Duration(p.Max).Seconds()))) + "\n")
+`, names.RecIdleWhole, sel, ownerKey, names.RecIdleSince, names.RecPauseLongest, num(p.Factor), int64(time.Duration(p.Max).Seconds()))) + "\n")
 	}
 	return r
 }
 
 func alertRules(c Config) []Rule {
-	idleFor := c.Idle.For.String()
 	in := c.inputs()
 	rs := []Rule{
-		{
-			Alert:  names.AlertIdle,
-			Expr:   Expr(c.suggest(names.RecIdleWhole+`{keep!="true"}`) + "\n"),
-			For:    idleFor,
-			Labels: map[string]string{"severity": "warning"},
-			Annotations: with(c.annotations("gpuidle",
-				`Idle `+whatUnit,
-				`The `+whatUnit+` is held by `+whoHolds+` but its {{ $labels.signal }} has stayed below `+num(c.Idle.Threshold*100)+`% for `+idleFor+` (now {{ $value | humanizePercentage }}).`,
-				c.unitDashboard()), "idle_for", c.Idle.Lookback.String()),
-		},
 		{
 			Alert: names.AlertWasted,
 			Expr: Expr(fmt.Sprintf(`  %s

@@ -18,7 +18,7 @@ import (
 )
 
 func TestCommittedRulesMatchTheGenerator(t *testing.T) {
-	for file, config := range map[string]string{"gpureclaim.rules.yml": "", "gpureclaim-dcgm.rules.yml": "dcgm.yaml"} {
+	for file, config := range map[string]string{"gpureclaim.rules.yml": "", "gpureclaim-dcgm.rules.yml": "dcgm.yaml", "gpureclaim-classes.rules.yml": "classes.yaml"} {
 		c := DefaultConfig()
 		if config != "" {
 			var err error
@@ -35,7 +35,7 @@ func TestCommittedRulesMatchTheGenerator(t *testing.T) {
 
 func TestPromtoolCheckAndTest(t *testing.T) {
 	promtool := tooltest.Bin(t, "promtool")
-	out, err := exec.Command(promtool, "check", "rules", "gpureclaim.rules.yml", "gpureclaim-dcgm.rules.yml").CombinedOutput()
+	out, err := exec.Command(promtool, "check", "rules", "gpureclaim.rules.yml", "gpureclaim-dcgm.rules.yml", "gpureclaim-classes.rules.yml").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	tests, err := filepath.Glob("tests/*.test.yml")
 	require.NoError(t, err)
@@ -43,14 +43,17 @@ func TestPromtoolCheckAndTest(t *testing.T) {
 	dcgm, err := filepath.Glob("tests/dcgm/*.test.yml")
 	require.NoError(t, err)
 	require.NotEmpty(t, dcgm)
-	tests = append(tests, dcgm...)
+	classes, err := filepath.Glob("tests/classes/*.test.yml")
+	require.NoError(t, err)
+	require.NotEmpty(t, classes)
+	tests = append(append(tests, dcgm...), classes...)
 	out, err = exec.Command(promtool, append([]string{"test", "rules"}, tests...)...).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 }
 
 func TestEveryConfigRendersValidRules(t *testing.T) {
 	promtool := tooltest.Bin(t, "promtool")
-	for _, path := range []string{"testdata/conf.good.yml", "demo.yaml", "dcgm.yaml"} {
+	for _, path := range []string{"testdata/conf.good.yml", "demo.yaml", "dcgm.yaml", "classes.yaml"} {
 		c, err := Load(path)
 		require.NoError(t, err, path)
 		b, err := Render(c)

@@ -29,6 +29,10 @@ func ShardRelabeling(n int) string {
   action: hashmod`, n, names.LabelShard)
 }
 
+// ksmPrefix begins the names of kube-state-metrics' series, which the idle
+// classes read.
+const ksmPrefix = "kube_"
+
 // unlabeledShard names the group, and the records, of the series a target
 // scraped without the relabeling sends: they are computed, not dropped.
 const unlabeledShard = "none"
@@ -50,6 +54,9 @@ func shard(rs []Rule, name, input string) ([]Rule, error) {
 		}
 		parser.Inspect(expr, func(node parser.Node, _ []parser.Node) error {
 			if vs, ok := node.(*parser.VectorSelector); ok {
+				if strings.HasPrefix(vs.Name, ksmPrefix) {
+					return nil // kube-state-metrics' series are the cluster's, in no node's shard
+				}
 				// A recording rule's name has colons; a scraped metric's none.
 				m := inputs
 				if strings.Contains(vs.Name, ":") {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -214,4 +215,24 @@ func TestRenderSplit(t *testing.T) {
 		want = append(want, g.Name)
 	}
 	require.Equal(t, want, got)
+}
+
+// The idle classes read kube-state-metrics, whose series belong to no
+// node's shard: every shard reads them whole, and its own units' records.
+func TestShardsReadKubeStateMetricsWhole(t *testing.T) {
+	c, err := Load("classes.yaml")
+	require.NoError(t, err)
+	c.Shards = 4
+	var classRecords int
+	for _, g := range Generate(c).Groups {
+		for _, r := range g.Rules {
+			if r.Record != names.RecOwnerClass {
+				continue
+			}
+			classRecords++
+			require.NotRegexp(t, `kube_pod_\w+\{[^}]*`+names.LabelShard, string(r.Expr))
+			require.Regexp(t, regexp.QuoteMeta(names.RecHeld)+`\{[^}]*`+names.LabelShard, string(r.Expr))
+		}
+	}
+	require.Equal(t, 5, classRecords, "one per shard and one for the unlabeled series")
 }

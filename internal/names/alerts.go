@@ -49,6 +49,8 @@ const (
 	LabelClaim          = "claim"
 	// LabelSignal names the activity an idle alert judged by.
 	LabelSignal = "signal"
+	// LabelClass names the idle class of the holder (rules: idle.classes).
+	LabelClass = "class"
 )
 
 // Values of LabelSignal.

@@ -11,6 +11,7 @@ const (
 	RecSize          = "uuid:gpureclaim_unit_size:gpus"
 	RecOwners        = "uuid:gpureclaim_unit_owners:count"
 	RecHeld          = "uuid_owner:gpureclaim_unit_held:info"
+	RecOwnerClass    = "uuid_owner:gpureclaim_unit_class:info"
 	RecIdleHeld      = "uuid_owner:gpureclaim_unit_idle_held:activity"
 	RecIdleHeldGPUs  = "uuid_owner:gpureclaim_unit_idle_held:gpus"
 	// A pod's or a Slurm job's allocation: the units it holds, those idle,

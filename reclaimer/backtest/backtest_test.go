@@ -118,6 +118,24 @@ func TestIdleForGood(t *testing.T) {
 	require.Equal(t, 239-act, w.Freed)
 }
 
+// Under the rules of rules/classes.yaml a Deployment's pod is in the
+// serving class (its controller, a ReplicaSet, as kube-state-metrics would
+// say): it is warned after serving's reclaim_after, not idle's.
+func TestIdleClasses(t *testing.T) {
+	h := history(t, 300, map[string]func(int) float64{"gone": goneAt(60)})
+	c, err := rules.Load("../../rules/classes.yaml")
+	require.NoError(t, err)
+	var serving time.Duration
+	for _, k := range c.Idle.Classes {
+		if k.Name == "serving" {
+			serving = time.Duration(k.ReclaimAfter)
+		}
+	}
+	require.NotEqual(t, time.Duration(c.Idle.ReclaimAfter), serving)
+	res := run(t, h, "../../rules/gpureclaim-classes.rules.yml", policy(t, ""))
+	require.Equal(t, []int{60 + 1 + minutes(serving)}, res.Workloads[0].Warned)
+}
+
 func TestBusyIsLeftAlone(t *testing.T) {
 	h := history(t, 240, map[string]func(int) float64{"busy": busy})
 	res := run(t, h, committedRules, policy(t, ""))

@@ -101,7 +101,7 @@ func traceWorkload(id string, activity, memory []float64, ctl reclaim.Controller
 			present[i], total[i] = 1, unitMemory
 		}
 	}
-	return Workload{
+	w := Workload{
 		ID: id, Owner: traceNamespace, Controller: ctl, Activity: activity, Memory: memory,
 		key: ownerKey(uuid, traceNamespace, id, "", ""),
 		Series: []Series{
@@ -112,6 +112,30 @@ func traceWorkload(id string, activity, memory []float64, ctl reclaim.Controller
 			{name("gpureclaim_unit_memory_used_bytes"), memory},
 		},
 	}
+	if ctl.Kind != "" {
+		// What kube-state-metrics says of the pod's controller, for the
+		// rules' idle classes.
+		w.Series = append(w.Series, Series{labels.FromStrings("__name__", "kube_pod_owner", "namespace", traceNamespace, "pod", id,
+			"owner_kind", PodOwnerKind(ctl.Kind), "owner_name", id, "owner_is_controller", "true", "job", "kube-state-metrics", "instance", "replay"), present})
+	}
+	return w
+}
+
+// PodOwnerKind is the kind of a pod's controller (kube_pod_owner's
+// owner_kind) under a top owner of the kind: a Deployment's pods are its
+// ReplicaSet's, a Notebook's its StatefulSet's.
+func PodOwnerKind(top string) string {
+	switch top {
+	case "Deployment", "InferenceService":
+		return "ReplicaSet"
+	case "Notebook", "LeaderWorkerSet":
+		return "StatefulSet"
+	case "JobSet", "TrainJob", "CronJob":
+		return "Job"
+	case "RayJob":
+		return "RayCluster"
+	}
+	return top
 }
 
 // Slice returns the steps [from, to) of the workloads with the given ids
