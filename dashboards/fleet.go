@@ -30,6 +30,9 @@ func fleet() *layout {
 		Target{Expr: names.RecFleetHeld, LegendFormat: "held"},
 		Target{Expr: names.RecFleetUsed, LegendFormat: "used"},
 		Target{Expr: names.RecFleetIdleHeld, LegendFormat: "held but idle"}), 12, 8)
+	add(l, series("GPUs wanted beside idle supply", "GPUs pending work asks for (pending pods' requests, Kueue's pending workloads, Slurm's pending GPU jobs) against GPUs held but idle: idle GPUs while work waits are what demand-aware policies reclaim first.", "short",
+		Target{Expr: "sum(" + names.RecGPUsWanted + ") or vector(0)", LegendFormat: "wanted by pending work"},
+		Target{Expr: names.RecFleetIdleHeld, LegendFormat: "held but idle"}), 24, 8)
 
 	l.row("Idle time and its cost")
 	add(l, series("Idle GPUs by namespace", "GPUs held but idle, per namespace (empty: bare metal).", "short",

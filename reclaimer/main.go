@@ -286,10 +286,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if ks, ok := st.(*kubestore.Store); ok && leader != nil {
 			ks.Lead(ctx) // the Lease lost, its writes in flight end
 		}
-		eng, err := reclaim.New(reclaim.Options{
+		eo := reclaim.Options{
 			Config: cfg, Store: st, Checker: am, Inspector: insp, Actor: act, Verifier: act, Events: events,
 			Notifiers: notifiers.list, Clock: time.Now, Logger: logger, Metrics: metrics, Failpoint: failpoint(), Leadership: leader,
-		})
+		}
+		if prom != nil {
+			eo.Prometheus = prom
+		}
+		eng, err := reclaim.New(eo)
 		if err != nil {
 			return err
 		}

@@ -35,6 +35,7 @@ type Config struct {
 	Exporter   Exporter   `yaml:"exporter"`
 	Cost       Cost       `yaml:"cost"`
 	Links      Links      `yaml:"links"`
+	Demand     Demand     `yaml:"demand"`
 	// Shards splits the per-unit rules into this many groups, each over the
 	// targets whose gpureclaim_shard label (a hashmod relabeling of the
 	// scrape, ShardRelabeling) is its number, so that a large fleet's rules
@@ -108,6 +109,17 @@ func fillPauses(field string, p *Pauses) []error {
 		errs = append(errs, fmt.Errorf("%s.factor: %g must be positive", field, p.Factor))
 	}
 	return errs
+}
+
+// Demand: what pending work asks for GPUs, recorded by resource
+// (names.RecGPUsWanted) for the reclaimer's policies that wait for demand,
+// and for the fleet dashboard beside the idle supply.
+type Demand struct {
+	// KueueClusterQueues is a regular expression of the Kueue ClusterQueues
+	// whose pending workloads want whole GPUs, each counted as one (Kueue
+	// exports their number, not what they ask for). Default ".+"; empty
+	// leaves Kueue out.
+	KueueClusterQueues string `yaml:"kueue_cluster_queues"`
 }
 
 // Wasted: a held unit with low average activity that holds much of its memory.
@@ -231,6 +243,7 @@ func DefaultConfig() Config {
 		Cost:     Cost{PricePerGPUHour: 2.5, Currency: "USD", Window: dur(24 * time.Hour), Step: dur(time.Minute)},
 		Shards:   1,
 		Links:    Links{Runbook: "https://github.com/gpureclaim/gpureclaim/blob/main/rules/runbook.md", Grafana: "http://localhost:3000"},
+		Demand:   Demand{KueueClusterQueues: ".+"},
 	}
 }
 
@@ -372,6 +385,9 @@ func (c *Config) Validate() error {
 	positive("cost.step", c.Cost.Step)
 	if c.Cost.Step > c.Cost.Window {
 		errs = append(errs, fmt.Errorf("cost.step: %s is longer than cost.window (%s)", c.Cost.Step, c.Cost.Window))
+	}
+	if _, err := regexp.Compile("^(?:" + c.Demand.KueueClusterQueues + ")$"); err != nil {
+		errs = append(errs, fmt.Errorf("demand.kueue_cluster_queues: %q is not a regular expression: %v", c.Demand.KueueClusterQueues, err))
 	}
 	for _, l := range []struct{ field, url string }{{"links.runbook", c.Links.Runbook}, {"links.grafana", c.Links.Grafana}} {
 		field, u := l.field, l.url

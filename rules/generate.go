@@ -90,7 +90,7 @@ func Generate(c Config) File {
 	// The fleet's sums read every shard's records: one evaluation behind
 	// them, which a dashboard does not see.
 	return File{Groups: append(groups,
-		Group{Name: "gpureclaim.fleet", Rules: fleetRules(c)},
+		Group{Name: "gpureclaim.fleet", Rules: append(fleetRules(c), demandRules(c)...)},
 		Group{Name: packingGroup, Interval: c.Packing.Step.String(), Rules: packingRules(c)},
 		Group{Name: "gpureclaim.exporter", Rules: exporterRules(c)},
 	)}
@@ -324,6 +324,32 @@ func fleetRules(c Config) []Rule {
 		rs = append(rs, Rule{Record: names.RecFleetMIGFreed, Expr: Expr(fmt.Sprintf("sum(%s) or vector(0)", names.RecRightsizeFreed))})
 	}
 	return rs
+}
+
+// demandRules record the GPUs pending work asks for: pending pods'
+// requests (kube-state-metrics), Kueue's pending workloads, and Slurm's
+// pending GPU jobs (every exporter reads the cluster's queue: the most one
+// says).
+func demandRules(c Config) []Rule {
+	src := func(expr, source string) string {
+		return fmt.Sprintf(`label_replace(%s, "source", %q, "", "")`, expr, source)
+	}
+	whole := func(expr string) string {
+		return fmt.Sprintf(`label_replace(%s, "resource", %q, "", "")`, expr, names.GPUResourceKSM(names.KindGPU, ""))
+	}
+	parts := []string{src(fmt.Sprintf(`sum by (resource) (
+      kube_pod_container_resource_requests{resource=~"nvidia_com_gpu|nvidia_com_mig_.+"}
+    * on (namespace, pod) group_left ()
+      (max by (namespace, pod) (kube_pod_status_phase{phase="Pending"}) == 1)
+  )`), "pods")}
+	if c.Demand.KueueClusterQueues != "" {
+		parts = append(parts, src(whole(fmt.Sprintf(`sum(kueue_pending_workloads{cluster_queue=~%q}) > 0`, c.Demand.KueueClusterQueues)), "kueue"))
+	}
+	parts = append(parts, src(whole(fmt.Sprintf("max(%s) > 0", names.SlurmPendingGPUs)), "slurm"))
+	return []Rule{
+		{Record: names.RecGPUsWantedBySource, Expr: Expr("  " + strings.Join(parts, "\nor\n  ") + "\n")},
+		{Record: names.RecGPUsWanted, Expr: Expr(fmt.Sprintf("sum by (resource) (%s)", names.RecGPUsWantedBySource))},
+	}
 }
 
 // costRules price the owners' and namespaces' idle GPU-hours.

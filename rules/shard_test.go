@@ -159,6 +159,14 @@ func evalFleet(t *testing.T, file string, records []string, rcs []*relabel.Confi
 				}
 			}
 		}
+		// kube-state-metrics: a pending pod that waits for two GPUs.
+		for v, kv := range map[float64][]string{
+			2: {"__name__", "kube_pod_container_resource_requests", "namespace", "ml", "pod", "waiting-0", "container", "c", "resource", "nvidia_com_gpu", "unit", "integer"},
+			1: {"__name__", "kube_pod_status_phase", "namespace", "ml", "pod", "waiting-0", "uid", "w0", "phase", "Pending"},
+		} {
+			_, err := app.Append(0, labels.FromStrings(append(kv, "job", "kube-state-metrics", "instance", "ksm:8080")...), ts, v)
+			require.NoError(t, err)
+		}
 		require.NoError(t, app.Commit())
 		require.NoError(t, ev.Eval(start.Add(time.Duration(m)*time.Minute)))
 	}

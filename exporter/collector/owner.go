@@ -15,6 +15,7 @@ import (
 type Owner struct {
 	src                                            Source
 	info, memory, smUtil, procs, started, slurmJob *prometheus.Desc
+	slurmPending                                   *prometheus.Desc
 }
 
 var ownerLabels = []string{names.LabelUUID, names.LabelGPUUUID, names.LabelNamespace, names.LabelPod, names.LabelContainer, names.LabelUser, names.LabelSlurmJob}
@@ -32,11 +33,12 @@ func NewOwner(src Source) *Owner {
 			"Start of the owner's oldest process on the unit, or of a Slurm job's allocation, in Unix seconds; absent while neither is known.", ownerLabels...),
 		slurmJob: desc("slurm_job", "info", "A Slurm job holding GPUs on the node by allocation; always 1. batch is \"true\" for sbatch jobs, requeue when Slurm may requeue it.",
 			names.LabelSlurmJob, names.LabelUser, "partition", "batch", "requeue"),
+		slurmPending: prometheus.NewDesc(names.SlurmPendingGPUs, "GPUs the cluster's pending Slurm jobs ask for (per node times their nodes, and per job); every node reads the same queue.", nil, nil),
 	}
 }
 
 func (c *Owner) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.info, c.memory, c.smUtil, c.procs, c.started, c.slurmJob} {
+	for _, d := range []*prometheus.Desc{c.info, c.memory, c.smUtil, c.procs, c.started, c.slurmJob, c.slurmPending} {
 		ch <- d
 	}
 }
@@ -46,6 +48,7 @@ func (c *Owner) Collect(ch chan<- prometheus.Metric) {
 	if s == nil {
 		return
 	}
+	emit(ch, c.slurmPending, s.SlurmPendingGPUs)
 	for _, j := range s.SlurmJobs {
 		gauge(ch, c.slurmJob, 1, j.ID, j.User, j.Partition, strconv.FormatBool(j.Batch), strconv.FormatBool(j.Requeue))
 	}

@@ -62,6 +62,8 @@ const DefaultSliceInterval = time.Minute
 // allocation (exporter/slurm).
 type SlurmLister interface {
 	Jobs(ctx context.Context) ([]slurm.Job, error)
+	// PendingGPUs counts the GPUs the cluster's pending jobs ask for.
+	PendingGPUs(ctx context.Context) (int, error)
 }
 
 // Config holds the sampler's dependencies. NVML is required; the rest may be nil.
@@ -106,6 +108,7 @@ type Sampler struct {
 	procUtilSeen map[string]uint64
 	allocs       podresources.Allocations
 	slurmJobs    []slurm.Job
+	slurmPending Gauge
 	slurmRead    time.Time
 	slurmErr     error
 	errors       map[ErrorKey]uint64
@@ -222,7 +225,7 @@ func (s *Sampler) Sample(ctx context.Context) *Snapshot {
 
 	c.podResources()
 	c.slurm()
-	snap.SlurmJobs = s.slurmJobs
+	snap.SlurmJobs, snap.SlurmPendingGPUs = s.slurmJobs, s.slurmPending
 	start := time.Now()
 	if s.driver == nil {
 		s.driver = c.driverInfo()
@@ -297,13 +300,20 @@ func (c *cycle) slurm() {
 	c.s.slurmRead = c.now
 	start := time.Now()
 	jobs, err := c.s.cfg.Slurm.Jobs(c.ctx)
-	c.s.slurmErr = err
 	if err != nil {
 		// Keep the last answer: a slurmctld restart must not free every GPU.
 		c.s.cfg.Logger.Warn("reading Slurm's allocations", "err", err)
 	} else {
 		c.s.slurmJobs = jobs
 	}
+	if pending, perr := c.s.cfg.Slurm.PendingGPUs(c.ctx); perr != nil {
+		c.s.cfg.Logger.Warn("reading Slurm's pending jobs", "err", perr)
+		c.s.slurmPending = Gauge{}
+		err = errors.Join(err, perr)
+	} else {
+		c.s.slurmPending = some(float64(pending))
+	}
+	c.s.slurmErr = err
 	c.track(StepSlurm, start, err)
 }
 

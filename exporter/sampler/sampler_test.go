@@ -274,6 +274,7 @@ type slurmJobs struct {
 }
 
 func (s *slurmJobs) Jobs(context.Context) ([]slurm.Job, error) { s.calls++; return s.jobs, s.err }
+func (s *slurmJobs) PendingGPUs(context.Context) (int, error)  { return 5, s.err }
 
 // A GPU a Slurm job holds by allocation is held with no process on it; a
 // job with a process on its GPU is one owner, started when the job did; a

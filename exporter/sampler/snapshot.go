@@ -22,6 +22,9 @@ type Snapshot struct {
 	Steps []Step
 	// SlurmJobs are the Slurm jobs holding the node's GPUs (nil without Slurm).
 	SlurmJobs []slurm.Job
+	// SlurmPendingGPUs are the GPUs the cluster's pending Slurm jobs ask
+	// for; absent without Slurm, or when its queue could not be read.
+	SlurmPendingGPUs Gauge
 	// NVMLErrors counts failed NVML calls since start.
 	NVMLErrors map[ErrorKey]uint64
 }

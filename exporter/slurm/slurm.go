@@ -98,6 +98,42 @@ func (r *Reader) Jobs(ctx context.Context) ([]Job, error) {
 	return jobs, nil
 }
 
+// PendingGPUs counts the GPUs Slurm's pending jobs ask for, cluster-wide:
+// per node (--gres=gpu:N, --gpus-per-node) times their nodes, and per job
+// (--gpus). Every node's exporter reads the same queue.
+func (r *Reader) PendingGPUs(ctx context.Context) (int, error) {
+	out, err := r.command(ctx, "squeue", "--noheader", "--all", "--states=PENDING", "--Format=tres-per-node:|,tres-per-job:|,numnodes:|")
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for _, l := range lines(out) {
+		f := strings.Split(l, "|")
+		if len(f) < 3 {
+			return 0, fmt.Errorf("squeue: unexpected line %q", l)
+		}
+		nodes, err := strconv.Atoi(strings.TrimSpace(f[2]))
+		if err != nil {
+			nodes = 1 // not decided yet: at least one
+		}
+		total += gpusIn(f[0])*max(nodes, 1) + gpusIn(f[1])
+	}
+	return total, nil
+}
+
+// gpuTRES is a GPU count in a TRES or GRES list: gres:gpu:4,
+// gres:gpu:a100:2, gres/gpu:4, gres/gpu=4.
+var gpuTRES = regexp.MustCompile(`gres[:/]gpu(?::[^:,=]+)?[:=](\d+)`)
+
+func gpusIn(tres string) int {
+	n := 0
+	for _, m := range gpuTRES.FindAllStringSubmatch(tres, -1) {
+		v, _ := strconv.Atoi(m[1])
+		n += v
+	}
+	return n
+}
+
 func lines(b []byte) []string {
 	var out []string
 	sc := bufio.NewScanner(bytes.NewReader(b))

@@ -68,6 +68,16 @@ func TestJobsOnARealSlurm(t *testing.T) {
 	require.True(t, byID[batch].Requeue)
 	require.True(t, byID[batch].Keep)
 
+	// Pending: 4 GPUs on one node, 1 on each of two nodes (this cluster
+	// has one: it waits for good), 3 per job, and one asking for none.
+	for _, a := range [][]string{{"-N1", "--gres=gpu:4"}, {"-N2", "--gres=gpu:1"}, {"--gpus=3"}, {"-N1"}} {
+		out, err := c.Command(context.Background(), "sbatch", append(a, "-o", "/dev/null", "--wrap", "sleep 3600")...).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	pending, err := r.PendingGPUs(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 4+2+3, pending)
+
 	other := &slurm.Reader{Node: "gpu-node-7", Bin: c.Bin, Env: c.Env()}
 	_, err = other.Jobs(context.Background())
 	require.ErrorContains(t, err, "Invalid node name gpu-node-7", "a node name Slurm does not know is an error, not an empty node")

@@ -53,6 +53,20 @@ func DRAMIGName(minor int, profile string, profileID, placementStart int) string
 	return fmt.Sprintf("gpu-%d-mig-%s-%d-%d", minor, strings.ReplaceAll(profile, ".", ""), profileID, placementStart)
 }
 
+// SlurmPendingGPUs is the exporter's count of the GPUs Slurm's pending
+// jobs ask for, cluster-wide.
+const SlurmPendingGPUs = "gpureclaim_slurm_pending_gpus"
+
+// GPUResourceKSM is the resource a unit of the kind is requested by, as
+// kube-state-metrics names resources (nvidia_com_gpu,
+// nvidia_com_mig_1g_10gb): what pending work asking for one requests.
+func GPUResourceKSM(kind, migProfile string) string {
+	if kind == KindMIG && migProfile != "" {
+		return "nvidia_com_mig_" + strings.NewReplacer(".", "_", "-", "_").Replace(migProfile)
+	}
+	return "nvidia_com_gpu"
+}
+
 // IsGPUResource says whether a device-plugin resource is an NVIDIA GPU or MIG
 // resource (nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-1g.10gb, ...):
 // the exporter reads holders of these from the kubelet, the reclaimer looks

@@ -12,8 +12,13 @@ const (
 	RecOwners        = "uuid:gpureclaim_unit_owners:count"
 	RecHeld          = "uuid_owner:gpureclaim_unit_held:info"
 	RecOwnerClass    = "uuid_owner:gpureclaim_unit_class:info"
-	RecIdleHeld      = "uuid_owner:gpureclaim_unit_idle_held:activity"
-	RecIdleHeldGPUs  = "uuid_owner:gpureclaim_unit_idle_held:gpus"
+	// RecGPUsWanted and RecGPUsWantedBySource are the GPUs pending work
+	// asks for, by resource as kube-state-metrics names it
+	// (GPUResourceKSM), and by where the demand comes from.
+	RecGPUsWanted         = "resource:gpureclaim_gpus_wanted:sum"
+	RecGPUsWantedBySource = "resource_source:gpureclaim_gpus_wanted:sum"
+	RecIdleHeld           = "uuid_owner:gpureclaim_unit_idle_held:activity"
+	RecIdleHeldGPUs       = "uuid_owner:gpureclaim_unit_idle_held:gpus"
 	// A pod's or a Slurm job's allocation: the units it holds, those idle,
 	// and the idle units whose whole allocation is idle (only those can be
 	// reclaimed: stopping the pod or the job stops the busy ones too).

@@ -290,6 +290,9 @@ type Policy struct {
 	// RestoreWithin is how long after the action restore_when is watched.
 	// Default 24h.
 	RestoreWithin *Duration `yaml:"restore_within"`
+	// Demand, when set, makes the action wait for GPUs of the target's kind
+	// to be wanted, or shortens the grace while they are.
+	Demand *Demand `yaml:"demand"`
 
 	matchers    amlabels.Matchers
 	restoreWhen *template.Template
@@ -704,6 +707,7 @@ func (cfg *Config) validate() error {
 	for i := range cfg.Policies {
 		cfg.Policies[i].validate(c, fmt.Sprintf("policies[%d]", i), names)
 		cfg.Policies[i].validateRestore(c, fmt.Sprintf("policies[%d]", i), cfg.Prometheus)
+		cfg.Policies[i].validateDemand(c, fmt.Sprintf("policies[%d]", i), cfg.Prometheus)
 		switch a := cfg.Policies[i].Action; {
 		case (a == ActionCancel || a == ActionRequeue) && !cfg.Slurm.On():
 			c.errorf(fmt.Sprintf("policies[%d].action", i), "%s goes through slurmrestd: set slurm.url", a)

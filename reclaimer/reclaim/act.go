@@ -84,6 +84,9 @@ func (e *Engine) checks(ctx context.Context, r *Reclaim) bool {
 			return false
 		}
 	}
+	if !e.awaitDemand(ctx, r, p) {
+		return false
+	}
 	return e.recheck(ctx, r)
 }
 

@@ -39,6 +39,9 @@ type Options struct {
 	// Leadership, with two replicas, is checked before every write, action
 	// and message; nil runs alone.
 	Leadership Leadership
+	// Prometheus answers whether GPUs of a kind are wanted, for the
+	// policies with demand; nil when none is configured.
+	Prometheus DemandQuerier
 }
 
 // Engine runs every reclaim's lifecycle.

@@ -23,12 +23,13 @@ const (
 	DecisionNotAUnit      Decision = "not_a_unit"     // not an alert about a unit
 	DecisionResolvedFirst Decision = "resolved_first" // a resolved alert never seen firing
 	DecisionNotReleased   Decision = "not_released"   // still firing after a stop the controller refused or ignored
+	DecisionNoDemand      Decision = "no_demand"      // the policy waits until GPUs of the kind are wanted
 )
 
 // Decisions lists every Decision.
 var Decisions = []Decision{DecisionPending, DecisionExempt, DecisionNotify, DecisionDuplicate, DecisionStale, DecisionCancelled,
 	DecisionSnoozed, DecisionKept, DecisionMinRuntime, DecisionOutsideWindow, DecisionRateLimited, DecisionNoPolicy, DecisionNotAUnit,
-	DecisionResolvedFirst, DecisionNotReleased}
+	DecisionResolvedFirst, DecisionNotReleased, DecisionNoDemand}
 
 // Component is the part of the reclaimer an error came from: the
 // component label of gpureclaim_reclaimer_errors_total.

@@ -209,6 +209,11 @@ type Reclaim struct {
 	// SharedWith, once released, says who still holds the GPU: the action
 	// freed the target's share of a shared ResourceClaim, not the GPU.
 	SharedWith string `json:"shared_with,omitempty"`
+	// Wanted: GPUs of the unit's kind were wanted when the owner was warned,
+	// and the policy's shorter demand grace applied. AwaitsDemand: the
+	// policy acts only while they are (config.Demand).
+	Wanted       bool `json:"wanted,omitempty"`
+	AwaitsDemand bool `json:"awaits_demand,omitempty"`
 	// ActingSince is when the action began, until its outcome is recorded:
 	// after a restart it says the action may have taken effect.
 	ActingSince time.Time `json:"acting_since,omitzero"`

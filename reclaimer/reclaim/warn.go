@@ -143,14 +143,21 @@ func (e *Engine) warn(ctx context.Context, id string) {
 	// late it goes out (a backlog, an outage, a restart), never from the alert.
 	var actAt time.Time
 	var grace time.Duration
+	var shortened bool
 	if kind == MsgWarning {
 		if p := e.policy(r); p != nil {
+			now := e.now()
 			grace = p.GraceTime()
-			actAt = e.now().Add(grace)
-			if r.ActAt.After(actAt) {
+			full := now.Add(grace)
+			if g, ok := e.demandGrace(ctx, r, p); ok {
+				grace, shortened = g, true // others wait for a GPU of this kind
+			}
+			actAt = now.Add(grace)
+			if r.ActAt.After(full) {
 				actAt = r.ActAt // deferred further already (a window, a minimum runtime)
 			}
-			r.ActAt = actAt
+			r.ActAt, r.Wanted = actAt, shortened
+			r.AwaitsDemand = p.Demand != nil && p.Demand.Required
 		}
 	}
 	d := e.delivery(id, kind, r.Warning)
@@ -181,9 +188,10 @@ func (e *Engine) warn(ctx context.Context, id string) {
 		if delivered {
 			c.Warning.Sent, c.Warning.At, c.Warning.Error = true, e.now(), ""
 			c.NextTry = time.Time{}
-			if c.State == Pending && actAt.After(c.ActAt) {
+			if c.State == Pending && (actAt.After(c.ActAt) || shortened) {
 				c.ActAt = actAt // the time the warning states
 			}
+			c.Wanted, c.AwaitsDemand = r.Wanted, r.AwaitsDemand
 			if real := c.Warning.At.Add(grace); c.State == Pending && grace > 0 && real.Sub(c.ActAt) >= time.Second {
 				// The send itself took long (retries, a slow API): the grace
 				// runs from delivery, and the warning is put right.
@@ -286,6 +294,12 @@ func text(kind MessageKind, r *Reclaim) string {
 			s += " " + shared
 		case r.OnlyShare():
 			s += " Its other holders keep the GPU busy: stopping it frees its share, not the GPU."
+		}
+		if r.Wanted {
+			s += " Others are waiting for a GPU of this kind, so the grace is shorter."
+		}
+		if r.AwaitsDemand {
+			s += " It is reclaimed only once others wait for a GPU of this kind."
 		}
 		return s
 	case MsgNotice:
