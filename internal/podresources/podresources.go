@@ -51,7 +51,6 @@ type Allocations struct {
 	Devices map[Device][]Container
 }
 
-
 // Client calls the kubelet's pod-resources API: gRPC's List, a unary call,
 // as an HTTP/2 request over the unix socket, its answer decoded field by
 // field (wire.go). A gRPC and protobuf runtime would be most of what a node
@@ -195,4 +194,3 @@ func sortContainers(cs []Container) {
 		return a.Container < b.Container
 	})
 }
-
