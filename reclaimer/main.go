@@ -40,6 +40,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/reclaimer/notify"
 	"github.com/gpureclaim/gpureclaim/reclaimer/promquery"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+	"github.com/gpureclaim/gpureclaim/reclaimer/report"
 	rslack "github.com/gpureclaim/gpureclaim/reclaimer/slack"
 	"github.com/gpureclaim/gpureclaim/reclaimer/slurm"
 	"github.com/gpureclaim/gpureclaim/reclaimer/store"
@@ -301,7 +302,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if prom != nil {
 			activity = prom
 		}
-		srv := rweb.New(rweb.Options{Config: cfg, Engine: eng, Logger: logger, Clock: time.Now, Registry: reg, Ready: ready(st, leader), Activity: activity})
+		var weekly rweb.ReportBuilder
+		if prom != nil {
+			weekly = func(ctx context.Context, window time.Duration) (report.Report, error) {
+				return report.Build(ctx, prom, eng.List(), report.Options{To: time.Now(), Window: window})
+			}
+		}
+		srv := rweb.New(rweb.Options{Config: cfg, Engine: eng, Logger: logger, Clock: time.Now, Registry: reg, Ready: ready(st, leader), Activity: activity, Report: weekly})
 		notifiers.mount(ctx, srv, eng)
 		go every(ctx, time.Hour, func() {
 			if n, err := eng.Prune(time.Now().Add(-o.retention)); err != nil {
@@ -312,6 +319,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		})
 		if prom != nil {
 			go every(ctx, time.Duration(cfg.Prometheus.Interval), func() { eng.RestoreOnDemand(ctx, prom) })
+		}
+		if cfg.Report.On() && weekly != nil {
+			// Due at the configured time of the week, by the leader of the
+			// moment; one that takes over later waits for the next week.
+			next := cfg.Report.Next(time.Now())
+			go every(ctx, time.Minute, func() {
+				now := time.Now()
+				if now.Before(next) {
+					return
+				}
+				week := next.UTC().Format("2006-01-02")
+				next = cfg.Report.Next(now)
+				rep, err := weekly(ctx, report.DefaultWindow)
+				if err != nil {
+					logger.Error("building the weekly report", "err", err)
+					return
+				}
+				report.Send(ctx, eng, rep, week)
+				logger.Info("sent the weekly report", "week_ending", week, "namespaces", len(rep.Namespaces), "owners", len(rep.Owners))
+			})
 		}
 		front.lead(srv)
 		logger.Info("reclaimer acting", "listen", o.listen, "policies", len(cfg.Policies), "dry_run", cfg.DryRun, "storage", o.backend)

@@ -356,6 +356,7 @@ func demandRules(c Config) []Rule {
 func costRules(c Config) []Rule {
 	price := num(c.Cost.PricePerGPUHour)
 	return []Rule{
+		{Record: names.RecGPUHourPrice, Expr: Expr(fmt.Sprintf(`label_replace(vector(%s), "currency", %q, "", "")`, price, c.Cost.Currency))},
 		{Record: names.RecOwnerIdleCost, Expr: Expr(fmt.Sprintf(`label_replace(%s * %s, "currency", %q, "", "")`, names.RecOwnerIdleHours, price, c.Cost.Currency))},
 		{Record: names.RecNSIdleCost, Expr: Expr(fmt.Sprintf(`label_replace(%s * %s, "currency", %q, "", "")`, names.RecNSIdleHours, price, c.Cost.Currency))},
 	}

@@ -15,7 +15,10 @@ const (
 	// RecGPUsWanted and RecGPUsWantedBySource are the GPUs pending work
 	// asks for, by resource as kube-state-metrics names it
 	// (GPUResourceKSM), and by where the demand comes from.
-	RecGPUsWanted         = "resource:gpureclaim_gpus_wanted:sum"
+	RecGPUsWanted = "resource:gpureclaim_gpus_wanted:sum"
+	// RecGPUHourPrice is the rules' price of a GPU-hour, with its currency
+	// label: one source for the dashboards and the reclaimer's report.
+	RecGPUHourPrice       = "fleet:gpureclaim_gpu_hour_price:config"
 	RecGPUsWantedBySource = "resource_source:gpureclaim_gpus_wanted:sum"
 	RecIdleHeld           = "uuid_owner:gpureclaim_unit_idle_held:activity"
 	RecIdleHeldGPUs       = "uuid_owner:gpureclaim_unit_idle_held:gpus"

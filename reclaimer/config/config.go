@@ -69,6 +69,7 @@ type Config struct {
 	Slurm          Slurm          `yaml:"slurm"`
 	Prometheus     Prometheus     `yaml:"prometheus"`
 	Activity       Activity       `yaml:"activity"`
+	Report         Report         `yaml:"report"`
 	Notifiers      []Notifier     `yaml:"notifiers"`
 	Exemptions     Exemptions     `yaml:"exemptions"`
 	RateLimits     RateLimits     `yaml:"rate_limits"`
@@ -601,6 +602,7 @@ func (cfg *Config) validate() error {
 	cfg.Slurm.validate(c)
 	cfg.Prometheus.validate(c)
 	cfg.Activity.validate(c, cfg.Prometheus)
+	cfg.Report.validate(c, cfg.Prometheus)
 	cfg.Release.validate(c)
 	n := &cfg.Nodes
 	if n.URLTemplate == "" {

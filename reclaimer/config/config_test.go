@@ -148,3 +148,18 @@ workloads:
 	require.True(t, nb.Scale, "a built-in kind replaced")
 	require.Len(t, c.Workloads, len(BuiltinWorkloads())+1)
 }
+
+// The report is due at its day and time of the week, in its time zone.
+func TestReportNext(t *testing.T) {
+	c := &checker{}
+	r := Report{Day: "mon", At: "09:00", Timezone: "Europe/Berlin"}
+	r.validate(c, Prometheus{URL: "http://prom:9090"})
+	require.Empty(t, c.errs)
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	require.NoError(t, err)
+	wed := time.Date(2026, 12, 2, 12, 0, 0, 0, berlin) // a Wednesday
+	require.Equal(t, time.Date(2026, 12, 7, 9, 0, 0, 0, berlin), r.Next(wed))
+	mon := time.Date(2026, 12, 7, 9, 0, 0, 0, berlin)
+	require.Equal(t, time.Date(2026, 12, 14, 9, 0, 0, 0, berlin), r.Next(mon), "not again at the same time")
+	require.Equal(t, mon, r.Next(mon.Add(-time.Minute)))
+}

@@ -133,6 +133,7 @@ var subjects = map[reclaim.MessageKind]string{
 	reclaim.MsgRestored:      "Workload restored",
 	reclaim.MsgRestoreFailed: "Restore failed",
 	reclaim.MsgAdmin:         "gpureclaim: for the admins",
+	reclaim.MsgReport:        "gpureclaim: the week's idle GPUs",
 }
 
 var page = template.Must(template.New("mail").Parse(`<!DOCTYPE html>

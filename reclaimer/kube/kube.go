@@ -185,9 +185,13 @@ func (c *Client) Started(ctx context.Context, t reclaim.Target) (time.Time, erro
 // Owner is the contact annotation of a pod, else of its nearest owner
 // that has one, else of its namespace.
 func (c *Client) Owner(ctx context.Context, t reclaim.Target) (string, error) {
-	ch, err := c.walk(ctx, t.Namespace, t.Pod)
-	if err != nil && !errors.Is(err, reclaim.ErrGone) {
-		return "", err
+	var ch *chain
+	if t.Pod != "" { // a namespace's own owner (the weekly report) has no pod
+		var err error
+		ch, err = c.walk(ctx, t.Namespace, t.Pod)
+		if err != nil && !errors.Is(err, reclaim.ErrGone) {
+			return "", err
+		}
 	}
 	if ch != nil {
 		for _, o := range ch.metas() {

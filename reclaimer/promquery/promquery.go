@@ -1,6 +1,7 @@
 // Package promquery asks Prometheus (or anything that serves its query
-// API) whether a reclaimed workload is wanted again: a policy's
-// restore_when.
+// API) whether a reclaimed workload is wanted again (a policy's
+// restore_when), whether GPUs are wanted, when a pod's GPU was last
+// active, and what the weekly report reads.
 package promquery
 
 import (
@@ -42,6 +43,29 @@ type response struct {
 func (c *Client) Demand(ctx context.Context, query string) (bool, error) {
 	result, err := c.instant(ctx, query)
 	return len(result) > 0, err
+}
+
+// Sample is one element of an instant vector: its labels and value.
+type Sample struct {
+	Labels map[string]string
+	Value  float64
+}
+
+// Query runs an instant query and returns its vector.
+func (c *Client) Query(ctx context.Context, query string) ([]Sample, error) {
+	result, err := c.instant(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Sample, 0, len(result))
+	for _, s := range result {
+		v, err := s.float()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Sample{Labels: s.Metric, Value: v})
+	}
+	return out, nil
 }
 
 // sample is one element of an instant vector.

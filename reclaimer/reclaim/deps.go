@@ -222,6 +222,10 @@ const (
 	MsgSnoozed       MessageKind = "snoozed"  // someone snoozed the reclaim
 	MsgKept          MessageKind = "kept"     // someone kept the unit
 	MsgReleased      MessageKind = "released" // the owner released it: acting now
+	// MsgReport is the weekly report: the whole of it for the admins
+	// (Reclaim nil), a namespace's or a user's part for them (Reclaim
+	// names only its Target).
+	MsgReport MessageKind = "report"
 )
 
 // Message is what a notifier sends. For the owner's messages Reclaim is a

@@ -96,7 +96,7 @@ var MessageResults = []MessageResult{MessageSent, MessageError}
 
 // MessageKinds lists every MessageKind.
 var MessageKinds = []MessageKind{MsgWarning, MsgNotice, MsgReclaimed, MsgNotReleased, MsgCancelled, MsgFailed, MsgExempt, MsgRestored,
-	MsgRestoreFailed, MsgAdmin, MsgSnoozed, MsgKept, MsgReleased}
+	MsgRestoreFailed, MsgAdmin, MsgSnoozed, MsgKept, MsgReleased, MsgReport}
 
 // States lists the states the reclaims gauge reports.
 var States = []State{Pending, Acting, Snoozed, Done, NotReleased, DryRun, Notified, Cancelled, Exempt, Failed}

@@ -27,6 +27,11 @@ func isSentKey(key string) bool { return strings.Contains(key, ".sent.") }
 
 // send delivers a message through every notifier. It returns the refs and
 // channels per notifier, and whether every blocking notifier delivered.
+// Announce sends a message that belongs to no reclaim's lifecycle (the
+// weekly report) through every notifier; it says whether the blocking
+// ones delivered it.
+func (e *Engine) Announce(ctx context.Context, m Message) bool { return e.send(ctx, m, nil) }
+
 func (e *Engine) send(ctx context.Context, m Message, d *Delivery) bool {
 	ok := true
 	if m.Reclaim != nil && m.Key == "" {

@@ -233,6 +233,8 @@ func (n *Notifier) Send(ctx context.Context, m reclaim.Message, prev map[string]
 		return n.admin(ctx, m)
 	}
 	switch m.Kind {
+	case reclaim.MsgReport:
+		return n.deliver(ctx, m, reportBlocks(m.Text))
 	case reclaim.MsgWarning, reclaim.MsgNotice:
 		blocks := Warning(r, now, n.pricing, n.statusPage, n.snoozes)
 		if m.Kind == reclaim.MsgNotice {
@@ -255,6 +257,11 @@ func (n *Notifier) Send(ctx context.Context, m reclaim.Message, prev map[string]
 		_, _, _ = n.admin(ctx, m)
 	}
 	return nil, updated, err
+}
+
+// reportBlocks show the weekly report's table as it is printed.
+func reportBlocks(text string) []slack.Block {
+	return []slack.Block{slack.NewSectionBlock(mrkdwn("```"+esc(text)+"```"), nil, nil)}
 }
 
 // update replaces the messages prev names; ok is false when it names none.
@@ -337,7 +344,11 @@ func (n *Notifier) admin(ctx context.Context, m reclaim.Message) (map[string]str
 	if ch == "" {
 		return nil, []string{"none"}, nil // the log notifier has it
 	}
-	_, _, err := n.post(ctx, ch, []slack.Block{slack.NewSectionBlock(mrkdwn(":rotating_light: "+esc(m.Text)), nil, nil)}, m.Text, "", false)
+	blocks := []slack.Block{slack.NewSectionBlock(mrkdwn(":rotating_light: "+esc(m.Text)), nil, nil)}
+	if m.Kind == reclaim.MsgReport {
+		blocks = reportBlocks(m.Text)
+	}
+	_, _, err := n.post(ctx, ch, blocks, m.Text, m.Key, m.Again)
 	if err != nil {
 		return nil, nil, err
 	}

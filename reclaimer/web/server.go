@@ -51,6 +51,8 @@ type Server struct {
 	inFlight prometheus.Gauge
 	// activityReader answers GET /api/v1/activity, with activity: on.
 	activityReader ActivityReader
+	// reportBuilder answers GET /api/v1/report, with Prometheus configured.
+	reportBuilder ReportBuilder
 }
 
 // Options configure a Server.
@@ -68,6 +70,8 @@ type Options struct {
 	// Activity reads GPU activity for GET /api/v1/activity, which is served
 	// when it is set and activity: is on.
 	Activity ActivityReader
+	// Report builds GET /api/v1/report, which is served when it is set.
+	Report ReportBuilder
 }
 
 // New builds the server and its routes.
@@ -93,6 +97,10 @@ func New(o Options) *Server {
 	if o.Activity != nil && o.Config.Activity.On() {
 		s.activityReader = o.Activity
 		s.mux.HandleFunc("GET /api/v1/activity", s.activity)
+	}
+	if o.Report != nil {
+		s.reportBuilder = o.Report
+		s.mux.Handle("GET /api/v1/report", s.readers(s.report))
 	}
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
