@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	. "github.com/gpureclaim/gpureclaim/internal/podresources"
+	"github.com/gpureclaim/gpureclaim/internal/podresources"
 	"github.com/gpureclaim/gpureclaim/internal/sim/nvmlsim"
 )
 
@@ -25,13 +25,13 @@ func dev(resource string, ids ...string) *podresourcesapi.ContainerDevices {
 
 // list asks a kubelet that answers with pods, served by the kubelet's own
 // generated gRPC service, through the client.
-func list(t *testing.T, drivers []string, pods ...*podresourcesapi.PodResources) Allocations {
+func list(t *testing.T, drivers []string, pods ...*podresourcesapi.PodResources) podresources.Allocations {
 	t.Helper()
 	socket := filepath.Join(t.TempDir(), "kubelet.sock")
 	srv, err := nvmlsim.ServePodResources(socket, func() []*podresourcesapi.PodResources { return pods })
 	require.NoError(t, err)
 	t.Cleanup(srv.Stop)
-	c, err := Dial(socket, 5*time.Second)
+	c, err := podresources.Dial(socket, 5*time.Second)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	if drivers != nil {
@@ -55,7 +55,7 @@ func TestListOverAUnixSocket(t *testing.T) {
 			Name: "c", CpuIds: []int64{3, 4}, Memory: []*podresourcesapi.ContainerMemory{{MemoryType: "memory", Size: 1 << 30, Topology: numa}},
 			Devices: []*podresourcesapi.ContainerDevices{{ResourceName: "nvidia.com/gpu", DeviceIds: []string{"GPU-4"}, Topology: numa}}}}},
 	)
-	require.Equal(t, map[string][]Container{
+	require.Equal(t, map[string][]podresources.Container{
 		"GPU-1": {{Namespace: "a", Pod: "whole", Container: "c"}},
 		"GPU-2": {{Namespace: "a", Pod: "whole", Container: "c"}},
 		"MIG-1": {{Namespace: "a", Pod: "slice", Container: "c"}},
@@ -95,11 +95,11 @@ func TestDynamicResources(t *testing.T) {
 		withClaims("ml", "c", claim("ml", "c-share", share(res("gpu.nvidia.com", "gpu-4"), "a1"))),
 		withClaims("ml", "d", claim("ml", "d-share", share(res("gpu.nvidia.com", "gpu-4"), "b2"))),
 	)
-	on := func(name string) Device { return Device{Driver: "gpu.nvidia.com", Pool: "node-1", Name: name} }
-	holder := func(pod, claim string) Container {
-		return Container{Namespace: "ml", Pod: pod, Container: "c", Claim: Claim{Namespace: "ml", Name: claim}}
+	on := func(name string) podresources.Device { return podresources.Device{Driver: "gpu.nvidia.com", Pool: "node-1", Name: name} }
+	holder := func(pod, claim string) podresources.Container {
+		return podresources.Container{Namespace: "ml", Pod: pod, Container: "c", Claim: podresources.Claim{Namespace: "ml", Name: claim}}
 	}
-	require.Equal(t, map[Device][]Container{
+	require.Equal(t, map[podresources.Device][]podresources.Container{
 		on("gpu-0"):                 {holder("train", "train-gpus")},
 		on("gpu-3"):                 {holder("train", "train-gpus")},
 		on("gpu-1-mig-1g10gb-19-6"): {holder("slice", "slice-mig")},
@@ -110,7 +110,7 @@ func TestDynamicResources(t *testing.T) {
 }
 
 func TestListFailsWhenTheKubeletIsGone(t *testing.T) {
-	c, err := Dial(filepath.Join(t.TempDir(), "none.sock"), 200*time.Millisecond)
+	c, err := podresources.Dial(filepath.Join(t.TempDir(), "none.sock"), 200*time.Millisecond)
 	require.NoError(t, err, "dialing is lazy")
 	defer c.Close()
 	_, err = c.List(context.Background())
@@ -126,7 +126,7 @@ func TestListFailsOnAGRPCError(t *testing.T) {
 	srv := grpc.NewServer()
 	go func() { _ = srv.Serve(l) }()
 	defer srv.Stop()
-	c, err := Dial(socket, 5*time.Second)
+	c, err := podresources.Dial(socket, 5*time.Second)
 	require.NoError(t, err)
 	defer c.Close()
 	_, err = c.List(context.Background())
