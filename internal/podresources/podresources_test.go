@@ -95,7 +95,9 @@ func TestDynamicResources(t *testing.T) {
 		withClaims("ml", "c", claim("ml", "c-share", share(res("gpu.nvidia.com", "gpu-4"), "a1"))),
 		withClaims("ml", "d", claim("ml", "d-share", share(res("gpu.nvidia.com", "gpu-4"), "b2"))),
 	)
-	on := func(name string) podresources.Device { return podresources.Device{Driver: "gpu.nvidia.com", Pool: "node-1", Name: name} }
+	on := func(name string) podresources.Device {
+		return podresources.Device{Driver: "gpu.nvidia.com", Pool: "node-1", Name: name}
+	}
 	holder := func(pod, claim string) podresources.Container {
 		return podresources.Container{Namespace: "ml", Pod: pod, Container: "c", Claim: podresources.Claim{Namespace: "ml", Name: claim}}
 	}
