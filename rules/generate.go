@@ -337,11 +337,11 @@ func demandRules(c Config) []Rule {
 	whole := func(expr string) string {
 		return fmt.Sprintf(`label_replace(%s, "resource", %q, "", "")`, expr, names.GPUResourceKSM(names.KindGPU, ""))
 	}
-	parts := []string{src(fmt.Sprintf(`sum by (resource) (
+	parts := []string{src(`sum by (resource) (
       kube_pod_container_resource_requests{resource=~"nvidia_com_gpu|nvidia_com_mig_.+"}
     * on (namespace, pod) group_left ()
       (max by (namespace, pod) (kube_pod_status_phase{phase="Pending"}) == 1)
-  )`), "pods")}
+  )`, "pods")}
 	if c.Demand.KueueClusterQueues != "" {
 		parts = append(parts, src(whole(fmt.Sprintf(`sum(kueue_pending_workloads{cluster_queue=~%q}) > 0`, c.Demand.KueueClusterQueues)), "kueue"))
 	}

@@ -359,7 +359,7 @@ gpus:
 
 	// Allocations a cluster's scheduler made, as the simulator's pod watch
 	// reads them from ResourceClaims, are reported beside the scenario's.
-	n.Sim.SetClusterClaims([]nvmlsim.ClusterClaim{{Namespace: "lab", Pod: "nb-0", Container: "main", ClaimNamespace: "lab", ClaimName: "nb-0-gpu-x7k2p",
+	n.SetClusterClaims([]nvmlsim.ClusterClaim{{Namespace: "lab", Pod: "nb-0", Container: "main", ClaimNamespace: "lab", ClaimName: "nb-0-gpu-x7k2p",
 		Devices: []nvmlsim.ClaimDevice{{Driver: "gpu.nvidia.com", Pool: "n1", Device: "gpu-4"}}}})
 	s = n.SampleAt(t, 2*time.Minute, 5*time.Second)
 	require.Equal(t, []sampler.Owner{{Namespace: "lab", Pod: "nb-0", Container: "main", Claim: podresources.Claim{Namespace: "lab", Name: "nb-0-gpu-x7k2p"}}},
@@ -396,7 +396,7 @@ system: dgxh100
 allocation: dra
 `
 	claim := func(n *samplertest.Node) {
-		n.Sim.SetClusterClaims([]nvmlsim.ClusterClaim{{Namespace: "lab", Pod: "nb-0", Container: "main", ClaimNamespace: "lab", ClaimName: "nb-0-gpu",
+		n.SetClusterClaims([]nvmlsim.ClusterClaim{{Namespace: "lab", Pod: "nb-0", Container: "main", ClaimNamespace: "lab", ClaimName: "nb-0-gpu",
 			Devices: []nvmlsim.ClaimDevice{{Driver: "gpu.nvidia.com", Pool: "n1", Device: "h100-slot-b"}, {Driver: "gpu.nvidia.com", Pool: "n1", Device: "h100-slot-x"}}}})
 	}
 	n := samplertest.Start(t, samplertest.Scenario(t, sc), nil)
@@ -410,7 +410,7 @@ allocation: dra
 	n = samplertest.Start(t, samplertest.Scenario(t, sc), func(sim *nvmlsim.Sim) sampler.Config {
 		return sampler.Config{NVML: sim, Slices: reader, SliceInterval: time.Minute}
 	})
-	uuid := n.Sim.Devices[2].(interface{ GetUUID() (string, nvml.Return) })
+	uuid := n.Devices[2].(interface{ GetUUID() (string, nvml.Return) })
 	gpu2, _ := uuid.GetUUID()
 	reader.uuids = map[podresources.Device]string{{Driver: "gpu.nvidia.com", Pool: "n1", Name: "h100-slot-b"}: gpu2}
 	claim(n)
