@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/common/model"
+	promql "github.com/prometheus/prometheus/promql/parser"
 	"github.com/stretchr/testify/require"
 )
 
@@ -162,4 +163,15 @@ func TestReportNext(t *testing.T) {
 	mon := time.Date(2026, 12, 7, 9, 0, 0, 0, berlin)
 	require.Equal(t, time.Date(2026, 12, 14, 9, 0, 0, 0, berlin), r.Next(mon), "not again at the same time")
 	require.Equal(t, mon, r.Next(mon.Add(-time.Minute)))
+}
+
+// The demand query names the resource a unit is asked by; a MIG profile
+// from an alert's labels is made a label-value-safe word, whatever it holds.
+func TestWantedQuery(t *testing.T) {
+	require.Equal(t, `resource:gpureclaim_gpus_wanted:sum{resource="nvidia_com_gpu"} > 0`, WantedQuery("gpu", ""))
+	require.Equal(t, `resource:gpureclaim_gpus_wanted:sum{resource="nvidia_com_mig_1g_10gb"} > 0`, WantedQuery("mig", "1g.10gb"))
+	hostile := WantedQuery("mig", `x"} or vector(1) or {a="`)
+	expr, err := promql.NewParser(promql.Options{}).ParseExpr(hostile)
+	require.NoError(t, err)
+	require.Equal(t, `resource:gpureclaim_gpus_wanted:sum{resource="nvidia_com_mig_x___or_vector_1__or__a__"} > 0`, expr.String(), "one matcher, whole")
 }
