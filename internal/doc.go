@@ -2,7 +2,7 @@
 // says what each package is for:
 //
 //   - internal/<name>: libraries the shipped binaries link (names, nodeapi,
-//     trace, httpserver, logging, mig, procfs, podresources, podmeta, kubeapi,
+//     trace, httpserver, logging, mig, procfs, podresources, podmeta, kubeapi, loop,
 //     ruleeval, cli);
 //   - internal/sim/: the simulated world the demo, the simulated exporter and
 //     the tests run on (nvmlsim: GPUs behind NVML; cluster: a local

@@ -30,6 +30,7 @@ import (
 
 	"github.com/gpureclaim/gpureclaim/internal/httpserver"
 	"github.com/gpureclaim/gpureclaim/internal/logging"
+	"github.com/gpureclaim/gpureclaim/internal/loop"
 	"github.com/gpureclaim/gpureclaim/reclaimer/alertmanager"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/email"
@@ -310,7 +311,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		srv := rweb.New(rweb.Options{Config: cfg, Engine: eng, Logger: logger, Clock: time.Now, Registry: reg, Ready: ready(st, leader), Activity: activity, Report: weekly})
 		notifiers.mount(ctx, srv, eng)
-		go every(ctx, time.Hour, func() {
+		go loop.Every(ctx, time.Hour, func() {
 			if n, err := eng.Prune(time.Now().Add(-o.retention)); err != nil {
 				logger.Error("pruning the store", "err", err)
 			} else if n > 0 {
@@ -318,13 +319,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 		})
 		if prom != nil {
-			go every(ctx, time.Duration(cfg.Prometheus.Interval), func() { eng.RestoreOnDemand(ctx, prom) })
+			go loop.Every(ctx, time.Duration(cfg.Prometheus.Interval), func() { eng.RestoreOnDemand(ctx, prom) })
 		}
 		if cfg.Report.On() && weekly != nil {
 			// Due at the configured time of the week, by the leader of the
 			// moment; one that takes over later waits for the next week.
 			next := cfg.Report.Next(time.Now())
-			go every(ctx, time.Minute, func() {
+			go loop.Every(ctx, time.Minute, func() {
 				now := time.Now()
 				if now.Before(next) {
 					return
@@ -419,20 +420,6 @@ func ready(st reclaim.Store, leader reclaim.Leadership) func() error {
 			return r.Ready()
 		}
 		return nil
-	}
-}
-
-// every runs f now and then every interval until ctx ends.
-func every(ctx context.Context, interval time.Duration, f func()) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		f()
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
 	}
 }
 

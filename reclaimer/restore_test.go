@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpureclaim/gpureclaim/deploy"
+	"github.com/gpureclaim/gpureclaim/internal/loop"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/kubetest"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/promtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
@@ -107,7 +108,7 @@ policies:
 	require.Equal(t, int32(0), replicas(t, admin, ns, name), "scaled down")
 
 	q := &promquery.Client{URL: prom.URL, Timeout: 5 * time.Second}
-	go every(ctx, restoreInterval, func() { eng.RestoreOnDemand(ctx, q) })
+	go loop.Every(ctx, restoreInterval, func() { eng.RestoreOnDemand(ctx, q) })
 
 	// No demand: it stays down over several intervals.
 	time.Sleep(3 * restoreInterval)

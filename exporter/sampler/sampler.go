@@ -18,6 +18,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpureclaim/gpureclaim/exporter/slurm"
+	"github.com/gpureclaim/gpureclaim/internal/loop"
 	"github.com/gpureclaim/gpureclaim/internal/mig"
 	"github.com/gpureclaim/gpureclaim/internal/podmeta"
 	"github.com/gpureclaim/gpureclaim/internal/podresources"
@@ -163,16 +164,7 @@ func (s *Sampler) Latest() *Snapshot { return s.latest.Load() }
 
 // Run samples every interval until ctx ends. The first sample is taken at once.
 func (s *Sampler) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		s.Sample(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	loop.Every(ctx, interval, func() { s.Sample(ctx) })
 }
 
 // cycle is the state of one sampling cycle.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpureclaim/gpureclaim/internal/kubeapi"
+	"github.com/gpureclaim/gpureclaim/internal/loop"
 	"github.com/gpureclaim/gpureclaim/internal/sim/nvmlsim"
 )
 
@@ -33,16 +34,7 @@ func newPodWatch(kubeconfig string, sim *nvmlsim.Sim, node string, log *slog.Log
 }
 
 func (w *podWatch) run(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		w.sync(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	loop.Every(ctx, every, func() { w.sync(ctx) })
 }
 
 func (w *podWatch) sync(ctx context.Context) {
