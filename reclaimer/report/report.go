@@ -112,7 +112,8 @@ func Build(ctx context.Context, q Querier, reclaims []*reclaim.Reclaim, o Option
 		return Report{}, fmt.Errorf("reading the idle GPU-hours: %w", err)
 	}
 	for _, s := range idle {
-		for _, r := range rows(target(s.Labels)) {
+		t, _ := reclaim.TargetFrom(s.Labels)
+		for _, r := range rows(t) {
 			r.IdleGPUHours += s.Value
 			r.Cost += s.Value * price
 		}
@@ -129,7 +130,8 @@ func Build(ctx context.Context, q Querier, reclaims []*reclaim.Reclaim, o Option
 			return Report{}, fmt.Errorf("reading %s: %w", a.alert, err)
 		}
 		for _, s := range firing {
-			for _, r := range rows(target(s.Labels)) {
+			t, _ := reclaim.TargetFrom(s.Labels)
+			for _, r := range rows(t) {
 				a.count(r)
 			}
 		}
@@ -162,11 +164,6 @@ func Build(ctx context.Context, q Querier, reclaims []*reclaim.Reclaim, o Option
 
 // BareMetal names the namespace row of the owners outside Kubernetes.
 const BareMetal = "(bare metal)"
-
-// target is a series' owner.
-func target(l map[string]string) reclaim.Target {
-	return reclaim.Target{Namespace: l[names.LabelNamespace], Pod: l[names.LabelPod], User: l[names.LabelUser], SlurmJob: l[names.LabelSlurmJob]}
-}
 
 // sortRows puts the most idle first.
 func sortRows(rs []Row) {
