@@ -98,8 +98,7 @@ func (m ClassSelector) promql() string {
 }
 
 // ksmLabels is a label matcher on kube-state-metrics' names for Kubernetes
-// labels: label_ and the key, every character Prometheus does not allow
-// made an underscore.
+// labels: label_ and the key (names.KSMName).
 func ksmLabels(ls map[string]string) string {
 	keys := make([]string, 0, len(ls))
 	for k := range ls {
@@ -108,15 +107,10 @@ func ksmLabels(ls map[string]string) string {
 	sort.Strings(keys)
 	var out []string
 	for _, k := range keys {
-		out = append(out, fmt.Sprintf("%s=~%q", KSMLabel(k), ls[k]))
+		out = append(out, fmt.Sprintf("label_%s=~%q", names.KSMName(k), ls[k]))
 	}
 	return strings.Join(out, ",")
 }
-
-var notLabelChar = regexp.MustCompile(`[^a-zA-Z0-9_]`)
-
-// KSMLabel is kube-state-metrics' label name for a Kubernetes label key.
-func KSMLabel(key string) string { return "label_" + notLabelChar.ReplaceAllString(key, "_") }
 
 // ownerClassRule records each holder's class: the first class that selects
 // it, else the default.

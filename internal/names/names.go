@@ -60,19 +60,25 @@ const SlurmPendingGPUs = "gpureclaim_slurm_pending_gpus"
 // GPUResourceKSM is the resource a unit of the kind is requested by, as
 // kube-state-metrics names resources (nvidia_com_gpu,
 // nvidia_com_mig_1g_10gb): what pending work asking for one requests.
-// Every character but a letter, a digit or an underscore becomes an
-// underscore, as kube-state-metrics makes it: a profile that came in an
-// alert's labels cannot leave the string it is put in.
+// A profile that came in an alert's labels cannot leave the string it is
+// put in (KSMName).
 func GPUResourceKSM(kind, migProfile string) string {
 	if kind == KindMIG && migProfile != "" {
-		return "nvidia_com_mig_" + strings.Map(func(r rune) rune {
-			if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' {
-				return r
-			}
-			return '_'
-		}, migProfile)
+		return "nvidia_com_mig_" + KSMName(migProfile)
 	}
 	return "nvidia_com_gpu"
+}
+
+// KSMName is a Kubernetes name (a resource, a label key) as
+// kube-state-metrics writes it into a label: every character but a
+// letter, a digit or an underscore made an underscore.
+func KSMName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' {
+			return r
+		}
+		return '_'
+	}, s)
 }
 
 // IsGPUResource says whether a device-plugin resource is an NVIDIA GPU or MIG
