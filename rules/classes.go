@@ -68,7 +68,7 @@ func (c Config) idleClasses() []idleClass {
 		for _, m := range k.Match {
 			sels = append(sels, m.promql())
 		}
-		out = append(out, idleClass{name: k.Name, selector: strings.Join(sels, "\nor\n"), threshold: k.Threshold, forDur: k.For, after: k.ReclaimAfter, pauses: k.Pauses})
+		out = append(out, idleClass{name: k.Name, selector: strings.Join(sels, " or "), threshold: k.Threshold, forDur: k.For, after: k.ReclaimAfter, pauses: k.Pauses})
 	}
 	def.name = DefaultClass
 	return append(out, def)
@@ -126,7 +126,7 @@ func ownerClassRule(c Config) []Rule {
 			sel = names.RecHeld
 		}
 		parts = append(parts, fmt.Sprintf("  label_replace(max by (%s) (%s), %q, %q, \"\", \"\")\n",
-			ownerKey, strings.ReplaceAll(sel, "\n", " "), names.LabelClass, k.name))
+			ownerKey, sel, names.LabelClass, k.name))
 	}
 	return []Rule{{Record: names.RecOwnerClass, Expr: Expr(strings.Join(parts, "or on ("+ownerKey+")\n"))}}
 }

@@ -10,6 +10,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/prometheus/common/model"
+
 	"github.com/gpureclaim/gpureclaim/internal/names"
 )
 
@@ -437,22 +439,17 @@ func idleAlerts(c Config) []Rule {
 	var rs []Rule
 	for _, k := range c.idleClasses() {
 		sel := `{keep!="true"}`
-		if k.name != "" {
-			sel = fmt.Sprintf(`{%s=%q,keep!="true"}`, names.LabelClass, k.name)
-		}
 		labels := map[string]string{"severity": "warning"}
 		if k.name != "" {
+			sel = fmt.Sprintf(`{%s=%q,keep!="true"}`, names.LabelClass, k.name)
 			labels[names.LabelClass] = k.name
 		}
 		r := Rule{
-			Alert:  names.AlertIdle,
-			Expr:   Expr(c.suggest(names.RecIdleWhole+sel) + "\n"),
-			For:    k.forDur.String(),
-			Labels: labels,
-			Annotations: with(c.annotations("gpuidle",
-				`Idle `+whatUnit,
-				`The `+whatUnit+` is held by `+whoHolds+` but its {{ $labels.signal }} has stayed below `+num(k.threshold*100)+`% for `+k.forDur.String()+` (now {{ $value | humanizePercentage }}).`,
-				c.unitDashboard()), "idle_for", c.Idle.Lookback.String()),
+			Alert:       names.AlertIdle,
+			Expr:        Expr(c.suggest(names.RecIdleWhole+sel) + "\n"),
+			For:         k.forDur.String(),
+			Labels:      labels,
+			Annotations: c.idleAnnotations(k, k.forDur),
 		}
 		for _, a := range forEachAudience([]Rule{r}) {
 			if a.Labels[names.LabelAudience] == names.AudienceReclaimer {
@@ -530,15 +527,20 @@ and on (%s)
 	}
 }
 
+// idleAnnotations are GPUIdle's, for a class's copy that fires after d.
+func (c Config) idleAnnotations(k idleClass, d model.Duration) map[string]string {
+	return with(c.annotations("gpuidle",
+		`Idle `+whatUnit,
+		`The `+whatUnit+` is held by `+whoHolds+` but its {{ $labels.signal }} has stayed below `+num(k.threshold*100)+`% for `+d.String()+` (now {{ $value | humanizePercentage }}).`,
+		c.unitDashboard()), "idle_for", c.Idle.Lookback.String())
+}
+
 // reclaimIdle is the reclaimer's copy of a class's GPUIdle: it fires after
 // the class's reclaim_after and, with pauses, only once the unit has been
 // idle beyond its owner's longest recent pause.
 func reclaimIdle(c Config, k idleClass, r Rule, sel string) Rule {
 	r.For = k.after.String()
-	r.Annotations = with(c.annotations("gpuidle",
-		`Idle `+whatUnit,
-		`The `+whatUnit+` is held by `+whoHolds+` but its {{ $labels.signal }} has stayed below `+num(k.threshold*100)+`% for `+r.For+` (now {{ $value | humanizePercentage }}).`,
-		c.unitDashboard()), "idle_for", c.Idle.Lookback.String())
+	r.Annotations = c.idleAnnotations(k, k.after)
 	if p := k.pauses; p != nil {
 		r.Expr = Expr(c.suggest(fmt.Sprintf(`  %s%s
 unless on (%s)
