@@ -15,6 +15,3 @@ var DefaultColdStarts = map[string]time.Duration{
 	"Job": 5 * time.Minute, "RayJob": 5 * time.Minute, "PyTorchJob": 5 * time.Minute,
 	"TrainJob": 5 * time.Minute, "JobSet": 5 * time.Minute,
 }
-
-// ColdStartOf is the default cold start of a kind (0: none is restored).
-func ColdStartOf(kind string) time.Duration { return DefaultColdStarts[kind] }

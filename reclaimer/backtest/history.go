@@ -116,15 +116,15 @@ func traceWorkload(id string, activity, memory []float64, ctl reclaim.Controller
 		// What kube-state-metrics says of the pod's controller, for the
 		// rules' idle classes.
 		w.Series = append(w.Series, Series{labels.FromStrings("__name__", "kube_pod_owner", "namespace", traceNamespace, "pod", id,
-			"owner_kind", PodOwnerKind(ctl.Kind), "owner_name", id, "owner_is_controller", "true", "job", "kube-state-metrics", "instance", "replay"), present})
+			"owner_kind", podOwnerKind(ctl.Kind), "owner_name", id, "owner_is_controller", "true", "job", "kube-state-metrics", "instance", "replay"), present})
 	}
 	return w
 }
 
-// PodOwnerKind is the kind of a pod's controller (kube_pod_owner's
+// podOwnerKind is the kind of a pod's controller (kube_pod_owner's
 // owner_kind) under a top owner of the kind: a Deployment's pods are its
 // ReplicaSet's, a Notebook's its StatefulSet's.
-func PodOwnerKind(top string) string {
+func podOwnerKind(top string) string {
 	switch top {
 	case "Deployment", "InferenceService":
 		return "ReplicaSet"
