@@ -74,16 +74,15 @@ func (e *Engine) verify(ctx context.Context, r *Reclaim) {
 		if rel.Shared == "" && r.OnlyShare() {
 			rel.Shared = "its other holders, busy with their own work when it was warned"
 		}
-		switch {
-		case rel.Shared != "":
+		if rel.Shared != "" {
 			// A share freed: the GPU is not, and is not counted.
 			why = fmt.Sprintf("%s; its share was seen freed %s after the action, and the GPU stays held: %s", r.Detail, took.Round(time.Second), rel.Shared)
-		case e.o.Verifier != nil:
-			why = fmt.Sprintf("%s; the GPU was seen released %s after the action", r.Detail, took.Round(time.Second))
-		}
-		if rel.Shared == "" {
+		} else {
 			e.o.Metrics.reclaimedGPUs.Add(r.Target.Size())
 			e.o.Metrics.reclaimedIdle.Add(r.Target.Size() * idle)
+			if e.o.Verifier != nil {
+				why = fmt.Sprintf("%s; the GPU was seen released %s after the action", r.Detail, took.Round(time.Second))
+			}
 		}
 		e.finishWith(r.ID, Done, why, nil, func(c *Reclaim) { c.SharedWith = rel.Shared })
 	case now.Before(r.ReleaseBy):
