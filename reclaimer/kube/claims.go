@@ -17,8 +17,9 @@ import (
 // claims reads the ResourceClaims through which a pod holds GPUs: those
 // allocated devices of the configured DRA drivers. A claim from the pod's
 // template goes with the pod; a standalone one is shared, and its other
-// consumers outside the workload that ctl stops are named. A claim that cannot be read is left out, and said
-// so in the log: the release is then judged by the pods alone.
+// consumers outside the workload that ctl stops are named. A claim that
+// cannot be read is left out, and said so in the log: the release is then
+// judged by the pods alone.
 func (c *Client) claims(ctx context.Context, p *corev1.Pod, ctl reclaim.Controller) []reclaim.Claim {
 	objs := stopped(&reclaim.Reclaim{Controller: &ctl})
 	var out []reclaim.Claim
@@ -119,15 +120,15 @@ func (c *Client) claimsReleased(ctx context.Context, r *reclaim.Reclaim, objs []
 			case err != nil:
 				return nil, "", err
 			}
-			if p.Name == r.Target.Pod {
-				holders = append(holders, fmt.Sprintf("%s (reserved for %s)", cl, podState(p)))
-				continue
+			ours := p.Name == r.Target.Pod
+			if !ours {
+				ch, err := c.walkPod(ctx, p)
+				if err != nil {
+					return nil, "", err
+				}
+				ours = ch.under(objs)
 			}
-			ch, err := c.walkPod(ctx, p)
-			if err != nil {
-				return nil, "", err
-			}
-			if ch.under(objs) {
+			if ours {
 				holders = append(holders, fmt.Sprintf("%s (reserved for %s)", cl, podState(p)))
 				continue
 			}
