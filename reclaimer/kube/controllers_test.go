@@ -65,6 +65,22 @@ func gpuPodTemplate(container string) map[string]any {
 	}}
 }
 
+// endedReclaim waits until the engine's reclaim that pick chooses has ended.
+func endedReclaim(t *testing.T, eng *reclaim.Engine, pick func(*reclaim.Reclaim) bool, within time.Duration) *reclaim.Reclaim {
+	t.Helper()
+	var r *reclaim.Reclaim
+	require.Eventually(t, func() bool {
+		for _, x := range eng.List() {
+			if pick(x) && x.State.Terminal() {
+				r = x
+				return true
+			}
+		}
+		return false
+	}, within, 200*time.Millisecond, "the reclaim ends")
+	return r
+}
+
 // gpuPods are the pods in a namespace that hold a GPU on the node.
 func gpuPods(t *testing.T, admin kubernetes.Interface, ns string, running bool) []string {
 	l, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + gpuNode})
@@ -241,16 +257,7 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 
 
 			_, err := eng.Ingest([]template.Alert{reclaimtest.IdlePod("firing", time.Now(), ns, pod, "node", gpuNode, "uuid", "GPU-"+ns, "gpu_uuid", "GPU-"+ns)})
 			require.NoError(t, err)
-			var r *reclaim.Reclaim
-			require.Eventually(t, func() bool {
-				for _, x := range eng.List() {
-					if x.Target.Namespace == ns && x.State.Terminal() {
-						r = x
-						return true
-					}
-				}
-				return false
-			}, 4*time.Minute, 500*time.Millisecond, "the reclaim ends")
+			r := endedReclaim(t, eng, func(r *reclaim.Reclaim) bool { return r.Target.Namespace == ns }, 4*time.Minute)
 			require.Equal(t, tc.want, r.State, r.Reason)
 			require.Contains(t, r.Detail+r.Reason, fmt.Sprintf(tc.stopped, ns))
 			if tc.want == reclaim.NotReleased {

@@ -157,17 +157,7 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 
 	go eng.Run(runCtx, 200*time.Millisecond)
 
 	ended := func(pod string) *reclaim.Reclaim {
-		var r *reclaim.Reclaim
-		require.Eventually(t, func() bool {
-			for _, x := range eng.List() {
-				if x.Target.Pod == pod && x.State.Terminal() {
-					r = x
-					return true
-				}
-			}
-			return false
-		}, 2*time.Minute, 200*time.Millisecond, "the reclaim of %s ends", pod)
-		return r
+		return endedReclaim(t, eng, func(r *reclaim.Reclaim) bool { return r.Target.Pod == pod }, 2*time.Minute)
 	}
 
 	t.Run("a claim from a template: done once it is deallocated, and a pending pod gets the GPU", func(t *testing.T) {
