@@ -139,7 +139,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 web: {auth: {none: true}}
 alertmanager: {url: %q}
 kubernetes: {enabled: false}
-nodes: {addresses: {crash-node: "http://%s"}, bearer_token_file: node.token, timeout: 45s}
+nodes: {addresses: {crash-node: "http://%s"}, authorization: {credentials_file: node.token}, timeout: 45s}
 notifiers: [{type: webhook, url: %q}]
 policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 1s, min_runtime: 0s}]
 `, am.URL, exporterAddr, hook.URL)), 0o600))

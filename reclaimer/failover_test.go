@@ -119,7 +119,7 @@ func TestFailover(t *testing.T) {
 web: {auth: {none: true}}
 alertmanager: {url: %q}
 kubernetes: {enabled: true, kubeconfig: %q}
-nodes: {addresses: {crash-node: "http://%s", pause-node: "http://%s"}, bearer_token_file: node.token, timeout: 45s}
+nodes: {addresses: {crash-node: "http://%s", pause-node: "http://%s"}, authorization: {credentials_file: node.token}, timeout: 45s}
 notifiers: [{type: webhook, url: %q}]
 policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: %s, min_runtime: 0s}]
 `, am.URL, kubeconfig, exporterAddr, pauseAddr, hook.URL, grace)), 0o600))

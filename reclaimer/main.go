@@ -149,7 +149,11 @@ func kubeClient(cfg *config.Config, rc *rest.Config, logger *slog.Logger) (*kube
 		Events: c.EventsOn(), DRADrivers: c.DRADrivers, Clock: time.Now, Logger: logger,
 	}
 	if h := c.JupyterHub; h != nil {
-		o.Hub = jupyterhub.New(h.URL, h.Token, time.Duration(h.Timeout))
+		hub, err := jupyterhub.New(*h)
+		if err != nil {
+			return nil, err
+		}
+		o.Hub = hub
 	}
 	return kube.New(rc, o)
 }
@@ -197,6 +201,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if o.check {
+		for _, w := range cfg.Warnings {
+			fmt.Fprintf(stderr, "%s: warning: %s\n", o.configFile, w)
+		}
 		fmt.Fprintf(stdout, "%s: OK (%d policies, %d notifiers)\n", o.configFile, len(cfg.Policies), len(cfg.Notifiers))
 		return 0
 	}
@@ -204,6 +211,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "gpureclaim-reclaimer:", err)
 		return 2
+	}
+	for _, w := range cfg.Warnings {
+		logger.Warn("config: "+w, "file", o.configFile)
 	}
 	var rc *rest.Config
 	if cfg.Kubernetes.On() {
@@ -231,11 +241,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gpureclaim-reclaimer:", err)
 		return 1
 	}
-	nodes := node.New(cfg.Nodes)
+	nodes, err := node.New(cfg.Nodes)
+	if err != nil {
+		fmt.Fprintln(stderr, "gpureclaim-reclaimer:", err)
+		return 1
+	}
 	act := &actor{cfg: cfg, nodes: nodes}
 	var prom *promquery.Client
 	if cfg.Prometheus.On() {
-		prom = &promquery.Client{URL: cfg.Prometheus.URL, Token: cfg.Prometheus.BearerToken, Timeout: time.Duration(cfg.Prometheus.Timeout)}
+		hc, err := config.NewHTTPClient(cfg.Prometheus.HTTP, "prometheus", time.Duration(cfg.Prometheus.Timeout))
+		if err != nil {
+			fmt.Fprintln(stderr, "gpureclaim-reclaimer:", err)
+			return 1
+		}
+		prom = &promquery.Client{URL: cfg.Prometheus.URL, HTTP: hc, Timeout: time.Duration(cfg.Prometheus.Timeout)}
 		act.prom = prom
 	}
 	insp := &inspector{nodes: nodes}
@@ -431,12 +450,16 @@ type notifierSet struct {
 
 func buildNotifiers(cfg *config.Config, logger *slog.Logger, am *alertmanager.Client, owners reclaim.OwnerLookup, replay rslack.ReplayGuard) (notifierSet, error) {
 	set := notifierSet{mount: func(context.Context, *rweb.Server, *reclaim.Engine) {}}
-	for _, n := range cfg.Notifiers {
+	for i, n := range cfg.Notifiers {
 		switch n.Type {
 		case "log":
 			set.list = append(set.list, notify.Log{Logger: logger})
 		case "webhook":
-			set.list = append(set.list, &notify.Webhook{URL: n.URL, Token: n.BearerToken, HTTP: &http.Client{Timeout: 10 * time.Second}})
+			hc, err := config.NewHTTPClient(n.HTTP, fmt.Sprintf("notifiers[%d]", i), notify.WebhookTimeout)
+			if err != nil {
+				return set, err
+			}
+			set.list = append(set.list, &notify.Webhook{URL: n.URL, HTTP: hc})
 		case "email":
 			en, err := email.New(email.Options{Config: n.Email, Owners: owners, Clock: time.Now, Logger: logger, StatusPage: cfg.StatusPageURL})
 			if err != nil {

@@ -32,7 +32,7 @@ func TestConfigCheck(t *testing.T) {
 	require.NoError(t, os.Remove(filepath.Join(dir, "node-token")))
 	out.Reset()
 	require.Equal(t, 1, run(context.Background(), []string{"--config.check", "--config.file=" + path}, &out, &errOut))
-	require.Contains(t, errOut.String(), "nodes.bearer_token_file: open")
+	require.Contains(t, errOut.String(), "nodes.authorization.credentials_file: open")
 }
 
 func TestBadFlags(t *testing.T) {

@@ -72,7 +72,7 @@ func TestAPIServerOutage(t *testing.T) {
 web: {auth: {none: true}}
 alertmanager: {url: %q}
 kubernetes: {enabled: true, kubeconfig: %q}
-nodes: {addresses: {outage-node: "http://%s"}, bearer_token_file: node.token, timeout: 45s}
+nodes: {addresses: {outage-node: "http://%s"}, authorization: {credentials_file: node.token}, timeout: 45s}
 notifiers: [{type: webhook, url: %q}]
 policies:
   - {name: first, matchers: ['user="u0"'], action: auto, grace: 1s, min_runtime: 0s}

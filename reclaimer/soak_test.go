@@ -151,7 +151,7 @@ func TestSoak(t *testing.T) {
 web: {auth: {none: true}}
 alertmanager: {url: %q}
 kubernetes: {enabled: true, kubeconfig: %q}
-nodes: {addresses: {soak-node: %q}, bearer_token_file: node.token, timeout: 45s}
+nodes: {addresses: {soak-node: %q}, authorization: {credentials_file: node.token}, timeout: 45s}
 circuit_breaker: {max_pending: 0}
 notifiers:
   - {type: webhook, url: %q}

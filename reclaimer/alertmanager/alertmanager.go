@@ -6,7 +6,6 @@ package alertmanager
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"net/url"
 	"path"
 	"strings"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/gpureclaim/gpureclaim/internal/names"
 
-	"github.com/go-openapi/runtime"
 	httptransport "github.com/go-openapi/runtime/client"
 	"github.com/go-openapi/strfmt"
 	amclient "github.com/prometheus/alertmanager/api/v2/client"
@@ -29,7 +27,6 @@ import (
 // Client is an Alertmanager.
 type Client struct {
 	api     *amclient.AlertmanagerAPI
-	auth    runtime.ClientAuthInfoWriter
 	timeout time.Duration
 }
 
@@ -41,23 +38,12 @@ func New(c config.Alertmanager) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	hc := &http.Client{Timeout: time.Duration(c.Timeout)}
+	hc, err := config.NewHTTPClient(c.HTTP, "alertmanager", time.Duration(c.Timeout))
+	if err != nil {
+		return nil, err
+	}
 	tr := httptransport.NewWithClient(u.Host, path.Join(u.Path, amclient.DefaultBasePath), []string{u.Scheme}, hc)
-	cl := &Client{api: amclient.New(tr, strfmt.Default), timeout: time.Duration(c.Timeout)}
-	switch {
-	case c.BearerToken != "":
-		cl.auth = httptransport.BearerToken(c.BearerToken)
-	case c.BasicAuth != nil:
-		cl.auth = httptransport.BasicAuth(c.BasicAuth.Username, c.BasicAuth.Password)
-	}
-	return cl, nil
-}
-
-// withAuth sets the credentials on an operation.
-func (c *Client) withAuth(op *runtime.ClientOperation) {
-	if c.auth != nil {
-		op.AuthInfo = c.auth
-	}
+	return &Client{api: amclient.New(tr, strfmt.Default), timeout: time.Duration(c.Timeout)}, nil
 }
 
 // Check finds the alert episode of a reclaim among Alertmanager's alerts.
@@ -66,7 +52,7 @@ func (c *Client) Check(ctx context.Context, r *reclaim.Reclaim) (reclaim.AlertCh
 	defer cancel()
 	filter := []string{fmt.Sprintf("alertname=%q", r.Target.Alertname), fmt.Sprintf("uuid=%q", r.Target.UUID)}
 	params := alert.NewGetAlertsParamsWithContext(ctx).WithFilter(filter)
-	resp, err := c.api.Alert.GetAlerts(params, c.withAuth)
+	resp, err := c.api.Alert.GetAlerts(params)
 	if err != nil {
 		return reclaim.AlertCheck{}, fmt.Errorf("alertmanager: listing alerts: %w", err)
 	}
@@ -93,7 +79,7 @@ func (c *Client) silenced(ctx context.Context, ids []string) reclaim.AlertCheck 
 	chk := reclaim.AlertCheck{Status: reclaim.AlertSilenced}
 	var reasons []string
 	for _, id := range ids {
-		resp, err := c.api.Silence.GetSilence(silence.NewGetSilenceParamsWithContext(ctx).WithSilenceID(strfmt.UUID(id)), c.withAuth)
+		resp, err := c.api.Silence.GetSilence(silence.NewGetSilenceParamsWithContext(ctx).WithSilenceID(strfmt.UUID(id)))
 		if err != nil || resp.Payload == nil {
 			reasons = append(reasons, "silence "+id)
 			continue
@@ -155,7 +141,7 @@ func (c *Client) CreateSilence(ctx context.Context, s Silence) (string, error) {
 	ps := &models.PostableSilence{Silence: models.Silence{
 		Matchers: s.Matchers(), StartsAt: &start, EndsAt: &end, CreatedBy: &s.CreatedBy, Comment: &s.Comment,
 	}}
-	resp, err := c.api.Silence.PostSilences(silence.NewPostSilencesParamsWithContext(ctx).WithSilence(ps), c.withAuth)
+	resp, err := c.api.Silence.PostSilences(silence.NewPostSilencesParamsWithContext(ctx).WithSilence(ps))
 	if err != nil {
 		return "", fmt.Errorf("alertmanager: creating a silence: %w", err)
 	}

@@ -2,13 +2,16 @@ package alertmanager_test
 
 import (
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
+	promconfig "github.com/prometheus/common/config"
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpureclaim/gpureclaim/internal/testkit/amtest"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/tlstest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/alertmanager"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
@@ -71,4 +74,23 @@ func TestUnreachableAlertmanagerIsAnError(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.Check(context.Background(), &reclaim.Reclaim{Target: reclaim.Target{Alertname: "GPUIdle", UUID: "GPU-1"}})
 	require.Error(t, err)
+}
+
+// Alertmanager behind a private CA, and behind mutual TLS, with basic auth.
+func TestTLS(t *testing.T) {
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != "reclaimer" || p != "pw" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`[]`))
+	})
+	tlstest.Check(t, api, func(t *testing.T, url string, hc config.HTTPClient) error {
+		hc.BasicAuth = &promconfig.BasicAuth{Username: "reclaimer", Password: "pw"}
+		c, err := alertmanager.New(config.Alertmanager{URL: url, HTTP: hc, Timeout: config.Duration(5 * time.Second)})
+		require.NoError(t, err)
+		_, err = c.Check(context.Background(), &reclaim.Reclaim{Target: reclaim.Target{Alertname: "GPUIdle", UUID: "GPU-1"}})
+		return err
+	})
 }

@@ -1,6 +1,8 @@
 // Package config loads and validates the reclaimer's configuration. Every
 // field has a default or is required; an error names the field and says
-// what is wrong. Secrets are read from files (*_file), never inlined.
+// what is wrong. The secrets the reclaimer checks (the webhook's, the
+// status page's) are read from files (*_file); the clients it calls out
+// with are configured as Prometheus configures its own (HTTPClient).
 package config
 
 import (
@@ -91,6 +93,9 @@ type Config struct {
 	AdminBearerTokenFile string `yaml:"admin_bearer_token_file"`
 
 	AdminBearerToken string `yaml:"-"`
+	// Warnings are what the file says that still works but goes in a later
+	// release (a deprecated key), for the log.
+	Warnings []string `yaml:"-"`
 
 	dir         string
 	skipSecrets bool
@@ -149,13 +154,10 @@ type BasicAuth struct {
 // Alertmanager is where the reclaimer re-checks alerts and creates silences.
 type Alertmanager struct {
 	// URL of Alertmanager (its API v2 is under /api/v2). Required.
-	URL             string     `yaml:"url"`
-	BearerTokenFile string     `yaml:"bearer_token_file"`
-	BasicAuth       *BasicAuth `yaml:"basic_auth"`
+	URL  string     `yaml:"url"`
+	HTTP HTTPClient `yaml:",inline"`
 	// Timeout of one API call. Default 10s.
 	Timeout Duration `yaml:"timeout"`
-
-	BearerToken string `yaml:"-"`
 }
 
 // Kubernetes is the cluster the reclaimer evicts and scales in.
@@ -198,16 +200,15 @@ type Nodes struct {
 	// "http://{{ .Node }}:9848". Default "http://{{ .Node }}:9848".
 	URLTemplate string `yaml:"url_template"`
 	// Addresses override the template per node.
-	Addresses       map[string]string `yaml:"addresses"`
-	BearerTokenFile string            `yaml:"bearer_token_file"`
+	Addresses map[string]string `yaml:"addresses"`
+	HTTP      HTTPClient        `yaml:",inline"`
 	// Timeout of one call; a kill waits out the node's checkpoint grace. Default 2m.
 	Timeout Duration `yaml:"timeout"`
 	// KillGrace is the nodes' --action.kill-grace: a kill's answer comes
 	// after it, so the timeout must be longer. Default 30s.
 	KillGrace Duration `yaml:"kill_grace"`
 
-	BearerToken string             `yaml:"-"`
-	tmpl        *template.Template `yaml:"-"`
+	tmpl *template.Template
 }
 
 // URL is the action endpoint of a node.
@@ -226,15 +227,21 @@ func (n Nodes) URL(node string) (string, error) {
 type Notifier struct {
 	// Type is log, webhook, slack or email.
 	Type string `yaml:"type"`
-	// URL receives a JSON POST per message (webhook).
-	URL             string `yaml:"url"`
-	BearerTokenFile string `yaml:"bearer_token_file"`
+	// URL receives a JSON POST per message (webhook), sent with HTTP.
+	URL  string     `yaml:"url"`
+	HTTP HTTPClient `yaml:",inline"`
 	// Slack holds the Slack notifier's settings (type slack).
 	Slack *Slack `yaml:"slack"`
 	// Email holds the e-mail notifier's settings (type email).
 	Email *Email `yaml:"email"`
+}
 
-	BearerToken string `yaml:"-"`
+// UnmarshalYAML starts a notifier from the HTTP client's defaults. (A
+// section inline in another is decoded without its own UnmarshalYAML.)
+func (n *Notifier) UnmarshalYAML(unmarshal func(any) error) error {
+	type plain Notifier
+	*n = Notifier{HTTP: DefaultHTTPClient()}
+	return unmarshal((*plain)(n))
 }
 
 // Exemptions are never reclaimed, whatever the policy says.
@@ -430,10 +437,13 @@ func DefaultWithoutSecrets() (*Config, error) {
 
 func parse(b []byte, dir string, secrets bool) (*Config, error) {
 	c := &Config{dir: dir, skipSecrets: !secrets}
+	for _, h := range []*HTTPClient{&c.Alertmanager.HTTP, &c.Prometheus.HTTP, &c.Nodes.HTTP, &c.Slurm.HTTP} {
+		*h = DefaultHTTPClient()
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
+		return nil, locate(b, err)
 	}
 	if err := c.validate(); err != nil {
 		return nil, err
@@ -449,12 +459,17 @@ var (
 
 type checker struct {
 	errs        []error
+	warns       []string
 	dir         string
 	skipSecrets bool
 }
 
 func (c *checker) errorf(field, format string, args ...any) {
 	c.errs = append(c.errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+}
+
+func (c *checker) warnf(field, format string, args ...any) {
+	c.warns = append(c.warns, field+": "+fmt.Sprintf(format, args...))
 }
 
 // secret reads a secret file; the value must not be empty.
@@ -465,16 +480,11 @@ func (c *checker) secret(field, path string) string {
 	if !filepath.IsAbs(path) {
 		path = filepath.Join(c.dir, path)
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		c.errorf(field, "%v", err)
+	if !c.readable(field, path) {
 		return ""
 	}
-	s := strings.TrimSpace(string(b))
-	if s == "" {
-		c.errorf(field, "%s is empty", path)
-	}
-	return s
+	b, _ := os.ReadFile(path)
+	return strings.TrimSpace(string(b))
 }
 
 func (c *checker) url(field, u string, required bool) {
@@ -564,8 +574,7 @@ func (cfg *Config) validate() error {
 
 	am := &cfg.Alertmanager
 	c.url("alertmanager.url", am.URL, true)
-	am.BearerToken = c.secret("alertmanager.bearer_token_file", am.BearerTokenFile)
-	c.basicAuth("alertmanager.basic_auth", am.BasicAuth)
+	c.httpClient("alertmanager", &am.HTTP)
 	c.duration("alertmanager.timeout", &am.Timeout, 10*time.Second)
 
 	k := &cfg.Kubernetes
@@ -621,7 +630,7 @@ func (cfg *Config) validate() error {
 	for node, a := range n.Addresses {
 		c.url("nodes.addresses."+node, a, true)
 	}
-	n.BearerToken = c.secret("nodes.bearer_token_file", n.BearerTokenFile)
+	c.httpClient("nodes", &n.HTTP)
 	c.duration("nodes.timeout", &n.Timeout, 2*time.Minute)
 	c.duration("nodes.kill_grace", &n.KillGrace, 30*time.Second)
 	if time.Duration(n.Timeout) < time.Duration(n.KillGrace)+killCheckMargin {
@@ -646,7 +655,7 @@ func (cfg *Config) validate() error {
 		case "log":
 		case "webhook":
 			c.url(field+".url", nf.URL, true)
-			nf.BearerToken = c.secret(field+".bearer_token_file", nf.BearerTokenFile)
+			c.httpClient(field, &nf.HTTP)
 		case "slack":
 			if nf.Slack == nil {
 				c.errorf(field+".slack", "is required for a slack notifier")
@@ -667,6 +676,9 @@ func (cfg *Config) validate() error {
 		}
 		if nf.Type != "email" && nf.Email != nil {
 			c.errorf(field+".email", "is only for type email")
+		}
+		if nf.Type != "webhook" && (nf.URL != "" || httpClientSet(&nf.HTTP)) {
+			c.errorf(field, "url, credentials, tls_config and the other HTTP settings are only for type webhook")
 		}
 	}
 
@@ -719,6 +731,7 @@ func (cfg *Config) validate() error {
 			}
 		}
 	}
+	cfg.Warnings = c.warns
 	return errors.Join(c.errs...)
 }
 

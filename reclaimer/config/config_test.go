@@ -3,10 +3,12 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	promconfig "github.com/prometheus/common/config"
 	"github.com/prometheus/common/model"
 	promql "github.com/prometheus/prometheus/promql/parser"
 	"github.com/stretchr/testify/require"
@@ -24,6 +26,15 @@ func TestGoodConfig(t *testing.T) {
 	require.False(t, c.Kubernetes.On())
 	require.Equal(t, "xoxb-test", c.Notifiers[2].Slack.Token)
 	require.Equal(t, "admin-token", c.AdminBearerToken)
+	require.Empty(t, c.Warnings)
+	require.Equal(t, filepath.Join("testdata", "node.token"), c.Nodes.HTTP.Authorization.CredentialsFile, "relative to the config's folder")
+	require.Equal(t, "Bearer", c.Nodes.HTTP.Authorization.Type)
+	require.Equal(t, filepath.Join("testdata", "client.key"), c.Nodes.HTTP.TLSConfig.KeyFile)
+	require.Equal(t, "reclaimer", c.Alertmanager.HTTP.BasicAuth.Username)
+	require.Equal(t, "gpureclaim", c.Prometheus.HTTP.OAuth2.ClientID)
+	require.True(t, c.Prometheus.HTTP.FollowRedirects, "Prometheus's defaults")
+	require.True(t, c.Notifiers[1].HTTP.EnableHTTP2, "a notifier starts from the defaults too")
+	require.Equal(t, "proxy.example.com:3128", c.Notifiers[1].HTTP.ProxyURL.Host)
 	u, err := c.Nodes.URL("gpu-node-7")
 	require.NoError(t, err)
 	require.Equal(t, "https://gpu-node-7.gpu.example.com:9848", u)
@@ -74,6 +85,27 @@ func TestDefaults(t *testing.T) {
 	require.Zero(t, c.Policies[0].MinRuntimeTime())
 	u, _ := c.Nodes.URL("n1")
 	require.Equal(t, "http://n1:9848", u)
+}
+
+// The first releases' bearer_token_file and a hub's token_file still load,
+// as authorization, with a warning that names the key and what to write.
+func TestDeprecatedCredentialKeys(t *testing.T) {
+	c, err := Parse([]byte(`
+webhook: {bearer_token_file: webhook.token}
+web: {auth: {none: true}}
+alertmanager: {url: "http://am:9093", bearer_token_file: admin.token}
+nodes: {bearer_token_file: node.token}
+kubernetes: {jupyterhub: {url: "http://hub:8081/hub/api", token_file: admin.token}}
+`), "testdata")
+	require.NoError(t, err)
+	require.Equal(t, &promconfig.Authorization{Type: "Bearer", CredentialsFile: "testdata/node.token"}, c.Nodes.HTTP.Authorization)
+	require.Equal(t, &promconfig.Authorization{Type: "Bearer", CredentialsFile: "testdata/admin.token"}, c.Alertmanager.HTTP.Authorization)
+	require.Equal(t, &promconfig.Authorization{Type: "token", CredentialsFile: "testdata/admin.token"}, c.Kubernetes.JupyterHub.HTTP.Authorization)
+	require.Equal(t, []string{
+		"alertmanager.bearer_token_file: is deprecated and goes in a later release: write authorization: {credentials_file: admin.token}",
+		"kubernetes.jupyterhub.token_file: is deprecated and goes in a later release: write authorization: {type: token, credentials_file: admin.token}",
+		"nodes.bearer_token_file: is deprecated and goes in a later release: write authorization: {credentials_file: node.token}",
+	}, slices.Sorted(slices.Values(c.Warnings)))
 }
 
 func TestBadConfigsNameTheField(t *testing.T) {

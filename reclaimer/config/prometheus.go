@@ -17,16 +17,13 @@ import (
 type Prometheus struct {
 	// URL of Prometheus's HTTP API (or anything that answers
 	// /api/v1/query: Thanos Query, Mimir). Empty: off.
-	URL string `yaml:"url"`
-	// BearerTokenFile authenticates the queries.
-	BearerTokenFile string `yaml:"bearer_token_file"`
+	URL  string     `yaml:"url"`
+	HTTP HTTPClient `yaml:",inline"`
 	// Timeout of one query. Default 10s.
 	Timeout Duration `yaml:"timeout"`
 	// Interval between evaluations of restore_when; a workload is restored
 	// within one interval of its demand appearing. Default 30s.
 	Interval Duration `yaml:"interval"`
-
-	BearerToken string `yaml:"-"`
 }
 
 // On says whether the reclaimer queries Prometheus.
@@ -39,10 +36,13 @@ func (p *Prometheus) validate(c *checker) {
 	if p.Interval > 0 && p.Interval < Duration(time.Second) {
 		c.errorf("prometheus.interval", "%s is under a second", time.Duration(p.Interval))
 	}
-	if !p.On() && p.BearerTokenFile != "" {
-		c.errorf("prometheus.url", "is required with prometheus.bearer_token_file")
+	if !p.On() {
+		if httpClientSet(&p.HTTP) {
+			c.errorf("prometheus.url", "is required with prometheus's credentials and TLS settings")
+		}
+		return
 	}
-	p.BearerToken = c.secret("prometheus.bearer_token_file", p.BearerTokenFile)
+	c.httpClient("prometheus", &p.HTTP)
 }
 
 // RestoreData is what a restore_when template reads: the reclaim's alert

@@ -14,7 +14,9 @@ type Slurm struct {
 	// reclaimer runs as slurmrestd's user) or http(s)://host:6820
 	// (rest_auth/jwt, with token_file and user_name). Empty: off.
 	URL string `yaml:"url"`
-	// TokenFile holds a JWT (scontrol token) for rest_auth/jwt.
+	// TokenFile holds a JWT (scontrol token) for rest_auth/jwt, sent as
+	// slurmrestd's X-SLURM-USER-TOKEN and read at every call (a token
+	// renewed in the file is used at once).
 	TokenFile string `yaml:"token_file"`
 	// UserName is the Slurm user the token is for.
 	UserName string `yaml:"user_name"`
@@ -27,8 +29,8 @@ type Slurm struct {
 	// slurmrestd of Slurm before 26.05 has no requeue. It needs Slurm's
 	// client and munge on the reclaimer's host. Default: scontrol on the PATH.
 	Scontrol string `yaml:"scontrol"`
-
-	Token string `yaml:"-"`
+	// HTTP is the client for http(s) URLs: TLS, a proxy.
+	HTTP HTTPClient `yaml:",inline"`
 }
 
 // On says whether the reclaimer can reach Slurm.
@@ -74,5 +76,17 @@ func (s *Slurm) validate(c *checker) {
 	default:
 		c.errorf("slurm.url", "%q is not unix:///path, http:// or https://", s.URL)
 	}
-	s.Token = c.secret("slurm.token_file", s.TokenFile)
+	if s.TokenFile != "" && !filepath.IsAbs(s.TokenFile) {
+		s.TokenFile = filepath.Join(c.dir, s.TokenFile)
+	}
+	if s.TokenFile != "" && !c.skipSecrets {
+		c.readable("slurm.token_file", s.TokenFile)
+	}
+	if err == nil && u.Scheme == "unix" && httpClientSet(&s.HTTP) {
+		c.errorf("slurm.url", "a UNIX socket takes no credentials, TLS or proxy settings")
+	}
+	if s.HTTP.Authorization != nil || s.HTTP.BasicAuth != nil || s.HTTP.OAuth2 != nil || s.HTTP.BearerTokenFile != "" || s.HTTP.BearerToken != "" {
+		c.errorf("slurm.token_file", "slurmrestd reads its own token header (rest_auth/jwt): give token_file and user_name, not authorization, basic_auth or oauth2")
+	}
+	c.httpClient("slurm", &s.HTTP)
 }

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	promconfig "github.com/prometheus/common/config"
 )
 
 // How a workload kind is stopped.
@@ -159,12 +161,21 @@ func (k Kueue) On() bool { return k.Enabled == nil || *k.Enabled }
 type JupyterHub struct {
 	// URL of the hub's API, e.g. http://hub.jupyterhub:8081/hub/api.
 	URL string `yaml:"url"`
-	// TokenFile holds an API token with the admin:servers scope.
+	// HTTP authenticates with an API token that has the admin:servers
+	// scope: authorization: {type: token, credentials_file: ...}.
+	HTTP HTTPClient `yaml:",inline"`
+	// TokenFile is the token's file as the first releases wrote it;
+	// deprecated, read as authorization of type token.
 	TokenFile string `yaml:"token_file"`
 	// Timeout of one API call. Default 30s.
 	Timeout Duration `yaml:"timeout"`
+}
 
-	Token string `yaml:"-"`
+// UnmarshalYAML starts from the HTTP client's defaults.
+func (h *JupyterHub) UnmarshalYAML(unmarshal func(any) error) error {
+	type plain JupyterHub
+	*h = JupyterHub{HTTP: DefaultHTTPClient()}
+	return unmarshal((*plain)(h))
 }
 
 var (
@@ -226,10 +237,19 @@ func (cfg *Config) validateWorkloads(c *checker) {
 
 	if h := cfg.Kubernetes.JupyterHub; h != nil {
 		c.url("kubernetes.jupyterhub.url", h.URL, true)
-		if h.TokenFile == "" {
-			c.errorf("kubernetes.jupyterhub.token_file", "is required: the hub's API needs a token with the admin:servers scope")
+		if h.TokenFile != "" {
+			if h.HTTP.Authorization != nil {
+				c.errorf("kubernetes.jupyterhub.token_file", "and authorization: give authorization only")
+			} else {
+				c.warnf("kubernetes.jupyterhub.token_file", "is deprecated and goes in a later release: write authorization: {type: token, credentials_file: %s}", h.TokenFile)
+				h.HTTP.Authorization = &promconfig.Authorization{Type: "token", CredentialsFile: h.TokenFile}
+				h.TokenFile = ""
+			}
 		}
-		h.Token = c.secret("kubernetes.jupyterhub.token_file", h.TokenFile)
+		if h.HTTP.Authorization == nil && h.HTTP.OAuth2 == nil && h.HTTP.BearerTokenFile == "" && h.HTTP.BearerToken == "" {
+			c.errorf("kubernetes.jupyterhub.authorization", "is required: the hub's API needs a token with the admin:servers scope")
+		}
+		c.httpClient("kubernetes.jupyterhub", &h.HTTP)
 		c.duration("kubernetes.jupyterhub.timeout", &h.Timeout, defaultHubTimeout)
 	}
 }

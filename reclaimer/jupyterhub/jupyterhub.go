@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
@@ -26,15 +27,19 @@ const (
 
 // Client calls one hub's API.
 type Client struct {
-	base  string
-	token string
-	http  *http.Client
+	base string
+	http *http.Client
 }
 
-// New returns a client of the hub API at base (…/hub/api), authenticated
-// with a token that has the admin:servers scope.
-func New(base, token string, timeout time.Duration) *Client {
-	return &Client{base: strings.TrimRight(base, "/"), token: token, http: &http.Client{Timeout: timeout}}
+// New returns a client of the hub API at the config's URL (…/hub/api),
+// authenticated as its HTTP client says, with a token that has the
+// admin:servers scope.
+func New(c config.JupyterHub) (*Client, error) {
+	hc, err := config.NewHTTPClient(c.HTTP, "jupyterhub", time.Duration(c.Timeout))
+	if err != nil {
+		return nil, err
+	}
+	return &Client{base: strings.TrimRight(c.URL, "/"), http: hc}, nil
 }
 
 // serverPath is the route of a user's default server or of a named one.
@@ -84,7 +89,6 @@ func (c *Client) call(ctx context.Context, method, path string) (int, string, er
 	if err != nil {
 		return 0, "", err
 	}
-	req.Header.Set("Authorization", "token "+c.token)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return 0, "", err

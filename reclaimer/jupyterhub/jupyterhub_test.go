@@ -6,9 +6,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
 
+	promconfig "github.com/prometheus/common/config"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpureclaim/gpureclaim/internal/testkit/tlstest"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/jupyterhub"
 	"github.com/gpureclaim/gpureclaim/reclaimer/jupyterhub/hubtest"
@@ -20,7 +22,7 @@ var ctx = context.Background()
 func TestStopAndStart(t *testing.T) {
 	hub := hubtest.New("culler-token", "alice", "bob/gpu")
 	defer hub.Close()
-	c := jupyterhub.New(hub.API(), "culler-token", 5*time.Second)
+	c := hub.Client(t, "culler-token")
 
 	require.NoError(t, c.Stop(ctx, "alice", ""))
 	require.False(t, hub.Running("alice"))
@@ -34,7 +36,7 @@ func TestStopAndStart(t *testing.T) {
 	require.NoError(t, c.Start(ctx, "alice", ""), "starting a running server does nothing twice")
 	require.Equal(t, []string{"DELETE alice", "DELETE alice", "DELETE bob/gpu", "DELETE nobody", "POST alice", "POST alice"}, hub.Calls())
 
-	bad := jupyterhub.New(hub.API(), "wrong", 5*time.Second)
+	bad := hub.Client(t, "wrong")
 	err := bad.Stop(ctx, "bob", "")
 	require.ErrorContains(t, err, "hub answered 403")
 	var retry *reclaim.RetryError
@@ -44,14 +46,34 @@ func TestStopAndStart(t *testing.T) {
 func TestHubErrorsAreRetried(t *testing.T) {
 	for _, status := range []int{http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusTooManyRequests} {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(status) }))
-		err := jupyterhub.New(srv.URL, "t", 5*time.Second).Stop(ctx, "alice", "")
+		err := client(t, srv.URL).Stop(ctx, "alice", "")
 		var retry *reclaim.RetryError
 		require.True(t, errors.As(err, &retry), "%d: %v", status, err)
 		srv.Close()
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	srv.Close()
-	err := jupyterhub.New(srv.URL, "t", 5*time.Second).Stop(ctx, "alice", "")
+	err := client(t, srv.URL).Stop(ctx, "alice", "")
 	var retry *reclaim.RetryError
 	require.True(t, errors.As(err, &retry), "an unreachable hub is retried: %v", err)
+}
+
+func client(t *testing.T, url string) *jupyterhub.Client {
+	c, err := jupyterhub.New(hubtest.Config(url, "t"))
+	require.NoError(t, err)
+	return c
+}
+
+// The hub behind a private CA, and behind mutual TLS.
+func TestTLS(t *testing.T) {
+	hub := hubtest.New("culler-token", "alice")
+	defer hub.Close()
+	tlstest.Check(t, hub.Server.Config.Handler, func(t *testing.T, url string, hc promconfig.HTTPClientConfig) error {
+		cfg := hubtest.Config(url+"/hub/api", "culler-token")
+		hc.Authorization = cfg.HTTP.Authorization
+		cfg.HTTP = hc
+		c, err := jupyterhub.New(cfg)
+		require.NoError(t, err)
+		return c.Start(ctx, "alice", "")
+	})
 }

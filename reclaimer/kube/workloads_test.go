@@ -19,7 +19,6 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/testkit/kubetest"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
-	"github.com/gpureclaim/gpureclaim/reclaimer/jupyterhub"
 	"github.com/gpureclaim/gpureclaim/reclaimer/jupyterhub/hubtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/kube"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
@@ -98,7 +97,7 @@ func TestTopOwners(t *testing.T) {
 	hub := hubtest.New("culler-token", "alice")
 	defer hub.Close()
 	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
-	kc := newClient(t, cl, func() time.Time { return now }, kube.Options{Kueue: true, Hub: hubClient(hub)})
+	kc := newClient(t, cl, func() time.Time { return now }, kube.Options{Kueue: true, Hub: hub.Client(t, hub.Token)})
 	ns := namespace(t, admin, "ml", nil)
 	o := &objects{t: t, dyn: dyn, cs: admin, ns: ns}
 
@@ -509,8 +508,6 @@ func TestControllersDoNotUndo(t *testing.T) {
 		waitPod(sel)
 	})
 }
-
-func hubClient(h *hubtest.Hub) kube.Hub { return jupyterhub.New(h.API(), h.Token, 5*time.Second) }
 
 func deployment(name string, replicas int32) *appsv1.Deployment {
 	labels := map[string]string{"app": name}

@@ -34,8 +34,12 @@ type Client struct {
 }
 
 // New returns a client.
-func New(cfg config.Nodes) *Client {
-	return &Client{cfg: cfg, hc: &http.Client{Timeout: time.Duration(cfg.Timeout)}}
+func New(cfg config.Nodes) (*Client, error) {
+	hc, err := config.NewHTTPClient(cfg.HTTP, "nodes", time.Duration(cfg.Timeout))
+	if err != nil {
+		return nil, err
+	}
+	return &Client{cfg: cfg, hc: hc}, nil
 }
 
 func (c *Client) do(ctx context.Context, method, node, path string, body, out any) (int, error) {
@@ -61,9 +65,6 @@ func (c *Client) doH(ctx context.Context, method, node, path string, body, out a
 		return 0, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if c.cfg.BearerToken != "" {
-		req.Header.Set("Authorization", "Bearer "+c.cfg.BearerToken)
-	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return 0, nil, err

@@ -6,12 +6,16 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	promconfig "github.com/prometheus/common/config"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpureclaim/gpureclaim/internal/nodeapi"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/tlstest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/node"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
@@ -65,9 +69,39 @@ func TestKillOutcomes(t *testing.T) {
 				_ = json.NewEncoder(w).Encode(tc.body)
 			}))
 			defer srv.Close()
-			c := node.New(config.Nodes{Addresses: map[string]string{"n1": srv.URL}, BearerToken: "node-token", Timeout: config.Duration(5 * time.Second)})
+			c := client(t, srv.URL, withToken(t, config.DefaultHTTPClient(), "node-token"))
 			res, err := c.Kill(context.Background(), &reclaim.Reclaim{ID: "r1", Target: reclaim.Target{Alertname: "GPUIdle", UUID: "GPU-1", Node: "n1", User: "bob"}})
 			tc.check(t, res, err)
 		})
 	}
+}
+
+// withToken sets a bearer token read from a file, as the config does.
+func withToken(t *testing.T, hc config.HTTPClient, token string) config.HTTPClient {
+	path := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(path, []byte(token+"\n"), 0o600))
+	hc.Authorization = &promconfig.Authorization{Type: "Bearer", CredentialsFile: path}
+	return hc
+}
+
+func client(t *testing.T, url string, hc config.HTTPClient) *node.Client {
+	c, err := node.New(config.Nodes{Addresses: map[string]string{"n1": url}, HTTP: hc, Timeout: config.Duration(5 * time.Second)})
+	require.NoError(t, err)
+	return c
+}
+
+// A node's action endpoint behind a private CA, and behind mutual TLS.
+func TestTLS(t *testing.T) {
+	unit := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer node-token" {
+			w.WriteHeader(http.StatusUnauthorized)
+			_ = json.NewEncoder(w).Encode(nodeapi.KillResult{Error: "unauthorized"})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(nodeapi.Unit{UUID: "GPU-1"})
+	})
+	tlstest.Check(t, unit, func(t *testing.T, url string, hc config.HTTPClient) error {
+		_, err := client(t, url, withToken(t, hc, "node-token")).PIDs(context.Background(), reclaim.Target{Node: "n1", UUID: "GPU-1", Pod: "p"})
+		return err
+	})
 }

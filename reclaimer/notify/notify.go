@@ -31,11 +31,15 @@ func (l Log) Send(_ context.Context, m reclaim.Message, _ map[string]string) (ma
 	return nil, []string{"log"}, nil
 }
 
+// WebhookTimeout bounds one delivery to a webhook.
+const WebhookTimeout = 10 * time.Second
+
 // Webhook POSTs every message as JSON to a URL; any 2xx is delivered.
 type Webhook struct {
-	URL   string
-	Token string
-	HTTP  *http.Client
+	URL string
+	// HTTP carries the credentials and TLS (config.NewHTTPClient); nil is
+	// http.DefaultClient.
+	HTTP *http.Client
 }
 
 // Payload is what the webhook receives. IdempotencyKey is the same for a
@@ -60,16 +64,13 @@ func (w *Webhook) Send(ctx context.Context, m reclaim.Message, _ map[string]stri
 	if err != nil {
 		return nil, nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, WebhookTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(b))
 	if err != nil {
 		return nil, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if w.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+w.Token)
-	}
 	hc := w.HTTP
 	if hc == nil {
 		hc = http.DefaultClient

@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	promconfig "github.com/prometheus/common/config"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpureclaim/gpureclaim/internal/testkit/tlstest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
@@ -57,7 +60,7 @@ func TestWebhook(t *testing.T) {
 				w.WriteHeader(tc.status)
 			}))
 			defer srv.Close()
-			w := &Webhook{URL: srv.URL, Token: "s3cret", HTTP: srv.Client()}
+			w := &Webhook{URL: srv.URL, HTTP: bearer(t, "s3cret")}
 			_, channels, err := w.Send(context.Background(), tc.msg, nil)
 			if tc.wantErr != "" {
 				require.ErrorContains(t, err, tc.wantErr)
@@ -93,4 +96,24 @@ func TestWebhookKeyChangesWithANewWarning(t *testing.T) {
 	}
 	require.Len(t, keys, 2, "a resend repeats the key; the next round's warning has its own")
 	require.True(t, (&Webhook{}).Blocking(), "a webhook must deliver before the grace runs")
+}
+
+// bearer is a client that sends a bearer token, as a webhook notifier's
+// authorization: {credentials: ...} makes it.
+func bearer(t *testing.T, token string) *http.Client {
+	hc := config.DefaultHTTPClient()
+	hc.Authorization = &promconfig.Authorization{Type: "Bearer", Credentials: promconfig.Secret(token)}
+	c, err := config.NewHTTPClient(hc, "webhook", WebhookTimeout)
+	require.NoError(t, err)
+	return c
+}
+
+// A webhook behind a private CA, and behind mutual TLS.
+func TestWebhookTLS(t *testing.T) {
+	tlstest.Check(t, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), func(t *testing.T, url string, hc config.HTTPClient) error {
+		c, err := config.NewHTTPClient(hc, "webhook", WebhookTimeout)
+		require.NoError(t, err)
+		_, _, err = (&Webhook{URL: url, HTTP: c}).Send(context.Background(), reclaim.Message{Kind: reclaim.MsgAdmin, Text: "breaker open"}, nil)
+		return err
+	})
 }

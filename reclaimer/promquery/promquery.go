@@ -18,9 +18,10 @@ import (
 
 // Client queries one Prometheus.
 type Client struct {
-	URL   string
-	Token string // bearer token, or empty
-	HTTP  *http.Client
+	URL string
+	// HTTP carries the credentials and TLS (config.NewHTTPClient); nil is
+	// http.DefaultClient.
+	HTTP *http.Client
 	// Timeout of one query; Prometheus is told it too.
 	Timeout time.Duration
 }
@@ -99,9 +100,6 @@ func (c *Client) instant(ctx context.Context, query string) ([]sample, error) {
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	if c.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
-	}
 	hc := c.HTTP
 	if hc == nil {
 		hc = http.DefaultClient

@@ -7,7 +7,11 @@ import (
 	"testing"
 	"time"
 
+	promconfig "github.com/prometheus/common/config"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpureclaim/gpureclaim/internal/testkit/tlstest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 )
 
 func TestDemand(t *testing.T) {
@@ -33,7 +37,9 @@ func TestDemand(t *testing.T) {
 				_, _ = w.Write([]byte(tc.body))
 			}))
 			defer srv.Close()
-			c := &Client{URL: srv.URL + "/", Token: "t0k", Timeout: 5 * time.Second}
+			hc := config.DefaultHTTPClient()
+			hc.Authorization = &promconfig.Authorization{Type: "Bearer", Credentials: "t0k"}
+			c := &Client{URL: srv.URL + "/", HTTP: newClient(t, hc), Timeout: 5 * time.Second}
 			ok, err := c.Demand(context.Background(), `up{job="x"} > 0`)
 			if tc.err != "" {
 				require.ErrorContains(t, err, tc.err)
@@ -57,4 +63,21 @@ func TestDemandBoundsTheAnswer(t *testing.T) {
 	defer srv.Close()
 	_, err := (&Client{URL: srv.URL}).Demand(context.Background(), "up")
 	require.ErrorContains(t, err, "answer over")
+}
+
+func newClient(t *testing.T, hc config.HTTPClient) *http.Client {
+	c, err := config.NewHTTPClient(hc, "prometheus", 5*time.Second)
+	require.NoError(t, err)
+	return c
+}
+
+// Prometheus behind a private CA, and behind mutual TLS.
+func TestTLS(t *testing.T) {
+	prom := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte(`{"status":"success","data":{"resultType":"vector","result":[]}}`))
+	})
+	tlstest.Check(t, prom, func(t *testing.T, url string, hc config.HTTPClient) error {
+		_, err := (&Client{URL: url, HTTP: newClient(t, hc), Timeout: 5 * time.Second}).Query(context.Background(), "up")
+		return err
+	})
 }

@@ -21,6 +21,8 @@ import (
 	"strings"
 	"time"
 
+	promconfig "github.com/prometheus/common/config"
+
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
@@ -30,10 +32,10 @@ const KeepMarker = "gpureclaim:keep"
 
 // Client talks to one slurmrestd, and runs scontrol for a requeue.
 type Client struct {
-	base, version, user, token string
-	http                       *http.Client
-	scontrol                   string
-	timeout                    time.Duration
+	base, version string
+	http          *http.Client
+	scontrol      string
+	timeout       time.Duration
 	// Env is scontrol's environment (SLURM_CONF in tests); nil: the reclaimer's.
 	Env []string
 }
@@ -44,18 +46,29 @@ func New(c config.Slurm) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl := &Client{version: c.APIVersion, user: c.UserName, token: c.Token, scontrol: c.Scontrol, timeout: time.Duration(c.Timeout)}
-	tr := &http.Transport{}
+	cl := &Client{version: c.APIVersion, scontrol: c.Scontrol, timeout: time.Duration(c.Timeout)}
+	h := c.HTTP
+	var opts []promconfig.HTTPClientOption
 	if u.Scheme == "unix" {
 		socket := u.Path
-		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+		opts = append(opts, promconfig.WithDialContextFunc(func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
-		}
+		}))
 		cl.base = "http://slurmrestd"
 	} else {
 		cl.base = strings.TrimRight(c.URL, "/")
 	}
-	cl.http = &http.Client{Transport: tr, Timeout: time.Duration(c.Timeout)}
+	if c.TokenFile != "" {
+		// rest_auth/jwt reads the user and the token from its own headers;
+		// the token is read from its file at every call.
+		h.HTTPHeaders = &promconfig.Headers{Headers: map[string]promconfig.Header{
+			"X-SLURM-USER-NAME":  {Values: []string{c.UserName}},
+			"X-SLURM-USER-TOKEN": {Files: []string{c.TokenFile}},
+		}}
+	}
+	if cl.http, err = config.NewHTTPClient(h, "slurm", time.Duration(c.Timeout), opts...); err != nil {
+		return nil, err
+	}
 	return cl, nil
 }
 
@@ -156,10 +169,6 @@ func (c *Client) do(ctx context.Context, method, id string) (*answer, error) {
 		return nil, err
 	}
 	req.Header.Set("Accept", "application/json")
-	if c.token != "" {
-		req.Header.Set("X-SLURM-USER-NAME", c.user)
-		req.Header.Set("X-SLURM-USER-TOKEN", c.token)
-	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("slurmrestd: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpureclaim/gpureclaim/internal/testkit/slurmtest"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/tlstest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/slurm"
@@ -90,12 +92,18 @@ func TestClientWithATokenAndTheNewerSchema(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	cl, err := slurm.New(config.Slurm{URL: srv.URL, APIVersion: "v0.0.42", UserName: "gpureclaim", Token: "jwt", Timeout: config.Duration(5 * time.Second)})
+	tokenFile := filepath.Join(t.TempDir(), "jwt")
+	require.NoError(t, os.WriteFile(tokenFile, []byte("jwt\n"), 0o600))
+	cl, err := slurm.New(config.Slurm{URL: srv.URL, APIVersion: "v0.0.42", UserName: "gpureclaim", TokenFile: tokenFile, Timeout: config.Duration(5 * time.Second)})
 	require.NoError(t, err)
 	j, err := cl.Job(ctx, "7")
 	require.NoError(t, err)
 	require.Equal(t, "gpureclaim", user)
 	require.Equal(t, "jwt", token)
+	require.NoError(t, os.WriteFile(tokenFile, []byte("jwt-renewed\n"), 0o600))
+	_, err = cl.Job(ctx, "7")
+	require.NoError(t, err)
+	require.Equal(t, "jwt-renewed", token, "a token renewed in its file is sent at the next call")
 	require.Equal(t, time.Unix(1796126657, 0), j.Start)
 	require.True(t, j.Kept())
 	require.True(t, j.Running())
@@ -119,4 +127,17 @@ func restarts(t *testing.T, c *slurmtest.Cluster, id string) string {
 	}
 	n, _, _ := strings.Cut(after, " ")
 	return n
+}
+
+// slurmrestd behind a private CA, and behind mutual TLS.
+func TestTLS(t *testing.T) {
+	rest := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte(`{"jobs":[{"job_id":7,"user_name":"alice","job_state":["RUNNING"]}],"errors":[]}`))
+	})
+	tlstest.Check(t, rest, func(t *testing.T, url string, hc config.HTTPClient) error {
+		cl, err := slurm.New(config.Slurm{URL: url, APIVersion: "v0.0.42", HTTP: hc, Timeout: config.Duration(5 * time.Second)})
+		require.NoError(t, err)
+		_, err = cl.Job(ctx, "7")
+		return err
+	})
 }

@@ -372,7 +372,7 @@ func (s *Stack) StartReclaimer(ctx context.Context, extra string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "webhook: {bearer_token_file: webhook.token}\nweb: {auth: {none: true}}\nalertmanager: {url: %q}\nstatus_page_url: %q\nadmin_bearer_token_file: admin.token\n", s.AlertmanagerURL, s.ReclaimerURL)
 	if !s.o.DCGM { // dcgm-exporter has no action endpoint
-		b.WriteString("nodes:\n  bearer_token_file: node.token\n  timeout: 30s\n  kill_grace: 1s\n  addresses:\n")
+		b.WriteString("nodes:\n  authorization: {credentials_file: node.token}\n  timeout: 30s\n  kill_grace: 1s\n  addresses:\n")
 		for _, n := range s.o.Nodes {
 			fmt.Fprintf(&b, "    %s: \"http://%s\"\n", n.Name, n.Addr)
 		}

@@ -4,16 +4,8 @@
 package mailtest
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpureclaim/gpureclaim/internal/testkit/tlstest"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
 )
 
@@ -55,8 +48,13 @@ func Start(t testing.TB, mode TLS) *Server {
 	if mode == Plain {
 		args = append(args, "--smtp-auth-allow-insecure") // it would not start, else: the client must refuse
 	} else {
-		cert, key := s.certificate(t)
-		args = append(args, "--smtp-tls-cert", cert, "--smtp-tls-key", key)
+		ca := tlstest.NewCA(t, "mailtest CA")
+		cert := ca.Server(t)
+		var err error
+		if s.CA, err = os.ReadFile(ca.CAFile); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--smtp-tls-cert", cert.CertFile, "--smtp-tls-key", cert.KeyFile)
 		if mode == Implicit {
 			args = append(args, "--smtp-require-tls")
 		} else {
@@ -88,46 +86,6 @@ func Start(t testing.TB, mode TLS) *Server {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// certificate makes a CA and a certificate for 127.0.0.1 signed by it.
-func (s *Server) certificate(t testing.TB) (certFile, keyFile string) {
-	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "mailtest CA"}, NotBefore: time.Now().Add(-time.Hour),
-		NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"}, NotBefore: time.Now().Add(-time.Hour),
-		NotAfter: time.Now().Add(24 * time.Hour), IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		KeyUsage: x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.CA = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
-	certFile, keyFile = filepath.Join(s.dir, "smtp.crt"), filepath.Join(s.dir, "smtp.key")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certFile, keyFile
 }
 
 // Message is a received message as mailpit's API gives it.

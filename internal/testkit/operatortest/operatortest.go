@@ -5,14 +5,7 @@
 package operatortest
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net/http"
 	"os"
 	"os/exec"
@@ -27,6 +20,7 @@ import (
 
 	"github.com/gpureclaim/gpureclaim/internal/sim/cluster"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/kubetest"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/tlstest"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
 )
 
@@ -64,15 +58,15 @@ func Start(t testing.TB, cl *kubetest.Cluster) {
 	if _, err := admin.CoreV1().Secrets("kubeflow").Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "training-operator-webhook-cert"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	selfSigned(t, trainingOperatorCerts, "training-operator.kubeflow.svc")
+	serving(t, trainingOperatorCerts, "training-operator.kubeflow.svc")
 	probe = port(t)
 	run(t, dir, "training-operator.v1", kubeconfig, "--metrics-bind-address="+addr(port(t)), "--health-probe-bind-address="+addr(probe),
 		fmt.Sprintf("--webhook-server-port=%d", port(t)), "--enable-scheme=pytorchjob")
 	ready(t, "training-operator.v1", dir, fmt.Sprintf("http://%s/readyz", addr(probe)))
 
-	selfSigned(t, kueueMetricsCerts, "kueue-controller-manager-metrics-service.kueue-system.svc")
+	serving(t, kueueMetricsCerts, "kueue-controller-manager-metrics-service.kueue-system.svc")
 	webhookCerts := filepath.Join(dir, "kueue-webhook")
-	selfSigned(t, webhookCerts, "127.0.0.1")
+	serving(t, webhookCerts, "127.0.0.1")
 	probe = port(t)
 	cfg := fmt.Sprintf(`apiVersion: config.kueue.x-k8s.io/v1beta2
 kind: Configuration
@@ -150,32 +144,19 @@ func ready(t testing.TB, name, dir, url string) {
 	}
 }
 
-// selfSigned writes tls.crt and tls.key for a name into dir.
-func selfSigned(t testing.TB, dir, name string) {
+// serving writes tls.crt and tls.key for a name into dir.
+func serving(t testing.TB, dir, name string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := tlstest.NewCA(t, name+" CA").Server(t, name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	for file, b := range map[string][]byte{
-		"tls.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		"tls.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}),
-	} {
-		if err := os.WriteFile(filepath.Join(dir, file), b, 0o600); err != nil {
+	for from, to := range map[string]string{p.CertFile: "tls.crt", p.KeyFile: "tls.key"} {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, to), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}

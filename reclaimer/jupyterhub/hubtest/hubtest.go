@@ -8,6 +8,13 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"testing"
+	"time"
+
+	promconfig "github.com/prometheus/common/config"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/jupyterhub"
 )
 
 // Hub is a fake hub with users whose servers run or not.
@@ -38,6 +45,23 @@ func New(token string, running ...string) *Hub {
 
 // API is the base URL of the hub's API.
 func (h *Hub) API() string { return h.URL + "/hub/api" }
+
+// Config is the reclaimer's config of a hub at api, with a token.
+func Config(api, token string) config.JupyterHub {
+	hc := config.DefaultHTTPClient()
+	hc.Authorization = &promconfig.Authorization{Type: "token", Credentials: promconfig.Secret(token)}
+	return config.JupyterHub{URL: api, HTTP: hc, Timeout: config.Duration(5 * time.Second)}
+}
+
+// Client is a client of this hub with a token.
+func (h *Hub) Client(t testing.TB, token string) *jupyterhub.Client {
+	t.Helper()
+	c, err := jupyterhub.New(Config(h.API(), token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
 
 // Running says whether a server runs.
 func (h *Hub) Running(key string) bool {

@@ -73,7 +73,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- if include "gpureclaim.nodeActionOn" . -}}
 {{- $nodes := default dict $c.nodes -}}
-{{- $_ := set $nodes "bearer_token_file" (printf "%s/node/token" $dir) -}}
+{{- $_ := set $nodes "authorization" (dict "credentials_file" (printf "%s/node/token" $dir)) -}}
 {{- $_ := set $nodes "kill_grace" .Values.exporter.action.killGrace -}}
 {{- if not $nodes.url_template -}}
 {{- $_ := set $nodes "url_template" (printf "http://{{ .Node }}:%v" .Values.exporter.action.port) -}}
@@ -83,7 +83,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- $k8s := deepCopy (default dict $c.kubernetes) -}}
 {{- $_ := set $k8s "kueue" (dict "enabled" $r.kueue) -}}
 {{- if $r.jupyterhub.url -}}
-{{- $_ := set $k8s "jupyterhub" (dict "url" $r.jupyterhub.url "token_file" (printf "%s/jupyterhub/token" $dir)) -}}
+{{- $_ := set $k8s "jupyterhub" (dict "url" $r.jupyterhub.url "authorization" (dict "type" "token" "credentials_file" (printf "%s/jupyterhub/token" $dir))) -}}
 {{- end -}}
 {{- $_ := set $c "kubernetes" $k8s -}}
 {{- $off := list -}}
