@@ -17,13 +17,18 @@ import (
 // selectors it matches; the others keep idle's own settings (class
 // "default"). Each field left out is idle's.
 type IdleClass struct {
+	// Name is the class label of its holders' alerts and records; not
+	// "default", which names the holders no class selects.
 	Name string `yaml:"name"`
 	// Match selects the class's holders: any one of the selectors.
-	Match        []ClassSelector `yaml:"match"`
-	Threshold    float64         `yaml:"threshold"`
-	For          model.Duration  `yaml:"for"`
-	ReclaimAfter model.Duration  `yaml:"reclaim_after"`
-	Pauses       *Pauses         `yaml:"pauses"`
+	Match []ClassSelector `yaml:"match"`
+	// Threshold, For and ReclaimAfter are the class's own idle.threshold,
+	// idle.for and idle.reclaim_after; unset, the idle section's. Pauses
+	// are the class's own idle.pauses; unset, none.
+	Threshold    float64        `yaml:"threshold"`
+	For          model.Duration `yaml:"for"`
+	ReclaimAfter model.Duration `yaml:"reclaim_after"`
+	Pauses       *Pauses        `yaml:"pauses"`
 }
 
 // ClassSelector matches holders by what kube-state-metrics says of their

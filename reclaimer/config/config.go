@@ -62,21 +62,24 @@ const defaultHubTimeout = 30 * time.Second
 type Config struct {
 	// DryRun records and logs every decision but never kills, evicts or
 	// scales, and sends no owner warnings.
-	DryRun         bool           `yaml:"dry_run"`
-	Webhook        Webhook        `yaml:"webhook"`
-	Web            Web            `yaml:"web"`
-	Alertmanager   Alertmanager   `yaml:"alertmanager"`
-	Kubernetes     Kubernetes     `yaml:"kubernetes"`
-	Nodes          Nodes          `yaml:"nodes"`
-	Slurm          Slurm          `yaml:"slurm"`
-	Prometheus     Prometheus     `yaml:"prometheus"`
-	Activity       Activity       `yaml:"activity"`
-	Report         Report         `yaml:"report"`
+	DryRun       bool         `yaml:"dry_run"`
+	Webhook      Webhook      `yaml:"webhook"`
+	Web          Web          `yaml:"web"`
+	Alertmanager Alertmanager `yaml:"alertmanager"`
+	Kubernetes   Kubernetes   `yaml:"kubernetes"`
+	Nodes        Nodes        `yaml:"nodes"`
+	Slurm        Slurm        `yaml:"slurm"`
+	Prometheus   Prometheus   `yaml:"prometheus"`
+	Activity     Activity     `yaml:"activity"`
+	Report       Report       `yaml:"report"`
+	// Notifiers tell owners and admins. Default: the log alone.
 	Notifiers      []Notifier     `yaml:"notifiers"`
 	Exemptions     Exemptions     `yaml:"exemptions"`
 	RateLimits     RateLimits     `yaml:"rate_limits"`
 	CircuitBreaker CircuitBreaker `yaml:"circuit_breaker"`
-	Policies       []Policy       `yaml:"policies"`
+	// Policies decide, the first that matches an alert. Default
+	// DefaultPolicies.
+	Policies []Policy `yaml:"policies"`
 	// Workloads are the kinds of top owner the reclaimer stops, over the
 	// built-in ones; after loading, every kind, built-in ones included.
 	Workloads []Workload `yaml:"workloads"`
@@ -104,8 +107,12 @@ type Config struct {
 // Webhook is how Alertmanager authenticates to POST /webhook: a bearer
 // token, basic auth, or both (either one passes).
 type Webhook struct {
-	BearerTokenFile string     `yaml:"bearer_token_file"`
-	BasicAuth       *BasicAuth `yaml:"basic_auth"`
+	// BearerTokenFile holds the token Alertmanager sends
+	// (http_config.authorization of its webhook receiver).
+	BearerTokenFile string `yaml:"bearer_token_file"`
+	// BasicAuth is the user and password Alertmanager sends instead
+	// (http_config.basic_auth).
+	BasicAuth *BasicAuth `yaml:"basic_auth"`
 	// MaxBodyBytes bounds a notification's size. Default 32MiB: about
 	// 70,000 alerts; a notification refused for its size is never retried.
 	MaxBodyBytes Bytes `yaml:"max_body_bytes"`
@@ -136,16 +143,21 @@ type Web struct {
 // WebAuth is a bearer token, basic auth (either passes), or none: true said
 // outright: the page shows owners, Unix users and Slack ids.
 type WebAuth struct {
-	BearerTokenFile string     `yaml:"bearer_token_file"`
-	BasicAuth       *BasicAuth `yaml:"basic_auth"`
-	None            bool       `yaml:"none"`
+	// BearerTokenFile holds the token a reader sends.
+	BearerTokenFile string `yaml:"bearer_token_file"`
+	// BasicAuth is a reader's user and password.
+	BasicAuth *BasicAuth `yaml:"basic_auth"`
+	// None lets anyone read, said outright.
+	None bool `yaml:"none"`
 
 	BearerToken string `yaml:"-"`
 }
 
 // BasicAuth is a username and a password read from a file.
 type BasicAuth struct {
-	Username     string `yaml:"username"`
+	// Username is the user the caller sends.
+	Username string `yaml:"username"`
+	// PasswordFile holds the password the caller sends.
 	PasswordFile string `yaml:"password_file"`
 
 	Password string `yaml:"-"`
@@ -246,19 +258,25 @@ func (n *Notifier) UnmarshalYAML(unmarshal func(any) error) error {
 
 // Exemptions are never reclaimed, whatever the policy says.
 type Exemptions struct {
+	// Namespaces whose pods are never reclaimed.
 	Namespaces []string `yaml:"namespaces"`
-	Users      []string `yaml:"users"`
+	// Users (Unix, on bare metal) whose processes are never reclaimed.
+	Users []string `yaml:"users"`
 }
 
 // RateLimits bound how many actions are taken per window.
 type RateLimits struct {
-	Global       *Limit `yaml:"global"`
+	// Global bounds the actions of the whole fleet. Default none.
+	Global *Limit `yaml:"global"`
+	// PerNamespace bounds each namespace's. Default none.
 	PerNamespace *Limit `yaml:"per_namespace"`
 }
 
 // Limit is at most Max actions per Per.
 type Limit struct {
-	Max int      `yaml:"max"`
+	// Max is the most actions a window holds, at least 1.
+	Max int `yaml:"max"`
+	// Per is the window, sliding: an action counts for Per after it.
 	Per Duration `yaml:"per"`
 }
 
@@ -272,6 +290,8 @@ type CircuitBreaker struct {
 
 // Policy decides what happens to the targets whose alerts it matches.
 type Policy struct {
+	// Name tells the policy apart in messages, metrics and the audit
+	// trail. Required, unique.
 	Name string `yaml:"name"`
 	// Matchers select alerts by label, in Alertmanager's syntax
 	// (alertname="GPUIdle", namespace=~"team-.*"). All must match.
@@ -331,10 +351,13 @@ func (p *Policy) Matches(lset model.LabelSet) bool { return p.matchers.Matches(l
 // Window is a time of day (and days of the week) when actions may run.
 // From after To spans midnight (22:00-06:00).
 type Window struct {
-	Days     []string `yaml:"days"`
-	From     string   `yaml:"from"`
-	To       string   `yaml:"to"`
-	Timezone string   `yaml:"timezone"`
+	// Days of the week (mon, tue, ...); none means every day.
+	Days []string `yaml:"days"`
+	// From and To are times of day, HH:MM.
+	From string `yaml:"from"`
+	To   string `yaml:"to"`
+	// Timezone of From and To (an IANA name). Default UTC.
+	Timezone string `yaml:"timezone"`
 
 	Loc      *time.Location        `yaml:"-"`
 	FromMin  int                   `yaml:"-"`
