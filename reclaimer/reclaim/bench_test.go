@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
-	. "github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/store"
 )
 
@@ -26,9 +26,9 @@ func BenchmarkIngest100kAlerts(b *testing.B) { benchmarkIngest(b, 100000) }
 func benchmarkIngest(b *testing.B, n int) {
 	alerts := make([]template.Alert, n)
 	for i := range alerts {
-		alerts[i] = IdlePod("firing", T0, fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("pod-%d", i))
+		alerts[i] = reclaimtest.IdlePod("firing", reclaimtest.T0, fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("pod-%d", i))
 	}
-	cfg := Config(b, "circuit_breaker: {max_pending: 0}\n")
+	cfg := reclaimtest.Config(b, "circuit_breaker: {max_pending: 0}\n")
 	b.ReportAllocs()
 	var heap uint64
 	var answered time.Duration
@@ -38,7 +38,7 @@ func benchmarkIngest(b *testing.B, n int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &Actor{}, Clock: NewClock().Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
+		eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &reclaimtest.Actor{}, Clock: reclaimtest.NewClock().Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -71,20 +71,20 @@ func benchmarkIngest(b *testing.B, n int) {
 // into a store that already holds 100,000 reclaims: what one alert costs
 // must not grow with what the store holds.
 func BenchmarkIngestOneAlertBeside100k(b *testing.B) {
-	cfg := Config(b, "circuit_breaker: {max_pending: 0}\n")
+	cfg := reclaimtest.Config(b, "circuit_breaker: {max_pending: 0}\n")
 	st, err := store.Open(filepath.Join(b.TempDir(), "s.db"), time.Second)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &Actor{}, Clock: NewClock().Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
+	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &reclaimtest.Actor{}, Clock: reclaimtest.NewClock().Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
 	if err != nil {
 		b.Fatal(err)
 	}
 	for batch := range 10 {
 		alerts := make([]template.Alert, 10000)
 		for i := range alerts {
-			alerts[i] = IdlePod("firing", T0, fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("stored-%d-%d", batch, i))
+			alerts[i] = reclaimtest.IdlePod("firing", reclaimtest.T0, fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("stored-%d-%d", batch, i))
 		}
 		if _, err := eng.Ingest(alerts); err != nil {
 			b.Fatal(err)
@@ -94,7 +94,7 @@ func BenchmarkIngestOneAlertBeside100k(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		i++
-		res, err := eng.Ingest([]template.Alert{IdlePod("firing", T0, "ns-new", fmt.Sprintf("new-%d", i))})
+		res, err := eng.Ingest([]template.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ns-new", fmt.Sprintf("new-%d", i))})
 		if err != nil || res.New != 1 {
 			b.Fatalf("%+v %v", res, err)
 		}

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
-	. "github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 )
 
 // demand answers restore_when queries from a set of queries that return a sample.
@@ -44,13 +44,13 @@ policies:
 const apiDemand = `sum(rate(requests_total{namespace="serve", service="api"}[1m])) > 0`
 
 // scaledDown is a fixture whose one-replica Deployment serve/api the
-// policy has scaled down, five minutes after T0.
+// policy has scaled down, five minutes after reclaimtest.T0.
 func scaledDown(t *testing.T) *fixture {
 	f := newFixture(t, restorePolicy)
 	f.inspector.Controllers = map[string]reclaim.Controller{
 		"serve/api-0": {APIVersion: "apps/v1", Kind: "Deployment", Namespace: "serve", Name: "api", Replicas: 1, Stop: reclaim.StopScale, Stopped: "scaled down"},
 	}
-	f.ingest(IdlePod("firing", T0, "serve", "api-0"))
+	f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "serve", "api-0"))
 	f.at(0)
 	f.at(5 * time.Minute)
 	require.Equal(t, reclaim.Done, f.of("serve/api-0").State)
@@ -77,10 +77,10 @@ gpureclaim_reclaimer_errors_total{component="prometheus"} 1
 
 	d.err = nil
 	d.wanted[query] = true
-	f.clock.Set(T0.Add(20 * time.Minute))
+	f.clock.Set(reclaimtest.T0.Add(20 * time.Minute))
 	restored := f.eng.RestoreOnDemand(context.Background(), d)
 	require.Len(t, restored, 1)
-	require.Equal(t, T0.Add(20*time.Minute), restored[0].Restored)
+	require.Equal(t, reclaimtest.T0.Add(20*time.Minute), restored[0].Restored)
 	require.Equal(t, []string{"scale_down serve/api-0", "restore serve/api-0"}, f.actor.Calls)
 	require.Equal(t, reclaim.MsgRestored, f.notifier.Sent[len(f.notifier.Sent)-1].Kind)
 	require.Contains(t, f.notifier.Sent[len(f.notifier.Sent)-1].Text, "scaled back to 1 replicas by restore_when ("+query+")")
@@ -94,7 +94,7 @@ gpureclaim_reclaimer_errors_total{component="prometheus"} 1
 // restores by hand.
 func TestRestoreOnDemandWindow(t *testing.T) {
 	f := scaledDown(t)
-	f.clock.Set(T0.Add(5*time.Minute + 2*time.Hour + time.Second))
+	f.clock.Set(reclaimtest.T0.Add(5*time.Minute + 2*time.Hour + time.Second))
 	d := &demand{wanted: map[string]bool{apiDemand: true}}
 	require.Empty(t, f.eng.RestoreOnDemand(context.Background(), d))
 	require.Empty(t, d.queries)

@@ -18,19 +18,19 @@ import (
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
-	. "github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/store"
 )
 
 type fixture struct {
 	t         *testing.T
-	clock     *Clock
-	notifier  *Notifier
-	actor     *Actor
-	checker   *Checker
-	inspector *Inspector
+	clock     *reclaimtest.Clock
+	notifier  *reclaimtest.Notifier
+	actor     *reclaimtest.Actor
+	checker   *reclaimtest.Checker
+	inspector *reclaimtest.Inspector
 	// verifier, when set, says whether actions freed the GPU.
-	verifier *Verifier
+	verifier *reclaimtest.Verifier
 	cfg      *config.Config
 	path     string
 	st       *store.Bolt
@@ -53,8 +53,8 @@ func newFixture(t *testing.T, cfgYAML string) *fixture {
 	if !strings.Contains(cfgYAML, "policies:") {
 		cfgYAML += testPolicies
 	}
-	f := &fixture{t: t, clock: NewClock(), notifier: NewNotifier("test"), actor: &Actor{}, checker: &Checker{}, inspector: &Inspector{},
-		cfg: Config(t, cfgYAML), path: filepath.Join(t.TempDir(), "state.db")}
+	f := &fixture{t: t, clock: reclaimtest.NewClock(), notifier: reclaimtest.NewNotifier("test"), actor: &reclaimtest.Actor{}, checker: &reclaimtest.Checker{}, inspector: &reclaimtest.Inspector{},
+		cfg: reclaimtest.Config(t, cfgYAML), path: filepath.Join(t.TempDir(), "state.db")}
 	f.open()
 	return f
 }
@@ -101,9 +101,9 @@ func (f *fixture) ingest(alerts ...template.Alert) reclaim.IngestResult {
 	return res
 }
 
-// at moves the clock to T0+d and steps.
+// at moves the clock to reclaimtest.T0+d and steps.
 func (f *fixture) at(d time.Duration) {
-	f.clock.Set(T0.Add(d))
+	f.clock.Set(reclaimtest.T0.Add(d))
 	f.eng.Step(context.Background())
 }
 
@@ -155,12 +155,12 @@ func (f *fixture) metric(name string, labels ...string) float64 {
 
 func TestWarnGraceAct(t *testing.T) {
 	f := newFixture(t, "")
-	require.Equal(t, 1, f.ingest(IdlePod("firing", T0, "ml", "nb-0")).New)
+	require.Equal(t, 1, f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")).New)
 	f.at(0)
 	r := f.only()
 	require.Equal(t, reclaim.Pending, r.State)
 	require.True(t, r.Warning.Sent)
-	require.Equal(t, T0.Add(5*time.Minute), r.ActAt, "the policy's grace")
+	require.Equal(t, reclaimtest.T0.Add(5*time.Minute), r.ActAt, "the policy's grace")
 	require.Equal(t, []reclaim.MessageKind{reclaim.MsgWarning}, f.notifier.Kinds())
 
 	f.at(5*time.Minute - time.Second)
@@ -169,7 +169,7 @@ func TestWarnGraceAct(t *testing.T) {
 	require.Equal(t, []string{"evict ml/nb-0"}, f.actor.Calls)
 	r = f.only()
 	require.Equal(t, reclaim.Done, r.State)
-	require.Equal(t, T0.Add(5*time.Minute), r.ActedAt)
+	require.Equal(t, reclaimtest.T0.Add(5*time.Minute), r.ActedAt)
 	f.at(5*time.Minute + time.Second)
 	require.Equal(t, []reclaim.MessageKind{reclaim.MsgWarning, reclaim.MsgReclaimed}, f.notifier.Kinds())
 	require.True(t, f.only().Final.Sent)
@@ -188,10 +188,10 @@ func TestWarnGraceAct(t *testing.T) {
 
 func TestResolvedBeforeTheGraceEndsCancels(t *testing.T) {
 	f := newFixture(t, "")
-	f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
 	f.at(0)
-	f.clock.Set(T0.Add(3 * time.Minute))
-	require.Equal(t, 1, f.ingest(IdlePod("resolved", T0, "ml", "nb-0")).Cancelled)
+	f.clock.Set(reclaimtest.T0.Add(3 * time.Minute))
+	require.Equal(t, 1, f.ingest(reclaimtest.IdlePod("resolved", reclaimtest.T0, "ml", "nb-0")).Cancelled)
 	f.at(10 * time.Minute)
 	require.Zero(t, f.actor.Count())
 	r := f.only()
@@ -202,7 +202,7 @@ func TestResolvedBeforeTheGraceEndsCancels(t *testing.T) {
 
 func TestDuplicateAndOutOfOrderDeliveries(t *testing.T) {
 	f := newFixture(t, "")
-	a := IdlePod("firing", T0, "ml", "nb-0")
+	a := reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")
 	// An HA pair delivers twice; retries deliver again.
 	require.Equal(t, 1, f.ingest(a, a).New)
 	require.Equal(t, 1, f.ingest(a).Duplicate)
@@ -215,8 +215,8 @@ func TestDuplicateAndOutOfOrderDeliveries(t *testing.T) {
 	require.Equal(t, 1, f.actor.Count(), "acted once")
 
 	// Resolved before its firing notification: the late firing one is ignored.
-	b := IdlePod("resolved", T0.Add(time.Hour), "ml", "nb-1")
-	f.clock.Set(T0.Add(time.Hour))
+	b := reclaimtest.IdlePod("resolved", reclaimtest.T0.Add(time.Hour), "ml", "nb-1")
+	f.clock.Set(reclaimtest.T0.Add(time.Hour))
 	f.ingest(b)
 	b.Status = "firing"
 	require.Equal(t, 1, f.ingest(b).Duplicate)
@@ -227,11 +227,11 @@ func TestDuplicateAndOutOfOrderDeliveries(t *testing.T) {
 
 func TestRefiringWithANewStartsAtStartsOver(t *testing.T) {
 	f := newFixture(t, "")
-	f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
 	f.at(0)
 	// The resolved notification was lost; the alert fires again as a new episode.
-	f.clock.Set(T0.Add(4 * time.Minute))
-	f.ingest(IdlePod("firing", T0.Add(4*time.Minute), "ml", "nb-0"))
+	f.clock.Set(reclaimtest.T0.Add(4 * time.Minute))
+	f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0.Add(4*time.Minute), "ml", "nb-0"))
 	f.at(4 * time.Minute)
 	f.at(5 * time.Minute)
 	require.Zero(t, f.actor.Count(), "the first episode's grace no longer counts")
@@ -250,11 +250,11 @@ func TestExemptions(t *testing.T) {
 	f := newFixture(t, "exemptions: {namespaces: [prod], users: [svc-infer]}\n")
 	f.inspector.Keep = map[string]bool{"ml/annotated": true}
 	f.ingest(
-		IdlePod("firing", T0, "ml", "labelled", "keep", "true"),
-		IdlePod("firing", T0, "prod", "api"),
-		IdleProcess("firing", T0, "svc-infer"),
-		IdlePod("firing", T0, "ml", "annotated"),
-		IdlePod("firing", T0, "ml", "plain"),
+		reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "labelled", "keep", "true"),
+		reclaimtest.IdlePod("firing", reclaimtest.T0, "prod", "api"),
+		reclaimtest.IdleProcess("firing", reclaimtest.T0, "svc-infer"),
+		reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "annotated"),
+		reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "plain"),
 	)
 	f.at(0)
 	f.at(10 * time.Minute)
@@ -275,20 +275,20 @@ func TestExemptions(t *testing.T) {
 
 func TestMinimumRuntime(t *testing.T) {
 	f := newFixture(t, "")
-	f.inspector.Start = map[string]time.Time{"ml/young": T0.Add(-10 * time.Minute)}
-	f.ingest(IdlePod("firing", T0, "ml", "young"))
+	f.inspector.Start = map[string]time.Time{"ml/young": reclaimtest.T0.Add(-10 * time.Minute)}
+	f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "young"))
 	f.at(0)
 	f.at(5 * time.Minute)
 	r := f.only()
 	require.Zero(t, f.actor.Count())
-	require.Equal(t, T0.Add(20*time.Minute), r.ActAt, "30 minutes from its start")
+	require.Equal(t, reclaimtest.T0.Add(20*time.Minute), r.ActAt, "30 minutes from its start")
 	require.Contains(t, r.Reason, "spares it until it has run 30m0s")
 	f.at(20 * time.Minute)
 	require.Equal(t, 1, f.actor.Count())
 }
 
 func TestScheduleWindows(t *testing.T) {
-	// T0 is Monday 10:00 UTC; the window opens at 22:00.
+	// reclaimtest.T0 is Monday 10:00 UTC; the window opens at 22:00.
 	f := newFixture(t, `policies:
   - name: nightly
     matchers: ['alertname="GPUIdle"']
@@ -296,7 +296,7 @@ func TestScheduleWindows(t *testing.T) {
     grace: 5m
     windows: [{from: "22:00", to: "06:00", days: [mon, tue, wed, thu, fri]}]
 `)
-	f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
 	f.at(0)
 	f.at(5 * time.Minute)
 	require.Zero(t, f.actor.Count())
@@ -308,8 +308,8 @@ func TestScheduleWindows(t *testing.T) {
 func TestRateLimits(t *testing.T) {
 	f := newFixture(t, "rate_limits: {global: {max: 3, per: 1h}, per_namespace: {max: 1, per: 1h}}\n")
 	f.ingest(
-		IdlePod("firing", T0, "a", "p1"), IdlePod("firing", T0, "a", "p2"),
-		IdlePod("firing", T0, "b", "p1"), IdlePod("firing", T0, "c", "p1"), IdlePod("firing", T0, "d", "p1"),
+		reclaimtest.IdlePod("firing", reclaimtest.T0, "a", "p1"), reclaimtest.IdlePod("firing", reclaimtest.T0, "a", "p2"),
+		reclaimtest.IdlePod("firing", reclaimtest.T0, "b", "p1"), reclaimtest.IdlePod("firing", reclaimtest.T0, "c", "p1"), reclaimtest.IdlePod("firing", reclaimtest.T0, "d", "p1"),
 	)
 	f.at(0)
 	f.at(5 * time.Minute)
@@ -328,7 +328,7 @@ func TestCircuitBreaker(t *testing.T) {
 	f := newFixture(t, "circuit_breaker: {max_pending: 3}\n")
 	var burst []template.Alert
 	for i := range 4 {
-		burst = append(burst, IdlePod("firing", T0, "ml", fmt.Sprint("p", i)))
+		burst = append(burst, reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", fmt.Sprint("p", i)))
 	}
 	f.ingest(burst...)
 	f.at(0)
@@ -346,7 +346,7 @@ func TestCircuitBreaker(t *testing.T) {
 	require.Contains(t, admin[0], "Circuit breaker open: 4 targets are pending")
 
 	// Two resolve: the breaker closes and the rest proceed.
-	f.ingest(IdlePod("resolved", T0, "ml", "p0"), IdlePod("resolved", T0, "ml", "p1"))
+	f.ingest(reclaimtest.IdlePod("resolved", reclaimtest.T0, "ml", "p0"), reclaimtest.IdlePod("resolved", reclaimtest.T0, "ml", "p1"))
 	f.at(11 * time.Minute)
 	require.False(t, f.eng.BreakerOpen())
 	f.at(12 * time.Minute)
@@ -360,7 +360,7 @@ func TestDryRun(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t, cfg)
-			f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+			f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
 			f.at(0)
 			f.at(5 * time.Minute)
 			f.at(6 * time.Minute)
@@ -385,8 +385,8 @@ func TestAlertmanagerRecheck(t *testing.T) {
 		{reclaim.AlertGone, nil, reclaim.Cancelled, "the alert no longer fires"},
 	} {
 		f := newFixture(t, "")
-		f.checker.Set(tc.status, "snoozed by alice", T0.Add(time.Hour))
-		f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+		f.checker.Set(tc.status, "snoozed by alice", reclaimtest.T0.Add(time.Hour))
+		f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
 		f.at(0)
 		f.at(5 * time.Minute)
 		require.Zero(t, f.actor.Count())
@@ -395,7 +395,7 @@ func TestAlertmanagerRecheck(t *testing.T) {
 	}
 	f := newFixture(t, "")
 	f.checker.Err = errors.New("connection refused")
-	f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
 	f.at(0)
 	f.at(5 * time.Minute)
 	require.Zero(t, f.actor.Count(), "never act on a belief that cannot be checked")
@@ -407,10 +407,10 @@ func TestAlertmanagerRecheck(t *testing.T) {
 
 func TestSnoozeEndsAndTheCycleStartsAgain(t *testing.T) {
 	f := newFixture(t, "")
-	f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
 	f.at(0)
 	require.Zero(t, f.only().WarningRound)
-	f.checker.Set(reclaim.AlertSilenced, "snoozed by alice for 1h", T0.Add(time.Hour))
+	f.checker.Set(reclaim.AlertSilenced, "snoozed by alice for 1h", reclaimtest.T0.Add(time.Hour))
 	f.at(5 * time.Minute)
 	require.Equal(t, reclaim.Snoozed, f.only().State)
 	f.at(30 * time.Minute)
@@ -423,7 +423,7 @@ func TestSnoozeEndsAndTheCycleStartsAgain(t *testing.T) {
 	require.Equal(t, 1, r.WarningRound, "a new round: receivers do not take the new warning for the old one")
 	f.at(time.Hour + time.Second)
 	require.Equal(t, []reclaim.MessageKind{reclaim.MsgWarning, reclaim.MsgWarning}, f.notifier.Kinds())
-	require.Equal(t, T0.Add(time.Hour+time.Second+5*time.Minute), f.only().ActAt, "the grace runs from the new warning")
+	require.Equal(t, reclaimtest.T0.Add(time.Hour+time.Second+5*time.Minute), f.only().ActAt, "the grace runs from the new warning")
 	f.at(time.Hour + 5*time.Minute)
 	require.Zero(t, f.actor.Count())
 	f.at(time.Hour + time.Second + 5*time.Minute)
@@ -434,7 +434,7 @@ func TestActionOutcomes(t *testing.T) {
 	t.Run("retry later (a PodDisruptionBudget)", func(t *testing.T) {
 		f := newFixture(t, "")
 		f.actor.Err, f.actor.Once = &reclaim.RetryError{After: time.Minute, Err: errors.New("blocked by a PodDisruptionBudget")}, true
-		f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+		f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
 		f.at(0)
 		f.at(5 * time.Minute)
 		require.Equal(t, reclaim.Acting, f.only().State)
@@ -446,7 +446,7 @@ func TestActionOutcomes(t *testing.T) {
 	t.Run("refused by the node", func(t *testing.T) {
 		f := newFixture(t, "")
 		f.actor.Err = &reclaim.RefusedError{Reason: "the unit is busy again"}
-		f.ingest(IdleProcess("firing", T0, "bob"))
+		f.ingest(reclaimtest.IdleProcess("firing", reclaimtest.T0, "bob"))
 		f.at(0)
 		f.at(5 * time.Minute)
 		require.Equal(t, reclaim.Cancelled, f.only().State)
@@ -455,7 +455,7 @@ func TestActionOutcomes(t *testing.T) {
 	t.Run("already gone", func(t *testing.T) {
 		f := newFixture(t, "")
 		f.actor.Err = reclaim.ErrGone
-		f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+		f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
 		f.at(0)
 		f.at(5 * time.Minute)
 		require.Equal(t, reclaim.Done, f.only().State)
@@ -464,7 +464,7 @@ func TestActionOutcomes(t *testing.T) {
 	t.Run("fails for good", func(t *testing.T) {
 		f := newFixture(t, "")
 		f.actor.Err = errors.New("forbidden")
-		f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+		f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
 		f.at(0)
 		for i := 0; i < 10; i++ {
 			f.at(5*time.Minute + time.Duration(i)*10*time.Minute)
@@ -477,7 +477,7 @@ func TestActionOutcomes(t *testing.T) {
 
 func TestNotifyPolicyOnlyTells(t *testing.T) {
 	f := newFixture(t, "")
-	f.ingest(Alert("firing", T0, "alertname", "GPUWasted", "uuid", "GPU-1", "node", "n1", "namespace", "ml", "pod", "p", "action", "notify"))
+	f.ingest(reclaimtest.Alert("firing", reclaimtest.T0, "alertname", "GPUWasted", "uuid", "GPU-1", "node", "n1", "namespace", "ml", "pod", "p", "action", "notify"))
 	f.at(0)
 	f.at(time.Hour)
 	require.Zero(t, f.actor.Count())
@@ -488,7 +488,7 @@ func TestNotifyPolicyOnlyTells(t *testing.T) {
 func TestNoActionUntilTheWarningIsDelivered(t *testing.T) {
 	f := newFixture(t, "")
 	f.notifier.Fail = errors.New("slack is down")
-	f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
 	for m := 0; m <= 30; m++ {
 		f.at(time.Duration(m) * time.Minute)
 	}
@@ -499,8 +499,8 @@ func TestNoActionUntilTheWarningIsDelivered(t *testing.T) {
 	f.at(36 * time.Minute) // the next retry, with backoff
 	r := f.only()
 	require.True(t, r.Warning.Sent)
-	require.Equal(t, T0.Add(41*time.Minute), r.ActAt, "the whole grace runs from the delivered warning")
-	require.Contains(t, f.notifier.Sent[0].Text, "at "+T0.Add(41*time.Minute).Format(time.RFC3339), "the warning states that time, not one already past")
+	require.Equal(t, reclaimtest.T0.Add(41*time.Minute), r.ActAt, "the whole grace runs from the delivered warning")
+	require.Contains(t, f.notifier.Sent[0].Text, "at "+reclaimtest.T0.Add(41*time.Minute).Format(time.RFC3339), "the warning states that time, not one already past")
 	f.at(40 * time.Minute)
 	require.Zero(t, f.actor.Count(), "no action within the grace")
 	f.at(41 * time.Minute)
@@ -511,13 +511,13 @@ func TestNoActionUntilTheWarningIsDelivered(t *testing.T) {
 // shortens its grace: the owner is told a time still to come.
 func TestGraceRunsFromTheDeliveredWarning(t *testing.T) {
 	f := newFixture(t, "")
-	f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
 	// The warning goes out late: the first step comes 4 of the 5 minutes after the alert.
 	f.at(4 * time.Minute)
 	r := f.only()
 	require.True(t, r.Warning.Sent)
-	require.Equal(t, T0.Add(9*time.Minute), r.ActAt)
-	require.Contains(t, f.notifier.Sent[0].Text, "at "+T0.Add(9*time.Minute).Format(time.RFC3339))
+	require.Equal(t, reclaimtest.T0.Add(9*time.Minute), r.ActAt)
+	require.Contains(t, f.notifier.Sent[0].Text, "at "+reclaimtest.T0.Add(9*time.Minute).Format(time.RFC3339))
 	f.at(5 * time.Minute)
 	require.Zero(t, f.actor.Count(), "the alert's grace ended; the owner's has not")
 	f.at(9 * time.Minute)
@@ -526,10 +526,10 @@ func TestGraceRunsFromTheDeliveredWarning(t *testing.T) {
 
 func TestRestartResumesEveryTimer(t *testing.T) {
 	f := newFixture(t, "")
-	f.ingest(IdlePod("firing", T0, "ml", "a"))
+	f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "a"))
 	f.at(0)
-	f.clock.Set(T0.Add(2 * time.Minute))
-	f.ingest(IdlePod("firing", T0.Add(2*time.Minute), "ml", "b"))
+	f.clock.Set(reclaimtest.T0.Add(2 * time.Minute))
+	f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0.Add(2*time.Minute), "ml", "b"))
 	f.at(2 * time.Minute)
 	f.restart()
 	f.at(5 * time.Minute)
@@ -596,7 +596,7 @@ func TestActionOnTheTopOwner(t *testing.T) {
 			f := newFixture(t, fmt.Sprintf("policies: [{name: p, matchers: ['alertname=\"GPUIdle\"'], action: %s, grace: 5m}]\n", tc.policy))
 			f.inspector.Controllers = owners
 			ns, pod, _ := strings.Cut(tc.pod, "/")
-			f.ingest(IdlePod("firing", T0, ns, pod))
+			f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, ns, pod))
 			f.at(0)
 			r := f.of(tc.pod)
 			f.at(5 * time.Minute)
@@ -619,7 +619,7 @@ func TestActionOnTheTopOwner(t *testing.T) {
 func TestTopOwnerLookupFailureHoldsTheWarning(t *testing.T) {
 	f := newFixture(t, "")
 	f.inspector.ControllerErr = errors.New("apiserver unavailable")
-	f.ingest(IdlePod("firing", T0, "batch", "train-0"))
+	f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "batch", "train-0"))
 	f.at(0)
 	f.at(10 * time.Minute)
 	r := f.of("batch/train-0")
@@ -640,9 +640,9 @@ func TestTopOwnerLookupFailureHoldsTheWarning(t *testing.T) {
 // a retry) is ignored: no second warning, no cancellation after the fact.
 func TestStaleEpisodeIsIgnored(t *testing.T) {
 	f := newFixture(t, "")
-	f.ingest(IdlePod("firing", T0.Add(time.Hour), "ml", "nb-0"))
+	f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0.Add(time.Hour), "ml", "nb-0"))
 	f.at(time.Hour)
-	res := f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	res := f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
 	require.Equal(t, 1, res.Ignored)
 	require.Len(t, f.eng.List(), 1, "no record of the stale episode")
 	f.at(time.Hour + time.Minute)
@@ -655,7 +655,7 @@ func TestStaleEpisodeIsIgnored(t *testing.T) {
 // it is written.
 type crash struct{ at string }
 
-// stepUntilCrash steps at T0+d and stops at the failpoint.
+// stepUntilCrash steps at reclaimtest.T0+d and stops at the failpoint.
 func (f *fixture) stepUntilCrash(d time.Duration, at string) {
 	f.t.Helper()
 	f.failpoint = func(name string) {
@@ -687,7 +687,7 @@ func TestRestartAfterTheActionRecordsTheTruth(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, "policies: [{name: idle, matchers: ['alertname=\"GPUIdle\"'], action: auto, grace: 5m, min_runtime: 30m}]\n")
-			f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+			f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
 			f.at(0)
 			f.stepUntilCrash(5*time.Minute, "after-action")
 			require.Equal(t, reclaim.Acting, f.only().State, "the action ran; its outcome was not written")
@@ -697,7 +697,7 @@ func TestRestartAfterTheActionRecordsTheTruth(t *testing.T) {
 			r := f.only()
 			require.Equal(t, reclaim.Done, r.State, r.Reason)
 			require.Contains(t, r.Reason, "the action begun before the reclaimer restarted took effect")
-			require.Equal(t, T0.Add(5*time.Minute), r.ActedAt, "acted_at is when the action began, not the restart")
+			require.Equal(t, reclaimtest.T0.Add(5*time.Minute), r.ActedAt, "acted_at is when the action began, not the restart")
 			f.at(5*time.Minute + 41*time.Second)
 			require.Equal(t, []reclaim.MessageKind{reclaim.MsgWarning, reclaim.MsgReclaimed}, f.notifier.Kinds(), "the owner hears one story")
 		})
@@ -708,7 +708,7 @@ func TestRestartAfterTheActionRecordsTheTruth(t *testing.T) {
 // attempt checks everything again, and a resolved alert cancels it.
 func TestRetriedActionChecksAgain(t *testing.T) {
 	f := newFixture(t, "")
-	f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
 	f.at(0)
 	f.actor.Err = &reclaim.RetryError{After: time.Minute, Err: errors.New("a PodDisruptionBudget refuses")}
 	f.at(5 * time.Minute)
@@ -726,8 +726,8 @@ func TestReleaseNow(t *testing.T) {
 	cfg := "policies: [{name: idle, matchers: ['alertname=\"GPUIdle\"'], action: auto, grace: 15m, min_runtime: 30m}]\n"
 	t.Run("acts at once, before the grace and the minimum runtime", func(t *testing.T) {
 		f := newFixture(t, cfg)
-		f.inspector.Start = map[string]time.Time{"ml/nb-0": T0} // started just now
-		f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+		f.inspector.Start = map[string]time.Time{"ml/nb-0": reclaimtest.T0} // started just now
+		f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
 		f.at(0)
 		_, err := f.eng.ReleaseNow(context.Background(), f.only().ID, "<@U0CAROL>")
 		require.NoError(t, err)
@@ -737,7 +737,7 @@ func TestReleaseNow(t *testing.T) {
 	})
 	t.Run("the episode has resolved since: cancelled, nothing done", func(t *testing.T) {
 		f := newFixture(t, cfg)
-		f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+		f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
 		f.at(0)
 		_, err := f.eng.ReleaseNow(context.Background(), f.only().ID, "<@U0CAROL>")
 		require.NoError(t, err)
@@ -752,8 +752,8 @@ func TestReleaseNow(t *testing.T) {
 func TestPages(t *testing.T) {
 	f := newFixture(t, "")
 	for i := range 7 {
-		f.clock.Set(T0.Add(time.Duration(i) * time.Minute))
-		f.ingest(IdlePod("firing", T0, "ml", fmt.Sprintf("nb-%d", i)))
+		f.clock.Set(reclaimtest.T0.Add(time.Duration(i) * time.Minute))
+		f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", fmt.Sprintf("nb-%d", i)))
 	}
 	all := f.eng.List()
 	require.Len(t, all, 7)
@@ -780,7 +780,7 @@ func TestPages(t *testing.T) {
 func TestUndeliveredWarningIsEscalatedAtTheDeadline(t *testing.T) {
 	f := newFixture(t, "warning_deadline: 10m\n")
 	f.notifier.Fail = errors.New("slack is down")
-	f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
 	for m := 0; m < 10; m++ {
 		f.at(time.Duration(m) * time.Minute)
 	}
@@ -790,7 +790,7 @@ func TestUndeliveredWarningIsEscalatedAtTheDeadline(t *testing.T) {
 	}
 	r := f.only()
 	require.True(t, r.Warning.Escalated)
-	require.Equal(t, T0, r.Warning.FirstTry)
+	require.Equal(t, reclaimtest.T0, r.Warning.FirstTry)
 	require.Zero(t, f.actor.Count(), "held, whatever the grace")
 }
 
@@ -799,7 +799,7 @@ func TestUndeliveredWarningIsEscalatedAtTheDeadline(t *testing.T) {
 func TestRestartAfterAKillKeepsItsPIDs(t *testing.T) {
 	f := newFixture(t, "")
 	f.actor.PIDs = []int{4242, 4243}
-	f.ingest(IdleProcess("firing", T0, "bob"))
+	f.ingest(reclaimtest.IdleProcess("firing", reclaimtest.T0, "bob"))
 	f.at(0)
 	f.stepUntilCrash(5*time.Minute, "after-action")
 	require.Equal(t, []int{4242, 4243}, f.only().Planned)
@@ -816,7 +816,7 @@ func TestRestartAfterAKillKeepsItsPIDs(t *testing.T) {
 // slurmrestd; without, its processes are killed as before.
 func TestSlurmJobIsCancelled(t *testing.T) {
 	job := func(f *fixture) {
-		f.ingest(IdleProcess("firing", T0, "alice", "slurm_job", "4242", "action", "cancel"))
+		f.ingest(reclaimtest.IdleProcess("firing", reclaimtest.T0, "alice", "slurm_job", "4242", "action", "cancel"))
 		f.at(0)
 		f.at(5 * time.Minute)
 	}
@@ -834,8 +834,8 @@ func TestSlurmJobIsCancelled(t *testing.T) {
 // orderNotifier notes, at each message, how many actions were taken before it.
 // Each message takes a millisecond, as a real one takes longer.
 type orderNotifier struct {
-	*Notifier
-	actor      *Actor
+	*reclaimtest.Notifier
+	actor      *reclaimtest.Actor
 	mu         sync.Mutex
 	actsBefore []int
 	onSend     func(sent int)
@@ -866,7 +866,7 @@ func TestDueActionGoesBeforeABurstOfWarnings(t *testing.T) {
 	var err error
 
 	// "zz" sorts after every burst pod: an order by id would act last.
-	_, err = eng.Ingest([]template.Alert{IdlePod("firing", T0, "ml", "zz-old")})
+	_, err = eng.Ingest([]template.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "zz-old")})
 	require.NoError(t, err)
 	eng.Step(ctx)
 	require.Equal(t, []int{0}, n.actsBefore, "warned")
@@ -874,7 +874,7 @@ func TestDueActionGoesBeforeABurstOfWarnings(t *testing.T) {
 	clock.Advance(6 * time.Minute)
 	var burst []template.Alert
 	for i := range 50 {
-		burst = append(burst, IdlePod("firing", clock.Now(), "ml", fmt.Sprintf("aa-%02d", i)))
+		burst = append(burst, reclaimtest.IdlePod("firing", clock.Now(), "ml", fmt.Sprintf("aa-%02d", i)))
 	}
 	_, err = eng.Ingest(burst)
 	require.NoError(t, err)
@@ -893,7 +893,7 @@ func TestDueActionGoesBeforeABurstOfWarnings(t *testing.T) {
 	}
 	burst = nil
 	for i := range 50 {
-		burst = append(burst, IdlePod("firing", clock.Now(), "ml", fmt.Sprintf("bb-%02d", i)))
+		burst = append(burst, reclaimtest.IdlePod("firing", clock.Now(), "ml", fmt.Sprintf("bb-%02d", i)))
 	}
 	_, err = eng.Ingest(burst)
 	require.NoError(t, err)
@@ -926,9 +926,9 @@ func TestDueActionGoesBeforeABurstOfWarnings(t *testing.T) {
 // slowNotifier takes took of the engine's clock to deliver, as Slack does
 // when it answers 429 three times, and updates a message it posted.
 type slowNotifier struct {
-	*Notifier
+	*reclaimtest.Notifier
 	t       *testing.T
-	clock   *Clock
+	clock   *reclaimtest.Clock
 	took    time.Duration
 	updates []reclaim.Message
 }
@@ -953,16 +953,16 @@ func TestGraceRunsFromASlowDelivery(t *testing.T) {
 	f.with(func(o *reclaim.Options) { o.Notifiers = []reclaim.Notifier{n} })
 	eng := f.eng
 	ctx := context.Background()
-	_, err := eng.Ingest([]template.Alert{IdlePod("firing", T0, "ml", "nb-0")})
+	_, err := eng.Ingest([]template.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")})
 	require.NoError(t, err)
 	eng.Step(ctx)
 	r := eng.List()[0]
-	require.Equal(t, T0.Add(36*time.Second), r.Warning.At, "delivered 36 s after it was sent")
-	require.Equal(t, T0.Add(36*time.Second+5*time.Minute), r.ActAt, "the whole grace from delivery")
+	require.Equal(t, reclaimtest.T0.Add(36*time.Second), r.Warning.At, "delivered 36 s after it was sent")
+	require.Equal(t, reclaimtest.T0.Add(36*time.Second+5*time.Minute), r.ActAt, "the whole grace from delivery")
 	require.Len(t, n.updates, 1, "the warning restated")
 	require.Equal(t, reclaim.MsgWarning, n.updates[0].Kind)
 	require.Len(t, n.Kinds(), 1, "nothing new posted")
-	require.Contains(t, n.updates[0].Text, T0.Add(36*time.Second+5*time.Minute).Format(time.RFC3339))
+	require.Contains(t, n.updates[0].Text, reclaimtest.T0.Add(36*time.Second+5*time.Minute).Format(time.RFC3339))
 
 	clock.Advance(5*time.Minute - time.Second)
 	eng.Step(ctx)
@@ -999,7 +999,7 @@ func TestNoActionWriteOrMessageOnceLeadershipIsInDoubt(t *testing.T) {
 	f := newFixture(t, "")
 	l := &lease{token: 7}
 	f.with(func(o *reclaim.Options) { o.Leadership = l })
-	require.Equal(t, 2, f.ingest(IdlePod("firing", T0, "ml", "nb-0"), IdlePod("firing", T0, "ml", "nb-1")).New)
+	require.Equal(t, 2, f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"), reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-1")).New)
 	f.at(0)
 	require.Len(t, f.notifier.Kinds(), 2, "both warned")
 	for _, r := range f.eng.List() {
@@ -1010,7 +1010,7 @@ func TestNoActionWriteOrMessageOnceLeadershipIsInDoubt(t *testing.T) {
 	f.at(5 * time.Minute)
 	require.Zero(t, f.actor.Count(), "no action")
 	require.Len(t, f.notifier.Kinds(), 2, "no message")
-	_, err := f.eng.Ingest([]template.Alert{IdlePod("firing", T0, "ml", "nb-2")})
+	_, err := f.eng.Ingest([]template.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-2")})
 	require.ErrorIs(t, err, reclaim.ErrNotLeader, "no write: Alertmanager retries on the leader")
 	require.Equal(t, 3.0, f.metric("gpureclaim_reclaimer_fenced_total", "what", "write"), "two acting records and the notification")
 
@@ -1058,7 +1058,7 @@ func TestAMessageSentDuringAStoreOutageIsSentOnce(t *testing.T) {
 			}
 		}
 	})
-	f.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
 	st.set(true)
 	f.at(0)
 	require.Empty(t, f.notifier.Kinds(), "no intent written: nothing sent")
@@ -1111,7 +1111,7 @@ func TestAConflictGoesOnFromTheStore(t *testing.T) {
 	f := newFixture(t, "")
 	st := &conflictStore{Store: f.st}
 	f.with(func(o *reclaim.Options) { o.Store = st })
-	f.ingest(IdlePod("firing", T0, "ml", "nb-0"), IdlePod("firing", T0, "ml", "nb-1"))
+	f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"), reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-1"))
 	f.at(0)
 	st.on = true
 	f.at(5 * time.Minute)
@@ -1122,7 +1122,7 @@ func TestAConflictGoesOnFromTheStore(t *testing.T) {
 	require.Zero(t, f.actor.Count(), "nothing acted twice")
 
 	// Both reclaims of one notification come back from one refused write.
-	_, err := f.eng.Ingest([]template.Alert{IdlePod("firing", T0, "ml", "nb-2"), IdlePod("firing", T0, "ml", "nb-3")})
+	_, err := f.eng.Ingest([]template.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-2"), reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-3")})
 	var conflict *reclaim.ConflictError
 	require.ErrorAs(t, err, &conflict)
 	require.Len(t, f.eng.List(), 4)

@@ -9,19 +9,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
-	. "github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 )
 
-// suspendedJob is a fixture whose Job batch/train is stopped at T0+5m,
+// suspendedJob is a fixture whose Job batch/train is stopped at reclaimtest.T0+5m,
 // with a verifier that decides what the world shows.
 func suspendedJob(t *testing.T, cfg string) *fixture {
 	f := newFixture(t, cfg)
-	f.verifier = &Verifier{}
+	f.verifier = &reclaimtest.Verifier{}
 	f.restart()
 	f.inspector.Controllers = map[string]reclaim.Controller{
 		"batch/train-0": {APIVersion: "batch/v1", Kind: "Job", Namespace: "batch", Name: "train", Stop: reclaim.StopPatch, Stopped: "suspended"},
 	}
-	f.ingest(IdlePod("firing", T0, "batch", "train-0"))
+	f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "batch", "train-0"))
 	f.at(0)
 	return f
 }
@@ -34,8 +34,8 @@ func TestDoneOnlyOnceReleased(t *testing.T) {
 	f.at(5 * time.Minute)
 	r := f.only()
 	require.Equal(t, reclaim.Acting, r.State, "carried out, not released yet")
-	require.Equal(t, T0.Add(5*time.Minute), r.ActedAt)
-	require.Equal(t, T0.Add(10*time.Minute), r.ReleaseBy, "a Job's deadline: the default 5m")
+	require.Equal(t, reclaimtest.T0.Add(5*time.Minute), r.ActedAt)
+	require.Equal(t, reclaimtest.T0.Add(10*time.Minute), r.ReleaseBy, "a Job's deadline: the default 5m")
 	require.Contains(t, r.Reason, "terminating")
 	require.Equal(t, []reclaim.MessageKind{reclaim.MsgWarning}, f.notifier.Kinds(), "nothing said before the world changed")
 
@@ -52,8 +52,8 @@ func TestDoneOnlyOnceReleased(t *testing.T) {
 	f.at(5*time.Minute + 36*time.Second)
 	r = f.only()
 	require.Equal(t, reclaim.Done, r.State)
-	require.Equal(t, T0.Add(5*time.Minute+36*time.Second), r.ReleasedAt)
-	require.Equal(t, T0.Add(5*time.Minute), r.ActedAt, "acted_at is the action's time, not the release's")
+	require.Equal(t, reclaimtest.T0.Add(5*time.Minute+36*time.Second), r.ReleasedAt)
+	require.Equal(t, reclaimtest.T0.Add(5*time.Minute), r.ActedAt, "acted_at is the action's time, not the release's")
 	require.Equal(t, "did stop", r.Detail, "what the action did")
 	require.Equal(t, "did stop; the GPU was seen released 36s after the action", r.Reason)
 	require.Equal(t, []string{"stop batch/train-0"}, f.actor.Calls, "looking is not acting again")
@@ -67,12 +67,12 @@ func TestDoneOnlyOnceReleased(t *testing.T) {
 // says the GPU stays held, and no GPU is counted as reclaimed.
 func TestOnlyAShareFreed(t *testing.T) {
 	f := newFixture(t, "release: {interval: 10s}\n")
-	f.verifier = &Verifier{}
+	f.verifier = &reclaimtest.Verifier{}
 	f.restart()
 	f.inspector.Controllers = map[string]reclaim.Controller{
 		"web/serve-b": {APIVersion: "apps/v1", Kind: "Deployment", Namespace: "web", Name: "serve-b", Stop: reclaim.StopScale, Replicas: 1, Stopped: "scaled down"},
 	}
-	f.ingest(IdlePod("firing", T0, "web", "serve-b", "signal", "holder_sm_utilization"))
+	f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "web", "serve-b", "signal", "holder_sm_utilization"))
 	f.at(0)
 	require.Contains(t, f.notifier.Text(reclaim.MsgWarning), "Its other holders keep the GPU busy: stopping it frees its share, not the GPU.")
 	f.at(5 * time.Minute)
@@ -109,10 +109,10 @@ func TestNotReleasedAtTheDeadline(t *testing.T) {
 	require.Equal(t, 0.0, f.metric("gpureclaim_reclaimer_reclaimed_gpus_total"), "nothing was freed")
 	require.Equal(t, 1.0, f.metric("gpureclaim_reclaimer_reclaims", "state", "not_released"))
 
-	res := f.ingest(IdlePod("firing", T0, "batch", "train-0"))
+	res := f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "batch", "train-0"))
 	require.Zero(t, res.Duplicate, "the alert firing on is not a repeat of a reclaim that freed the GPU")
 	require.Equal(t, 1.0, f.metric("gpureclaim_reclaimer_decisions_total", "decision", "not_released"))
-	require.Equal(t, 1, f.ingest(IdlePod("firing", T0.Add(20*time.Minute), "batch", "train-0")).New, "a new episode starts a new reclaim")
+	require.Equal(t, 1, f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0.Add(20*time.Minute), "batch", "train-0")).New, "a new episode starts a new reclaim")
 }
 
 // A look that fails is not a release: it counts an error and, past the
@@ -157,7 +157,7 @@ func TestRestoreIsSeenRunning(t *testing.T) {
 	f.verifier.Set(false, false, "")
 	f.at(6 * time.Minute)
 	r = f.only()
-	require.Equal(t, T0.Add(6*time.Minute), r.Restored)
+	require.Equal(t, reclaimtest.T0.Add(6*time.Minute), r.Restored)
 	require.Equal(t, reclaim.MsgRestored, f.notifier.Sent[len(f.notifier.Sent)-1].Kind)
 	require.Contains(t, f.notifier.Sent[len(f.notifier.Sent)-1].Text, "it runs again")
 

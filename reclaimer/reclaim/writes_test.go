@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
-	. "github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 )
 
 // gatedStore holds every write until the gate opens, as a kubernetes
@@ -80,7 +80,7 @@ func TestAnswerBeforeTheWriteEnds(t *testing.T) {
 	g := &gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: &memJournal{}}
 	f.with(func(o *reclaim.Options) { o.Store = g })
 
-	res, err := f.eng.Ingest([]template.Alert{IdlePod("firing", T0, "ml", "nb-0")})
+	res, err := f.eng.Ingest([]template.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")})
 	require.NoError(t, err, "answered while the write goes on")
 	require.Equal(t, 1, res.New)
 	require.Equal(t, reclaim.Pending, f.only().State, "decided: the index has it")
@@ -91,7 +91,7 @@ func TestAnswerBeforeTheWriteEnds(t *testing.T) {
 
 	snoozed := make(chan error, 1)
 	go func() {
-		_, err := f.eng.Snooze(context.Background(), f.only().ID, "U1", T0.Add(time.Hour), "")
+		_, err := f.eng.Snooze(context.Background(), f.only().ID, "U1", reclaimtest.T0.Add(time.Hour), "")
 		snoozed <- err
 	}()
 	select {
@@ -119,7 +119,7 @@ func TestTheJournalIsReplayed(t *testing.T) {
 	journal := &memJournal{}
 	g := &gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: journal}
 	f.with(func(o *reclaim.Options) { o.Store = g })
-	_, err := f.eng.Ingest([]template.Alert{IdlePod("firing", T0, "ml", "nb-0"), IdlePod("firing", T0, "ml", "nb-1")})
+	_, err := f.eng.Ingest([]template.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"), reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-1")})
 	require.NoError(t, err)
 	require.Len(t, journal.ids(), 1)
 	// That replica stops; its write never ends.
@@ -143,7 +143,7 @@ func TestRetryWaitsForTheFirstWrite(t *testing.T) {
 	f := newFixture(t, "webhook: {bearer_token_file: token, answer_within: 30s}\n")
 	g := &gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: &memJournal{}}
 	f.with(func(o *reclaim.Options) { o.Store = g })
-	alert := IdlePod("firing", T0, "ml", "nb-0")
+	alert := reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")
 	first := make(chan error, 1)
 	go func() { _, err := f.eng.Ingest([]template.Alert{alert}); first <- err }()
 	require.Eventually(t, func() bool { return len(f.eng.List()) == 1 }, 5*time.Second, 10*time.Millisecond)

@@ -29,7 +29,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/reclaimer/alertmanager"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
-	. "github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 	rslack "github.com/gpureclaim/gpureclaim/reclaimer/slack"
 	"github.com/gpureclaim/gpureclaim/reclaimer/store"
 )
@@ -48,8 +48,8 @@ type env struct {
 	base     time.Time
 	slack    *fakeslack.Server
 	cfg      *config.Config
-	clock    *Clock
-	actor    *Actor
+	clock    *reclaimtest.Clock
+	actor    *reclaimtest.Actor
 	notifier *rslack.Notifier
 	inter    *rslack.Interactions
 	eng      *reclaim.Engine
@@ -62,13 +62,13 @@ type env struct {
 // newEnv runs an engine with the Slack notifier on a fake Slack. With a
 // real Alertmanager the silences are real; otherwise checks use checker.
 func newEnv(t testing.TB, slackYAML string, own owners, withAM bool, checker reclaim.AlertChecker) *env {
-	e := &env{t: t, slack: fakeslack.New(t), clock: NewClock(), actor: &Actor{}, base: T0}
+	e := &env{t: t, slack: fakeslack.New(t), clock: reclaimtest.NewClock(), actor: &reclaimtest.Actor{}, base: reclaimtest.T0}
 	amURL := "http://127.0.0.1:1"
 	if withAM {
 		e.am = amtest.Start(t, amtest.Config("http://127.0.0.1:1/unused", "x", time.Hour))
 		amURL = e.am.URL
 	}
-	e.cfg = Config(t, fmt.Sprintf(`alertmanager: {url: %q}
+	e.cfg = reclaimtest.Config(t, fmt.Sprintf(`alertmanager: {url: %q}
 status_page_url: https://reclaimer.example.com
 notifiers:
   - type: slack
@@ -187,7 +187,7 @@ func golden(t *testing.T, name string, blocks []goslack.Block) {
 func sample() *reclaim.Reclaim {
 	return &reclaim.Reclaim{
 		ID: "5e8f0a8f0c0b2a11-1772445600", Policy: "idle", Action: "evict",
-		StartsAt: T0, ActAt: T0.Add(5 * time.Minute),
+		StartsAt: reclaimtest.T0, ActAt: reclaimtest.T0.Add(5 * time.Minute),
 		Annotations: map[string]string{"idle_for": "10m", "dashboard_url": "http://grafana.example.com/d/gpureclaim-node/gpureclaim-node-and-gpu?var-node=gpu-node-1&var-uuid=GPU-7495",
 			"description": "The GPU GPU-7495 on gpu-node-1 held by pod serving/chat-api-x2x7p averaged 8% sm_active over 30m while holding 92.5% of its memory."},
 		Target: reclaim.Target{Alertname: "GPUIdle", UUID: "GPU-7495", Node: "gpu-node-1", Kind: "gpu", Namespace: "data-science", Pod: "notebook-carol"},
@@ -198,52 +198,52 @@ func TestMessagesGolden(t *testing.T) {
 	p := rslack.Pricing{PerGPUHour: 2.5, Currency: "USD"}
 	page := "https://reclaimer.example.com"
 	r := sample()
-	golden(t, "warning.json", rslack.Warning(r, T0, p, page, rslack.DefaultSnoozes))
+	golden(t, "warning.json", rslack.Warning(r, reclaimtest.T0, p, page, rslack.DefaultSnoozes))
 
 	mig := sample()
 	mig.Target.Kind, mig.Target.MIGProfile, mig.Target.UUID, mig.Action = "mig", "1g.10gb", "MIG-1e50", "kill"
 	mig.Target.Pod, mig.Target.Namespace, mig.Target.User, mig.Target.SlurmJob = "", "", "bob", "4242"
-	golden(t, "warning-mig-slurm.json", rslack.Warning(mig, T0, p, page, []time.Duration{30 * time.Minute, 8 * time.Second}))
+	golden(t, "warning-mig-slurm.json", rslack.Warning(mig, reclaimtest.T0, p, page, []time.Duration{30 * time.Minute, 8 * time.Second}))
 
 	wasted := sample()
 	wasted.Target.Alertname = "GPUWasted"
-	golden(t, "notice.json", rslack.Notice(wasted, T0, p, page))
+	golden(t, "notice.json", rslack.Notice(wasted, reclaimtest.T0, p, page))
 
 	snoozed := sample()
-	snoozed.SnoozedUntil = T0.Add(time.Hour)
-	golden(t, "snoozed.json", rslack.Outcome(reclaim.MsgSnoozed, snoozed, "<@U0CAROL>", T0, p, page))
+	snoozed.SnoozedUntil = reclaimtest.T0.Add(time.Hour)
+	golden(t, "snoozed.json", rslack.Outcome(reclaim.MsgSnoozed, snoozed, "<@U0CAROL>", reclaimtest.T0, p, page))
 
 	scaled := sample()
-	scaled.Action, scaled.ActedAt, scaled.Detail = "scale_down", T0.Add(5*time.Minute), "Deployment serving/chat-api scaled from 3 to 0 replicas"
+	scaled.Action, scaled.ActedAt, scaled.Detail = "scale_down", reclaimtest.T0.Add(5*time.Minute), "Deployment serving/chat-api scaled from 3 to 0 replicas"
 	scaled.Workload = &reclaim.Workload{Kind: "Deployment", Namespace: "serving", Name: "chat-api", PreviousReplicas: 3}
-	golden(t, "reclaimed-scale-down.json", rslack.Outcome(reclaim.MsgReclaimed, scaled, "", T0.Add(5*time.Minute), p, page))
+	golden(t, "reclaimed-scale-down.json", rslack.Outcome(reclaim.MsgReclaimed, scaled, "", reclaimtest.T0.Add(5*time.Minute), p, page))
 
 	job := sample()
 	job.Action = "stop"
 	job.Controller = &reclaim.Controller{APIVersion: "batch/v1", Kind: "Job", Namespace: "ml", Name: "train-7", Stop: reclaim.StopPatch, Stopped: "suspended"}
-	golden(t, "warning-job.json", rslack.Warning(job, T0, p, page, rslack.DefaultSnoozes))
-	job.ActedAt, job.Detail = T0.Add(15*time.Minute), "Job ml/train-7 suspended"
+	golden(t, "warning-job.json", rslack.Warning(job, reclaimtest.T0, p, page, rslack.DefaultSnoozes))
+	job.ActedAt, job.Detail = reclaimtest.T0.Add(15*time.Minute), "Job ml/train-7 suspended"
 	job.Workload = &reclaim.Workload{APIVersion: "batch/v1", Kind: "Job", Namespace: "ml", Name: "train-7", Stop: reclaim.StopPatch, Stopped: "suspended", Restored: "resumed"}
-	golden(t, "reclaimed-job.json", rslack.Outcome(reclaim.MsgReclaimed, job, "", T0.Add(15*time.Minute), p, page))
-	job.Restored = T0.Add(20 * time.Minute)
-	golden(t, "restored-job.json", rslack.Outcome(reclaim.MsgRestored, job, "<@U0CAROL>", T0.Add(20*time.Minute), p, page))
+	golden(t, "reclaimed-job.json", rslack.Outcome(reclaim.MsgReclaimed, job, "", reclaimtest.T0.Add(15*time.Minute), p, page))
+	job.Restored = reclaimtest.T0.Add(20 * time.Minute)
+	golden(t, "restored-job.json", rslack.Outcome(reclaim.MsgRestored, job, "<@U0CAROL>", reclaimtest.T0.Add(20*time.Minute), p, page))
 
 	unknown := sample()
 	unknown.State, unknown.Reason = reclaim.Notified, "the pod is owned by TrainingRun ml/run-1, which gpureclaim cannot stop; declare it under `workloads:`"
 	unknown.Controller = &reclaim.Controller{Kind: "TrainingRun", Namespace: "ml", Name: "run-1", Stop: reclaim.StopNone, Why: unknown.Reason}
-	golden(t, "notice-unknown-owner.json", rslack.Notice(unknown, T0, p, page))
+	golden(t, "notice-unknown-owner.json", rslack.Notice(unknown, reclaimtest.T0, p, page))
 
 	held := sample()
-	held.Action, held.State, held.ActedAt = "stop", reclaim.NotReleased, T0.Add(5*time.Minute)
+	held.Action, held.State, held.ActedAt = "stop", reclaim.NotReleased, reclaimtest.T0.Add(5*time.Minute)
 	held.Reason = "InferenceService ml/chat stopped, but 5m0s later the GPU is still held: held by pod ml/chat-predictor-7d9c (Running); <!here> KServe reports on InferenceService ml/chat: Ready (Ready)"
-	golden(t, "not-released.json", rslack.Outcome(reclaim.MsgNotReleased, held, "", T0.Add(10*time.Minute), p, page))
+	golden(t, "not-released.json", rslack.Outcome(reclaim.MsgNotReleased, held, "", reclaimtest.T0.Add(10*time.Minute), p, page))
 
 	job.Restored, job.RestoreFailed = time.Time{}, "Job ml/train-7 was asked to run again 5m0s ago and does not: no pod of Job ml/train-7 runs"
-	golden(t, "restore-failed-job.json", rslack.Outcome(reclaim.MsgRestoreFailed, job, "<@U0CAROL>", T0.Add(25*time.Minute), p, page))
+	golden(t, "restore-failed-job.json", rslack.Outcome(reclaim.MsgRestoreFailed, job, "<@U0CAROL>", reclaimtest.T0.Add(25*time.Minute), p, page))
 
 	cancelled := sample()
 	cancelled.Reason = "the alert no longer fires: the GPU is busy again or was released"
-	golden(t, "cancelled.json", rslack.Outcome(reclaim.MsgCancelled, cancelled, "", T0.Add(3*time.Minute), p, page))
+	golden(t, "cancelled.json", rslack.Outcome(reclaim.MsgCancelled, cancelled, "", reclaimtest.T0.Add(3*time.Minute), p, page))
 }
 
 func TestRouting(t *testing.T) {
@@ -256,21 +256,21 @@ func TestRouting(t *testing.T) {
 		channels []string // where the warning was posted
 		err      string
 	}{
-		{name: "pod owner by Slack id: a DM", owners: owners{"ml/nb-0": "U0CAROL"}, alert: IdlePod("firing", T0, "ml", "nb-0"), channels: []string{"D0CAROL"}},
+		{name: "pod owner by Slack id: a DM", owners: owners{"ml/nb-0": "U0CAROL"}, alert: reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"), channels: []string{"D0CAROL"}},
 		{name: "pod owner by e-mail: looked up, a DM", owners: owners{"ml/nb-0": "carol@example.com"}, emails: map[string]string{"carol@example.com": "U0CAROL"},
-			alert: IdlePod("firing", T0, "ml", "nb-0"), channels: []string{"D0CAROL"}},
+			alert: reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"), channels: []string{"D0CAROL"}},
 		{name: "owner and namespace channel", slack: "namespace_channels: {ml: \"#ml-gpus\"}", owners: owners{"ml/nb-0": "U0CAROL"},
-			alert: IdlePod("firing", T0, "ml", "nb-0"), channels: []string{"D0CAROL", "#ml-gpus"}},
+			alert: reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"), channels: []string{"D0CAROL", "#ml-gpus"}},
 		{name: "unknown e-mail: the namespace channel", slack: "namespace_channels: {ml: \"#ml-gpus\"}", owners: owners{"ml/nb-0": "ghost@example.com"},
-			alert: IdlePod("firing", T0, "ml", "nb-0"), channels: []string{"#ml-gpus"}},
-		{name: "no owner: the default channel", slack: "default_channel: \"#gpu-reclaim\"", alert: IdlePod("firing", T0, "ml", "nb-0"), channels: []string{"#gpu-reclaim"}},
-		{name: "bare-metal user by map", slack: "users: {bob: U0BOB}", alert: IdleProcess("firing", T0, "bob"), channels: []string{"D0BOB"}},
+			alert: reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"), channels: []string{"#ml-gpus"}},
+		{name: "no owner: the default channel", slack: "default_channel: \"#gpu-reclaim\"", alert: reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"), channels: []string{"#gpu-reclaim"}},
+		{name: "bare-metal user by map", slack: "users: {bob: U0BOB}", alert: reclaimtest.IdleProcess("firing", reclaimtest.T0, "bob"), channels: []string{"D0BOB"}},
 		{name: "bare-metal user by e-mail domain", slack: "email_domain: example.com", emails: map[string]string{"bob@example.com": "U0BOB"},
-			alert: IdleProcess("firing", T0, "bob"), channels: []string{"D0BOB"}},
-		{name: "nobody to tell", alert: IdlePod("firing", T0, "ml", "nb-0"), err: "no Slack user or channel for ml/nb-0"},
+			alert: reclaimtest.IdleProcess("firing", reclaimtest.T0, "bob"), channels: []string{"D0BOB"}},
+		{name: "nobody to tell", alert: reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"), err: "no Slack user or channel for ml/nb-0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, tc.slack, tc.owners, false, &Checker{})
+			e := newEnv(t, tc.slack, tc.owners, false, &reclaimtest.Checker{})
 			for k, v := range tc.emails {
 				e.slack.AddUser(k, v)
 			}
@@ -320,7 +320,7 @@ func TestButtonsAgainstARealAlertmanager(t *testing.T) {
 	e.base = time.Now().Truncate(time.Second)
 	e.clock.Set(e.base)
 	alert := func(pod string) template.Alert {
-		a := IdlePod("firing", T0, "ml", pod, "audience", "reclaimer")
+		a := reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", pod, "audience", "reclaimer")
 		a.Fingerprint = model.Fingerprint(model.LabelsToSignature(a.Labels)).String()
 		a.StartsAt = time.Now().Add(-15 * time.Minute).Truncate(time.Second).UTC()
 		e.am.Push(t, amtest.Alert{Labels: a.Labels, StartsAt: a.StartsAt})
@@ -411,8 +411,8 @@ func TestButtonsAgainstARealAlertmanager(t *testing.T) {
 }
 
 func TestSignatures(t *testing.T) {
-	e := newEnv(t, "", owners{"ml/nb-0": "U0CAROL"}, false, &Checker{})
-	e.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	e := newEnv(t, "", owners{"ml/nb-0": "U0CAROL"}, false, &reclaimtest.Checker{})
+	e.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
 	e.at(0)
 	id := e.only().ID
 	body := payload("U0CAROL", rslack.ActionSnooze1h, "not-a-reclaim")
@@ -441,48 +441,48 @@ func TestSignatures(t *testing.T) {
 
 func TestSlackFailures(t *testing.T) {
 	t.Run("500, then delivered", func(t *testing.T) {
-		e := newEnv(t, "", owners{"ml/nb-0": "U0CAROL"}, false, &Checker{})
+		e := newEnv(t, "", owners{"ml/nb-0": "U0CAROL"}, false, &reclaimtest.Checker{})
 		e.slack.FailPosts("", 500, 502)
 		var waits []time.Duration
 		rslack.SetSleep(e.notifier, func(_ context.Context, d time.Duration) error { waits = append(waits, d); return nil })
-		e.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+		e.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
 		e.at(0)
 		require.True(t, e.only().Warning.Sent)
 		require.Equal(t, 3, e.slack.Calls("chat.postMessage"))
 		require.Equal(t, []time.Duration{250 * time.Millisecond, 500 * time.Millisecond}, waits, "backoff")
 	})
 	t.Run("429 honours Retry-After", func(t *testing.T) {
-		e := newEnv(t, "", owners{"ml/nb-0": "U0CAROL"}, false, &Checker{})
+		e := newEnv(t, "", owners{"ml/nb-0": "U0CAROL"}, false, &reclaimtest.Checker{})
 		e.slack.FailPosts("7", 429)
 		var waits []time.Duration
 		rslack.SetSleep(e.notifier, func(_ context.Context, d time.Duration) error { waits = append(waits, d); return nil })
-		e.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+		e.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
 		e.at(0)
 		require.True(t, e.only().Warning.Sent)
 		require.Equal(t, []time.Duration{7 * time.Second}, waits)
 	})
 	t.Run("three 429s: the grace runs from delivery, and the warning says so", func(t *testing.T) {
-		e := newEnv(t, "", owners{"ml/nb-0": "U0CAROL"}, false, &Checker{})
+		e := newEnv(t, "", owners{"ml/nb-0": "U0CAROL"}, false, &reclaimtest.Checker{})
 		e.slack.FailPosts("12", 429, 429, 429)
 		rslack.SetSleep(e.notifier, func(_ context.Context, d time.Duration) error { e.clock.Advance(d); return nil })
-		e.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+		e.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
 		e.at(0)
 		r := e.only()
-		require.Equal(t, T0.Add(36*time.Second), r.Warning.At)
-		require.Equal(t, T0.Add(36*time.Second+5*time.Minute), r.ActAt)
+		require.Equal(t, reclaimtest.T0.Add(36*time.Second), r.Warning.At)
+		require.Equal(t, reclaimtest.T0.Add(36*time.Second+5*time.Minute), r.ActAt)
 		require.Len(t, e.slack.Posts(), 1)
 		ups := e.slack.Updates()
 		require.Len(t, ups, 1, "the warning updated in place")
-		require.Contains(t, ups[0].Text, T0.Add(36*time.Second+5*time.Minute).Format(time.RFC3339))
+		require.Contains(t, ups[0].Text, reclaimtest.T0.Add(36*time.Second+5*time.Minute).Format(time.RFC3339))
 		e.at(5*time.Minute + 35*time.Second)
 		require.Zero(t, e.actor.Count(), "not at the time first stated")
 		e.at(5*time.Minute + 36*time.Second)
 		require.Equal(t, 1, e.actor.Count())
 	})
 	t.Run("down for good: the reclaim waits and the admins hear of it", func(t *testing.T) {
-		e := newEnv(t, "admin_channel: C0ADMIN", owners{"ml/nb-0": "U0CAROL"}, false, &Checker{})
+		e := newEnv(t, "admin_channel: C0ADMIN", owners{"ml/nb-0": "U0CAROL"}, false, &reclaimtest.Checker{})
 		e.slack.DMsDown(true)
-		e.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+		e.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
 		for m := 0; m <= 20; m++ {
 			e.at(time.Duration(m) * time.Minute)
 		}
@@ -503,7 +503,7 @@ func TestSlackFailures(t *testing.T) {
 }
 
 func TestRateLimiterFollowsTheConfig(t *testing.T) {
-	e := newEnv(t, "", nil, false, &Checker{})
+	e := newEnv(t, "", nil, false, &reclaimtest.Checker{})
 	sc := *e.cfg.Notifiers[0].Slack
 	sc.MaxRequestsPerMinute = 50
 	n := rslack.New(rslack.Options{Config: &sc, Clock: time.Now})
@@ -515,17 +515,17 @@ func TestRateLimiterFollowsTheConfig(t *testing.T) {
 // warned → snoozed → the silence expires → warned again → reclaimed, with the
 // message updated at every step, on a fake clock.
 func TestFullCycle(t *testing.T) {
-	checker := &Checker{}
+	checker := &reclaimtest.Checker{}
 	e := newEnv(t, "", owners{"ml/nb-0": "U0CAROL"}, false, checker)
-	e.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	e.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
 	e.at(0)
 	require.Len(t, e.slack.Posts(), 1)
 	id := e.only().ID
 
 	// The button path needs a silence; the checker stands in for Alertmanager.
-	_, err := e.eng.Snooze(context.Background(), id, "<@U0CAROL>", T0.Add(time.Hour), "sil-1")
+	_, err := e.eng.Snooze(context.Background(), id, "<@U0CAROL>", reclaimtest.T0.Add(time.Hour), "sil-1")
 	require.NoError(t, err)
-	checker.Set(reclaim.AlertSilenced, "carol until +1h", T0.Add(time.Hour))
+	checker.Set(reclaim.AlertSilenced, "carol until +1h", reclaimtest.T0.Add(time.Hour))
 	e.at(30 * time.Minute)
 	require.Zero(t, e.actor.Count())
 
@@ -559,9 +559,9 @@ func TestMessagesEscapeWhatTheyQuote(t *testing.T) {
 	r.Controller = &reclaim.Controller{Kind: "TrainingRun", Namespace: "x", Name: "<@U0ADMIN>", Stop: reclaim.StopNone}
 	r.Action = "stop"
 	for name, blocks := range map[string][]goslack.Block{
-		"warning": rslack.Warning(r, T0, p, "javascript:void(0)", rslack.DefaultSnoozes),
-		"notice":  rslack.Notice(r, T0, p, ""),
-		"failed":  rslack.Outcome(reclaim.MsgFailed, r, "", T0, p, ""),
+		"warning": rslack.Warning(r, reclaimtest.T0, p, "javascript:void(0)", rslack.DefaultSnoozes),
+		"notice":  rslack.Notice(r, reclaimtest.T0, p, ""),
+		"failed":  rslack.Outcome(reclaim.MsgFailed, r, "", reclaimtest.T0, p, ""),
 	} {
 		b, err := json.Marshal(goslack.Blocks{BlockSet: blocks})
 		require.NoError(t, err)
@@ -577,8 +577,8 @@ func TestMessagesEscapeWhatTheyQuote(t *testing.T) {
 // The fallback text (notifications, screen readers) is escaped as the
 // blocks are: a description cannot ping a channel or link elsewhere.
 func TestFallbackTextEscapesWhatItQuotes(t *testing.T) {
-	e := newEnv(t, "", owners{"ml/nb-0": "U0CAROL"}, false, &Checker{})
-	a := IdlePod("firing", T0, "ml", "nb-0", "alertname", "GPUWasted")
+	e := newEnv(t, "", owners{"ml/nb-0": "U0CAROL"}, false, &reclaimtest.Checker{})
+	a := reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0", "alertname", "GPUWasted")
 	a.Annotations["description"] = "<!here> see <https://evil.example.com|the fix> <@U0ADMIN>"
 	e.ingest(a)
 	e.at(0)
@@ -595,8 +595,8 @@ func TestFallbackTextEscapesWhatItQuotes(t *testing.T) {
 // A press with no Slack user is nobody's: it never passes for the owner of
 // a reclaim whose owner Slack does not know.
 func TestAPressWithNoUserIsRefused(t *testing.T) {
-	e := newEnv(t, "default_channel: \"#gpu\"", owners{}, false, &Checker{})
-	e.ingest(IdlePod("firing", T0, "ml", "nb-9"))
+	e := newEnv(t, "default_channel: \"#gpu\"", owners{}, false, &reclaimtest.Checker{})
+	e.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-9"))
 	e.at(0)
 	require.Empty(t, e.only().Warning.Refs["slack.owner"], "no owner known")
 	require.Equal(t, http.StatusOK, e.press("", rslack.ActionKeep, e.only().ID))
@@ -612,8 +612,8 @@ func FuzzInteractions(f *testing.F) {
 	f.Add("payload=%7B%22type%22%3A%22block_actions%22%2C%22actions%22%3A%5B%5D%7D")
 	f.Add("payload=not-json")
 	f.Add("%zz")
-	e := newEnv(f, "", owners{"ml/nb-0": "U0CAROL"}, false, &Checker{})
-	e.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	e := newEnv(f, "", owners{"ml/nb-0": "U0CAROL"}, false, &reclaimtest.Checker{})
+	e.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
 	e.at(0)
 	id := e.only().ID
 	f.Fuzz(func(t *testing.T, body string) {
@@ -640,9 +640,9 @@ func FuzzInteractions(f *testing.F) {
 // posted again by the retry: the retry finds it in the channel by the key
 // in its metadata.
 func TestALostReplyIsNotPostedTwice(t *testing.T) {
-	e := newEnv(t, "", owners{"ml/nb-0": "U0CAROL"}, false, &Checker{})
+	e := newEnv(t, "", owners{"ml/nb-0": "U0CAROL"}, false, &reclaimtest.Checker{})
 	e.slack.LoseReplies(1)
-	e.ingest(IdlePod("firing", T0, "ml", "nb-0"))
+	e.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
 	e.at(0)
 	require.Len(t, e.slack.Posts(), 1, "posted once")
 	require.True(t, e.only().Warning.Sent)
@@ -658,7 +658,7 @@ type crash struct{}
 // message it finds instead of posting a second one. The final message
 // then updates it.
 func TestAWarningIsPostedOnceAcrossACrash(t *testing.T) {
-	e := newEnv(t, "", owners{"ml/nb-0": "U0CAROL"}, false, &Checker{})
+	e := newEnv(t, "", owners{"ml/nb-0": "U0CAROL"}, false, &reclaimtest.Checker{})
 	crashing, err := reclaim.New(reclaim.Options{Config: e.cfg, Store: e.st, Actor: e.actor, Notifiers: []reclaim.Notifier{e.notifier},
 		Clock: e.clock.Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry()),
 		Failpoint: func(p string) {
@@ -667,7 +667,7 @@ func TestAWarningIsPostedOnceAcrossACrash(t *testing.T) {
 			}
 		}})
 	require.NoError(t, err)
-	_, err = crashing.Ingest([]template.Alert{IdlePod("firing", T0, "ml", "nb-0")})
+	_, err = crashing.Ingest([]template.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")})
 	require.NoError(t, err)
 	require.NoError(t, crashing.Flush())
 	func() {

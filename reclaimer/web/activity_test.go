@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	. "github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/web"
 )
 
@@ -36,8 +36,8 @@ func (r *reader) LastActive(_ context.Context, ns, pod string, threshold float64
 // reads, with its token only, for valid names, 404 for a pod that held no
 // GPU and 503 (cull nothing) when Prometheus does not answer.
 func TestActivityEndpoint(t *testing.T) {
-	cfg := Config(t, "prometheus: {url: \"http://127.0.0.1:9090\"}\nactivity: {bearer_token_file: token, recent: 5m}\n")
-	now := T0.Add(time.Hour)
+	cfg := reclaimtest.Config(t, "prometheus: {url: \"http://127.0.0.1:9090\"}\nactivity: {bearer_token_file: token, recent: 5m}\n")
+	now := reclaimtest.T0.Add(time.Hour)
 	r := &reader{last: map[string]time.Time{"ml/busy": now.Add(-time.Minute), "ml/idle": now.Add(-40 * time.Minute), "ml/never": {}}}
 	srv := httptest.NewServer(web.New(web.Options{Config: cfg, Engine: nil, Clock: func() time.Time { return now }, Registry: prometheus.NewRegistry(), Activity: r}))
 	t.Cleanup(srv.Close)
@@ -85,7 +85,7 @@ func TestActivityEndpoint(t *testing.T) {
 
 // Without activity: the endpoint is not served.
 func TestActivityEndpointOff(t *testing.T) {
-	cfg := Config(t, "prometheus: {url: \"http://127.0.0.1:9090\"}\n")
+	cfg := reclaimtest.Config(t, "prometheus: {url: \"http://127.0.0.1:9090\"}\n")
 	srv := httptest.NewServer(web.New(web.Options{Config: cfg, Clock: time.Now, Registry: prometheus.NewRegistry(), Activity: &reader{}}))
 	t.Cleanup(srv.Close)
 	resp, err := http.Get(srv.URL + "/api/v1/activity?namespace=ml&pod=busy")

@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
-	. "github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/store"
 	"github.com/gpureclaim/gpureclaim/reclaimer/web"
 )
@@ -31,7 +31,7 @@ func BenchmarkWebhookWhilePolled(b *testing.B) {
 	for i := 0; i < stored; i += 1000 {
 		var batch []template.Alert
 		for j := i; j < i+1000; j++ {
-			batch = append(batch, IdlePod("firing", T0, "ml", fmt.Sprintf("nb-%d", j)))
+			batch = append(batch, reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", fmt.Sprintf("nb-%d", j)))
 		}
 		if _, err := eng.Ingest(batch); err != nil {
 			b.Fatal(err)
@@ -60,7 +60,7 @@ func BenchmarkWebhookWhilePolled(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		body, _ := json.Marshal(template.Data{Receiver: "gpureclaim", Status: "firing",
-			Alerts: template.Alerts{IdlePod("firing", T0, "ml", fmt.Sprintf("new-%d", i))}})
+			Alerts: template.Alerts{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", fmt.Sprintf("new-%d", i))}})
 		msg := map[string]any{}
 		_ = json.Unmarshal(body, &msg)
 		msg["version"], msg["groupKey"] = "4", "{}:{}"
@@ -93,7 +93,7 @@ func BenchmarkOneAlertNotifications(b *testing.B) {
 	bodies := make([][]byte, b.N)
 	for i := range bodies {
 		body, _ := json.Marshal(template.Data{Receiver: "gpureclaim", Status: "firing",
-			Alerts: template.Alerts{IdlePod("firing", T0, "ml", fmt.Sprintf("one-%d", i))}})
+			Alerts: template.Alerts{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", fmt.Sprintf("one-%d", i))}})
 		msg := map[string]any{}
 		_ = json.Unmarshal(body, &msg)
 		msg["version"], msg["groupKey"] = "4", "{}:{}"
@@ -129,15 +129,15 @@ func BenchmarkOneAlertNotifications(b *testing.B) {
 
 // benchServer is the reclaimer's HTTP side on an engine over a bbolt file.
 func benchServer(b *testing.B, cfgYAML string) (*web.Server, *reclaim.Engine) {
-	cfg := Config(b, cfgYAML)
+	cfg := reclaimtest.Config(b, cfgYAML)
 	st, err := store.Open(filepath.Join(b.TempDir(), "s.db"), time.Second)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { st.Close() })
-	clock := NewClock()
+	clock := reclaimtest.NewClock()
 	reg := prometheus.NewRegistry()
-	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &Actor{}, Clock: clock.Now, Metrics: reclaim.NewMetrics(reg)})
+	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &reclaimtest.Actor{}, Clock: clock.Now, Metrics: reclaim.NewMetrics(reg)})
 	if err != nil {
 		b.Fatal(err)
 	}

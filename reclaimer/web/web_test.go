@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
-	. "github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/store"
 	"github.com/gpureclaim/gpureclaim/reclaimer/web"
 )
@@ -39,13 +39,13 @@ func (b brokenStore) Write(rs []*reclaim.Reclaim, evs []reclaim.Event) error {
 type server struct {
 	*httptest.Server
 	engine *reclaim.Engine
-	clock  *Clock
+	clock  *reclaimtest.Clock
 	store  reclaim.Store
 	healed atomic.Bool
 }
 
 func newServer(t *testing.T, broken bool) *server {
-	cfg := Config(t, "webhook: {bearer_token_file: token, basic_auth: {username: am, password_file: token}, max_body_bytes: 4KiB}\n")
+	cfg := reclaimtest.Config(t, "webhook: {bearer_token_file: token, basic_auth: {username: am, password_file: token}, max_body_bytes: 4KiB}\n")
 	st, err := store.Open(filepath.Join(t.TempDir(), "s.db"), time.Second)
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Close() })
@@ -54,9 +54,9 @@ func newServer(t *testing.T, broken bool) *server {
 	if broken {
 		use = brokenStore{st, &s.healed}
 	}
-	s.clock = NewClock()
+	s.clock = reclaimtest.NewClock()
 	reg := prometheus.NewRegistry()
-	s.engine, err = reclaim.New(reclaim.Options{Config: cfg, Store: use, Actor: &Actor{}, Clock: s.clock.Now, Metrics: reclaim.NewMetrics(reg)})
+	s.engine, err = reclaim.New(reclaim.Options{Config: cfg, Store: use, Actor: &reclaimtest.Actor{}, Clock: s.clock.Now, Metrics: reclaim.NewMetrics(reg)})
 	require.NoError(t, err)
 	s.Server = httptest.NewServer(web.New(web.Options{Config: cfg, Engine: s.engine, Logger: nil, Clock: s.clock.Now, Registry: reg}))
 	t.Cleanup(s.Close)
@@ -276,12 +276,12 @@ func TestListIsPaginated(t *testing.T) {
 // The status page and the API have their own auth, apart from the
 // webhook's; the health probes stay open.
 func TestReadersAuth(t *testing.T) {
-	cfg := Config(t, "webhook: {bearer_token_file: token}\nweb: {auth: {basic_auth: {username: ops, password_file: token}}}\n")
+	cfg := reclaimtest.Config(t, "webhook: {bearer_token_file: token}\nweb: {auth: {basic_auth: {username: ops, password_file: token}}}\n")
 	st, err := store.Open(filepath.Join(t.TempDir(), "s.db"), time.Second)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
 	reg := prometheus.NewRegistry()
-	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &Actor{}, Clock: NewClock().Now, Metrics: reclaim.NewMetrics(reg)})
+	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &reclaimtest.Actor{}, Clock: reclaimtest.NewClock().Now, Metrics: reclaim.NewMetrics(reg)})
 	require.NoError(t, err)
 	srv := httptest.NewServer(web.New(web.Options{Config: cfg, Engine: eng, Clock: time.Now, Registry: reg}))
 	t.Cleanup(srv.Close)
@@ -317,13 +317,13 @@ func TestReadersAuth(t *testing.T) {
 // With every turn taken, a notification is not read: it is answered 503
 // (Alertmanager retries) after TurnWait, and the one being read goes on.
 func TestWebhookReadsAtMostMaxConcurrentAtOnce(t *testing.T) {
-	cfg := Config(t, "webhook: {bearer_token_file: token, max_concurrent: 1}\n")
+	cfg := reclaimtest.Config(t, "webhook: {bearer_token_file: token, max_concurrent: 1}\n")
 	st, err := store.Open(filepath.Join(t.TempDir(), "s.db"), time.Second)
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Close() })
-	clock := NewClock()
+	clock := reclaimtest.NewClock()
 	reg := prometheus.NewRegistry()
-	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &Actor{}, Clock: clock.Now, Metrics: reclaim.NewMetrics(reg)})
+	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &reclaimtest.Actor{}, Clock: clock.Now, Metrics: reclaim.NewMetrics(reg)})
 	require.NoError(t, err)
 	srv := httptest.NewServer(web.New(web.Options{Config: cfg, Engine: eng, Clock: clock.Now, Registry: reg, TurnWait: 50 * time.Millisecond}))
 	t.Cleanup(srv.Close)
