@@ -172,20 +172,20 @@ func history(ctx context.Context, o *options) (backtest.History, error) {
 		if err != nil {
 			return backtest.History{}, fmt.Errorf("--history.trace: %w", err)
 		}
-		return backtest.FromTrace(tr, reclaim.Controller{}), nil
+		return backtest.FromTrace(tr, reclaim.TopOwner{}), nil
 	case o.prometheus != "":
 		f, err := os.Open(o.prometheus)
 		if err != nil {
 			return backtest.History{}, fmt.Errorf("--history.prometheus: %w", err)
 		}
 		defer f.Close()
-		return backtest.FromPrometheus(f, reclaim.Controller{}, o.dcgmHonorLabels)
+		return backtest.FromPrometheus(f, reclaim.TopOwner{}, o.dcgmHonorLabels)
 	}
 	b, err := queryRange(ctx, o)
 	if err != nil {
 		return backtest.History{}, fmt.Errorf("--prometheus.url: %w", err)
 	}
-	return backtest.FromPrometheus(bytes.NewReader(b), reclaim.Controller{}, false)
+	return backtest.FromPrometheus(bytes.NewReader(b), reclaim.TopOwner{}, false)
 }
 
 // maxExport bounds a range query's answer: a week of minutes of a large

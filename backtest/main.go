@@ -168,9 +168,9 @@ func runBacktest(ctx context.Context, o *backtestOptions, stdout io.Writer) erro
 
 // replayedController is what runs each replayed pod: a kind the config
 // knows, stopped as the reclaimer would stop it, or nothing (bare pods).
-func replayedController(cfg *config.Config, kind string) (reclaim.Controller, error) {
+func replayedController(cfg *config.Config, kind string) (reclaim.TopOwner, error) {
 	if kind == "" {
-		return reclaim.Controller{}, nil
+		return reclaim.TopOwner{}, nil
 	}
 	var kinds []string
 	for _, w := range cfg.Workloads {
@@ -181,11 +181,11 @@ func replayedController(cfg *config.Config, kind string) (reclaim.Controller, er
 		if w.Kind != kind {
 			continue
 		}
-		ctl := reclaim.Controller{APIVersion: w.Group + "/" + w.Version, Kind: w.Kind, Namespace: "replay", Name: "replayed", Stop: reclaim.StopPatch, Stopped: w.Stopped}
+		ctl := reclaim.TopOwner{APIVersion: w.Group + "/" + w.Version, Kind: w.Kind, Namespace: "replay", Name: "replayed", Stop: reclaim.StopPatch, Stopped: w.Stopped}
 		if w.Scale {
 			ctl.Stop, ctl.Replicas, ctl.Stopped = reclaim.StopScale, 1, "scaled down"
 		}
 		return ctl, nil
 	}
-	return reclaim.Controller{}, fmt.Errorf("--history.controller: %q is not a workload kind the config knows (%s) or empty", kind, strings.Join(kinds, ", "))
+	return reclaim.TopOwner{}, fmt.Errorf("--history.controller: %q is not a workload kind the config knows (%s) or empty", kind, strings.Join(kinds, ", "))
 }

@@ -32,7 +32,7 @@ func (a *actor) Act(ctx context.Context, action string, r *reclaim.Reclaim) (rec
 		return a.nodes.Kill(ctx, r)
 	case config.ActionCancel, config.ActionRequeue:
 		if a.slurm == nil || r.Target.SlurmJob == "" {
-			return reclaim.Result{}, &reclaim.RefusedError{Reason: action + " needs a Slurm job and slurm.url; the target is " + r.Target.Owner()}
+			return reclaim.Result{}, &reclaim.RefusedError{Reason: action + " needs a Slurm job and slurm.url; the target is " + r.Target.Holder()}
 		}
 		if action == config.ActionRequeue {
 			detail, err := a.slurm.Requeue(ctx, r.Target.SlurmJob)
@@ -47,7 +47,7 @@ func (a *actor) Act(ctx context.Context, action string, r *reclaim.Reclaim) (rec
 			return reclaim.Result{}, fmt.Errorf("%s needs Kubernetes, which is off in the config", action)
 		}
 		if r.Target.Pod == "" {
-			return reclaim.Result{}, fmt.Errorf("%s needs a pod; the target is %s", action, r.Target.Owner())
+			return reclaim.Result{}, fmt.Errorf("%s needs a pod; the target is %s", action, r.Target.Holder())
 		}
 		switch action {
 		case config.ActionEvict:
@@ -86,7 +86,7 @@ func (a *actor) Released(ctx context.Context, r *reclaim.Reclaim) (reclaim.Relea
 		return reclaim.Release{}, err
 	}
 	if held {
-		return reclaim.Release{Why: fmt.Sprintf("%s is gone, but Prometheus still sees it hold the unit (%s)", t.Owner(), q)}, nil
+		return reclaim.Release{Why: fmt.Sprintf("%s is gone, but Prometheus still sees it hold the unit (%s)", t.Holder(), q)}, nil
 	}
 	return rel, nil
 }
@@ -158,16 +158,16 @@ func (i *inspector) Started(ctx context.Context, t reclaim.Target) (time.Time, e
 	}
 	if t.Pod != "" {
 		if i.kube == nil {
-			return time.Time{}, fmt.Errorf("cannot tell when pod %s started without Kubernetes", t.Owner())
+			return time.Time{}, fmt.Errorf("cannot tell when pod %s started without Kubernetes", t.Holder())
 		}
 		return i.kube.Started(ctx, t)
 	}
 	return i.nodes.Started(ctx, t)
 }
 
-func (i *inspector) Controller(ctx context.Context, t reclaim.Target) (reclaim.Controller, error) {
+func (i *inspector) TopOwner(ctx context.Context, t reclaim.Target) (reclaim.TopOwner, error) {
 	if t.Pod == "" || i.kube == nil {
-		return reclaim.Controller{}, nil
+		return reclaim.TopOwner{}, nil
 	}
-	return i.kube.Controller(ctx, t)
+	return i.kube.TopOwner(ctx, t)
 }

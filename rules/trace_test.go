@@ -21,7 +21,7 @@ import (
 func TestTraceExcerptIdleAlerts(t *testing.T) {
 	tr, err := trace.Load("../traces/genai-pods.csv.gz")
 	require.NoError(t, err)
-	all := backtest.FromTrace(tr, reclaim.Controller{})
+	all := backtest.FromTrace(tr, reclaim.TopOwner{})
 	var ids []string
 	for _, w := range all.Workloads[:12] {
 		ids = append(ids, w.ID)

@@ -24,7 +24,7 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 
 var (
 	start   = time.Date(2026, 11, 2, 8, 0, 0, 0, time.UTC)
-	service = reclaim.Controller{APIVersion: "apps/v1", Kind: "Deployment", Name: "serve", Replicas: 1, Stop: reclaim.StopScale}
+	service = reclaim.TopOwner{APIVersion: "apps/v1", Kind: "Deployment", Name: "serve", Replicas: 1, Stop: reclaim.StopScale}
 )
 
 // history builds a one-minute history from each workload's activity.
@@ -181,22 +181,22 @@ func TestPausesTwentyMinutesEveryHour(t *testing.T) {
 // comes back; a bare pod is evicted.
 func TestControllersDecideTheAction(t *testing.T) {
 	h := history(t, 240, map[string]func(int) float64{"gone": goneAt(30)})
-	h.Workloads[0].Controller = reclaim.Controller{APIVersion: "apps/v1", Kind: "Deployment", Name: "serve", Replicas: 3, Stop: reclaim.StopScale}
+	h.Workloads[0].TopOwner = reclaim.TopOwner{APIVersion: "apps/v1", Kind: "Deployment", Name: "serve", Replicas: 3, Stop: reclaim.StopScale}
 	res := run(t, h, committedRules, policy(t, ""))
 	require.Empty(t, res.Workloads[0].Reclaims)
 	require.Equal(t, 1, res.States[string(reclaim.Notified)])
 
-	h.Workloads[0].Controller = reclaim.Controller{APIVersion: "batch/v1", Kind: "Job", Name: "train", Stop: reclaim.StopPatch, Stopped: "suspended"}
+	h.Workloads[0].TopOwner = reclaim.TopOwner{APIVersion: "batch/v1", Kind: "Job", Name: "train", Stop: reclaim.StopPatch, Stopped: "suspended"}
 	res = run(t, h, committedRules, policy(t, ""))
 	require.Len(t, res.Workloads[0].Reclaims, 1)
 	require.Equal(t, config.ActionStop, res.Workloads[0].Reclaims[0].Action)
 	require.Positive(t, res.Workloads[0].Reclaims[0].Freed, "the suspended Job's GPU is free")
 
-	h.Workloads[0].Controller = reclaim.Controller{Kind: "TrainingRun", Name: "run", Stop: reclaim.StopNone, Why: "cannot stop it"}
+	h.Workloads[0].TopOwner = reclaim.TopOwner{Kind: "TrainingRun", Name: "run", Stop: reclaim.StopNone, Why: "cannot stop it"}
 	res = run(t, h, committedRules, policy(t, ""))
 	require.Empty(t, res.Workloads[0].Reclaims, "an owner it cannot stop is only told")
 
-	h.Workloads[0].Controller = reclaim.Controller{}
+	h.Workloads[0].TopOwner = reclaim.TopOwner{}
 	res = run(t, h, committedRules, policy(t, ""))
 	require.Len(t, res.Workloads[0].Reclaims, 1)
 	require.Equal(t, config.ActionEvict, res.Workloads[0].Reclaims[0].Action)

@@ -33,8 +33,8 @@ type Workload struct {
 	ID string
 	// Owner is who is told: the pod's namespace, or the Unix user.
 	Owner string
-	// Controller is what runs the pod; a one-replica Deployment is a service.
-	Controller reclaim.Controller
+	// TopOwner is what runs the pod; a one-replica Deployment is a service.
+	TopOwner reclaim.TopOwner
 	// Activity (0-1) and Memory (bytes) per step; NaN where not sampled.
 	Activity, Memory []float64
 	// Series are the exporter's series that show the workload on its unit,
@@ -79,7 +79,7 @@ const unitMemory = 80 << 30
 // FromTrace turns a loaded trace (duty cycle and memory per pod and
 // minute) into a history of utilization: each pod holds one GPU of its own.
 // ctl is what runs each pod (the trace does not say).
-func FromTrace(tr *trace.Trace, ctl reclaim.Controller) History {
+func FromTrace(tr *trace.Trace, ctl reclaim.TopOwner) History {
 	h := History{Start: tr.Start, Step: tr.Step, Signal: "utilization"}
 	for _, id := range tr.Workloads() {
 		h.Workloads = append(h.Workloads, traceWorkload(id, tr.Duty[id], tr.Memory[id], ctl))
@@ -87,7 +87,7 @@ func FromTrace(tr *trace.Trace, ctl reclaim.Controller) History {
 	return h
 }
 
-func traceWorkload(id string, activity, memory []float64, ctl reclaim.Controller) Workload {
+func traceWorkload(id string, activity, memory []float64, ctl reclaim.TopOwner) Workload {
 	uuid := "GPU-" + id
 	unit := []string{names.LabelUUID, uuid, names.LabelGPUUUID, uuid, "instance", "replay", "job", names.ExporterJob}
 	name := func(n string, extra ...string) labels.Labels {
@@ -102,7 +102,7 @@ func traceWorkload(id string, activity, memory []float64, ctl reclaim.Controller
 		}
 	}
 	w := Workload{
-		ID: id, Owner: traceNamespace, Controller: ctl, Activity: activity, Memory: memory,
+		ID: id, Owner: traceNamespace, TopOwner: ctl, Activity: activity, Memory: memory,
 		key: ownerKey(uuid, traceNamespace, id, "", ""),
 		Series: []Series{
 			{name("gpureclaim_unit_info", "node", "replay", "kind", "gpu", "model", "replay"), present},

@@ -47,7 +47,7 @@ type queryRange struct {
 // An export of dcgm-exporter's fields (ExportQueryDCGM) is read as the rules
 // for source: dcgm read it; dcgmHonorLabels says the scrape kept the pod
 // mapping's labels as they are (rules config dcgm.honor_labels).
-func FromPrometheus(r io.Reader, ctl reclaim.Controller, dcgmHonorLabels bool) (History, error) {
+func FromPrometheus(r io.Reader, ctl reclaim.TopOwner, dcgmHonorLabels bool) (History, error) {
 	var q queryRange
 	if err := json.NewDecoder(r).Decode(&q); err != nil {
 		return History{}, fmt.Errorf("not a query_range answer: %w", err)
@@ -135,7 +135,7 @@ func FromPrometheus(r io.Reader, ctl reclaim.Controller, dcgmHonorLabels bool) (
 	for _, ow := range owners {
 		l := ow.labels
 		uuid, ns, pod, user, job := l.Get(names.LabelUUID), l.Get(names.LabelNamespace), l.Get(names.LabelPod), l.Get(names.LabelUser), l.Get(names.LabelSlurmJob)
-		w := Workload{Controller: ctl, key: ownerKey(uuid, ns, pod, user, job), Owner: ns, ID: ns + "/" + pod}
+		w := Workload{TopOwner: ctl, key: ownerKey(uuid, ns, pod, user, job), Owner: ns, ID: ns + "/" + pod}
 		if pod == "" {
 			w.Owner, w.ID = user, user
 			if job != "" {

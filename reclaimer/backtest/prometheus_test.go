@@ -68,7 +68,7 @@ func TestFromPrometheus(t *testing.T) {
 		sampled(unit("gpureclaim_unit_memory_used_bytes", "GPU-b"), steps, always(60<<30)),
 		sampled(unit("gpureclaim_unit_memory_total_bytes", "GPU-b"), steps, always(80<<30)),
 	)
-	h, err := backtest.FromPrometheus(strings.NewReader(js), reclaim.Controller{}, false)
+	h, err := backtest.FromPrometheus(strings.NewReader(js), reclaim.TopOwner{}, false)
 	require.NoError(t, err)
 	require.Equal(t, start, h.Start)
 	require.Equal(t, 60e9, float64(h.Step))
@@ -100,7 +100,7 @@ func TestFromPrometheusRefusesWhatItCannotReplay(t *testing.T) {
 		{export(t, 2, sampled(unit("gpureclaim_unit_info", "GPU-a"), 2, always(1))), "no gpureclaim_unit_owner_info series"},
 		{`{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,"x"]]}]}}`, "invalid syntax"},
 	} {
-		_, err := backtest.FromPrometheus(strings.NewReader(tc.in), reclaim.Controller{}, false)
+		_, err := backtest.FromPrometheus(strings.NewReader(tc.in), reclaim.TopOwner{}, false)
 		require.ErrorContains(t, err, tc.want, tc.in)
 	}
 }
@@ -139,7 +139,7 @@ func TestFromPrometheusDCGM(t *testing.T) {
 		sampled(dcgm("DCGM_FI_DEV_FB_FREE", "1", "GPU-b", srv...), steps, always(20000)),
 		sampled(dcgm("DCGM_FI_DEV_FB_USED", "2", "GPU-c"), steps, always(0)),
 	)
-	h, err := backtest.FromPrometheus(strings.NewReader(js), reclaim.Controller{}, false)
+	h, err := backtest.FromPrometheus(strings.NewReader(js), reclaim.TopOwner{}, false)
 	require.NoError(t, err)
 	require.Len(t, h.Workloads, 2, "the GPU no pod holds is no workload")
 	nbw, llm := h.Workloads[0], h.Workloads[1]
@@ -158,7 +158,7 @@ func TestFromPrometheusDCGM(t *testing.T) {
 	m := dcgm("DCGM_FI_DEV_FB_USED", "0", "GPU-a", "namespace", "ml", "pod", "nb-0")
 	delete(m, "container")
 	honored := export(t, steps, sampled(m, steps, always(1)))
-	h, err = backtest.FromPrometheus(strings.NewReader(honored), reclaim.Controller{}, true)
+	h, err = backtest.FromPrometheus(strings.NewReader(honored), reclaim.TopOwner{}, true)
 	require.NoError(t, err)
 	require.Equal(t, "ml/nb-0", h.Workloads[0].ID)
 }

@@ -148,7 +148,7 @@ func Run(ctx context.Context, h History, o Options) (*Result, error) {
 		b.byKey[w.key] = i
 		uuid, _, _ := strings.Cut(w.key, "\xff")
 		b.byUUID[uuid] = append(b.byUUID[uuid], i)
-		b.states[i].res = WorkloadResult{ID: w.ID, Owner: w.Owner, Span: w.span(), ColdStart: coldStarts[w.Controller.Kind]}
+		b.states[i].res = WorkloadResult{ID: w.ID, Owner: w.Owner, Span: w.span(), ColdStart: coldStarts[w.TopOwner.Kind]}
 	}
 	eng, err := reclaim.New(reclaim.Options{
 		Config: &cfg, Store: &memStore{}, Checker: b, Inspector: b, Actor: b,
@@ -320,18 +320,18 @@ func (b *bench) Started(_ context.Context, t reclaim.Target) (time.Time, error) 
 	return b.states[i].started, nil
 }
 
-func (b *bench) Controller(_ context.Context, t reclaim.Target) (reclaim.Controller, error) {
+func (b *bench) TopOwner(_ context.Context, t reclaim.Target) (reclaim.TopOwner, error) {
 	if i, ok := b.workload(t); ok {
-		return b.h.Workloads[i].Controller, nil
+		return b.h.Workloads[i].TopOwner, nil
 	}
-	return reclaim.Controller{}, nil
+	return reclaim.TopOwner{}, nil
 }
 
 // Act takes the workload off its unit.
 func (b *bench) Act(_ context.Context, action string, r *reclaim.Reclaim) (reclaim.Result, error) {
 	i, ok := b.workload(r.Target)
 	if !ok {
-		return reclaim.Result{}, fmt.Errorf("no workload in the history for %s", r.Target.Owner())
+		return reclaim.Result{}, fmt.Errorf("no workload in the history for %s", r.Target.Holder())
 	}
 	st := &b.states[i]
 	if st.gone {
@@ -340,7 +340,7 @@ func (b *bench) Act(_ context.Context, action string, r *reclaim.Reclaim) (recla
 	st.gone = true
 	st.res.Reclaims = append(st.res.Reclaims, Reclaimed{Action: action, At: b.step, Returned: -1, Restored: -1})
 	res := reclaim.Result{Detail: action}
-	if c := b.h.Workloads[i].Controller; c.Stop == reclaim.StopScale || c.Stop == reclaim.StopPatch {
+	if c := b.h.Workloads[i].TopOwner; c.Stop == reclaim.StopScale || c.Stop == reclaim.StopPatch {
 		res.Workload = &reclaim.Workload{APIVersion: c.APIVersion, Kind: c.Kind, Namespace: c.Namespace, Name: c.Name, Stop: c.Stop,
 			PreviousReplicas: c.Replicas, Stopped: c.Stopped, Restored: "resumed"}
 	}
@@ -372,7 +372,7 @@ func (b *bench) Demand(_ context.Context, query string) (bool, error) {
 func (b *bench) Restore(_ context.Context, r *reclaim.Reclaim) error {
 	i, ok := b.workload(r.Target)
 	if !ok {
-		return fmt.Errorf("no workload in the history for %s", r.Target.Owner())
+		return fmt.Errorf("no workload in the history for %s", r.Target.Holder())
 	}
 	rs := b.states[i].res.Reclaims
 	if len(rs) == 0 {

@@ -20,8 +20,8 @@ import (
 // consumers outside the workload that ctl stops are named. A claim that
 // cannot be read is left out, and said so in the log: the release is then
 // judged by the pods alone.
-func (c *Client) claims(ctx context.Context, p *corev1.Pod, ctl reclaim.Controller) []reclaim.Claim {
-	objs := stopped(&reclaim.Reclaim{Controller: &ctl})
+func (c *Client) claims(ctx context.Context, p *corev1.Pod, ctl reclaim.TopOwner) []reclaim.Claim {
+	objs := stopped(&reclaim.Reclaim{TopOwner: &ctl})
 	var out []reclaim.Claim
 	for _, pc := range p.Spec.ResourceClaims {
 		name, shared := "", pc.ResourceClaimName != nil
@@ -92,11 +92,11 @@ func (c *Client) holdsGPUs(rc *resourcev1.ResourceClaim) bool {
 // workload keeps the GPU with them: the target's share is freed, and
 // shared says who holds the GPU now.
 func (c *Client) claimsReleased(ctx context.Context, r *reclaim.Reclaim, objs []ref) (holders []string, shared string, err error) {
-	if r.Controller == nil {
+	if r.TopOwner == nil {
 		return nil, "", nil
 	}
 	var others []string
-	for _, cl := range r.Controller.Claims {
+	for _, cl := range r.TopOwner.Claims {
 		rc, err := c.cs.ResourceV1().ResourceClaims(cl.Namespace).Get(ctx, cl.Name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):

@@ -172,7 +172,7 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 
 		require.NoError(t, err)
 		r := ended(trainPod)
 		require.Equal(t, reclaim.Done, r.State, r.Reason)
-		require.Equal(t, []reclaim.Claim{{Namespace: ns, Name: claim}}, r.Controller.Claims)
+		require.Equal(t, []reclaim.Claim{{Namespace: ns, Name: claim}}, r.TopOwner.Claims)
 		require.Contains(t, r.Detail, "Job dra/train")
 		require.Empty(t, r.SharedWith)
 		require.Empty(t, allocated(claim), "done: the claim's device is deallocated")
@@ -185,7 +185,7 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 
 		require.NoError(t, err)
 		r := ended(servePod)
 		require.Equal(t, reclaim.Done, r.State, r.Reason)
-		require.Equal(t, []reclaim.Claim{{Namespace: ns, Name: "shared", Shared: true, Others: []string{"pod dra/viewer"}}}, r.Controller.Claims)
+		require.Equal(t, []reclaim.Claim{{Namespace: ns, Name: "shared", Shared: true, Others: []string{"pod dra/viewer"}}}, r.TopOwner.Claims)
 		require.Contains(t, notifier.Text(reclaim.MsgWarning), "It shares ResourceClaim dra/shared with pod dra/viewer: stopping it frees its share")
 		require.Equal(t, "ResourceClaim dra/shared is reserved for pod dra/viewer", r.SharedWith)
 		require.Eventually(t, func() bool {

@@ -219,8 +219,8 @@ func (c *Client) Event(ctx context.Context, r *reclaim.Reclaim, reason, message 
 		objs = append(objs, corev1.ObjectReference{Kind: w.Kind, Namespace: w.Namespace, Name: w.Name, APIVersion: "apps/v1"})
 	case w != nil && w.APIVersion != "":
 		objs = append(objs, corev1.ObjectReference{Kind: w.Kind, Namespace: w.Namespace, Name: w.Name, APIVersion: w.APIVersion})
-	case w == nil && r.Controller != nil && r.Controller.APIVersion != "":
-		objs = append(objs, corev1.ObjectReference{Kind: r.Controller.Kind, Namespace: r.Controller.Namespace, Name: r.Controller.Name, APIVersion: r.Controller.APIVersion})
+	case w == nil && r.TopOwner != nil && r.TopOwner.APIVersion != "":
+		objs = append(objs, corev1.ObjectReference{Kind: r.TopOwner.Kind, Namespace: r.TopOwner.Namespace, Name: r.TopOwner.Name, APIVersion: r.TopOwner.APIVersion})
 	}
 	now := metav1.NewTime(c.clock())
 	for _, o := range objs {

@@ -127,11 +127,11 @@ func (c *Client) walkPod(ctx context.Context, p *corev1.Pod) (*chain, error) {
 	return ch, nil
 }
 
-// Controller finds a pod's top owner and how the reclaimer stops it.
-func (c *Client) Controller(ctx context.Context, t reclaim.Target) (reclaim.Controller, error) {
+// TopOwner finds a pod's top owner and how the reclaimer stops it.
+func (c *Client) TopOwner(ctx context.Context, t reclaim.Target) (reclaim.TopOwner, error) {
 	ch, err := c.walk(ctx, t.Namespace, t.Pod)
 	if err != nil {
-		return reclaim.Controller{}, err
+		return reclaim.TopOwner{}, err
 	}
 	ctl, err := c.decide(ctx, ch)
 	if err != nil {
@@ -141,15 +141,15 @@ func (c *Client) Controller(ctx context.Context, t reclaim.Target) (reclaim.Cont
 	return ctl, nil
 }
 
-func (c *Client) decide(ctx context.Context, ch *chain) (reclaim.Controller, error) {
+func (c *Client) decide(ctx context.Context, ch *chain) (reclaim.TopOwner, error) {
 	top := ch.top()
 	if ch.unread != "" {
 		ref := ch.unreadRef
-		return reclaim.Controller{APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: ch.pod.Namespace, Name: ref.Name, Stop: reclaim.StopNone,
+		return reclaim.TopOwner{APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: ch.pod.Namespace, Name: ref.Name, Stop: reclaim.StopNone,
 			Why: fmt.Sprintf("the pod is owned by %s; gpureclaim cannot stop it: declare its kind under `workloads:` (and grant get and patch on it)", ch.unread)}, nil
 	}
 	if obj, ok := kueueManaged(ch); ok {
-		ctl := reclaim.Controller{APIVersion: obj.GetAPIVersion(), Kind: obj.GetKind(), Namespace: obj.GetNamespace(), Name: obj.GetName(),
+		ctl := reclaim.TopOwner{APIVersion: obj.GetAPIVersion(), Kind: obj.GetKind(), Namespace: obj.GetNamespace(), Name: obj.GetName(),
 			Stop: reclaim.StopKueue, Stopped: "stopped through its Kueue Workload"}
 		if !c.kueue {
 			ctl.Stop = reclaim.StopNone
@@ -163,11 +163,11 @@ func (c *Client) decide(ctx context.Context, ch *chain) (reclaim.Controller, err
 			if server != "" {
 				name += "/" + server
 			}
-			return reclaim.Controller{Kind: "JupyterHub server", Name: name, Stop: reclaim.StopHub, Stopped: "stopped through the hub"}, nil
+			return reclaim.TopOwner{Kind: "JupyterHub server", Name: name, Stop: reclaim.StopHub, Stopped: "stopped through the hub"}, nil
 		}
-		return reclaim.Controller{}, nil
+		return reclaim.TopOwner{}, nil
 	}
-	ctl := reclaim.Controller{APIVersion: top.obj.GetAPIVersion(), Kind: top.kind, Namespace: top.obj.GetNamespace(), Name: top.obj.GetName()}
+	ctl := reclaim.TopOwner{APIVersion: top.obj.GetAPIVersion(), Kind: top.kind, Namespace: top.obj.GetNamespace(), Name: top.obj.GetName()}
 	w := top.workload
 	switch {
 	case w != nil && w.Disabled:
@@ -186,7 +186,7 @@ func (c *Client) decide(ctx context.Context, ch *chain) (reclaim.Controller, err
 	}
 	replicas, err := c.replicas(ctx, top.gvr, ctl.Namespace, ctl.Name)
 	if err != nil {
-		return reclaim.Controller{}, fmt.Errorf("reading the scale of %s: %w", ctl, err)
+		return reclaim.TopOwner{}, fmt.Errorf("reading the scale of %s: %w", ctl, err)
 	}
 	ctl.Stop, ctl.Replicas, ctl.Stopped = reclaim.StopScale, replicas, "scaled down"
 	return ctl, nil
@@ -205,7 +205,7 @@ const (
 // (ValidationFailed) or ignores it (Waiting, in InteractiveMode), and its
 // RayCluster is suspended instead, which KubeRay honours in every state
 // and the RayJob does not undo.
-func (c *Client) decideRayJob(ch *chain, top *link, ctl reclaim.Controller) reclaim.Controller {
+func (c *Client) decideRayJob(ch *chain, top *link, ctl reclaim.TopOwner) reclaim.TopOwner {
 	why := rayJobUnsuspendable(top.obj)
 	if why == "" {
 		ctl.Stop, ctl.Stopped = reclaim.StopPatch, top.workload.Stopped
@@ -216,7 +216,7 @@ func (c *Client) decideRayJob(ch *chain, top *link, ctl reclaim.Controller) recl
 		if l.kind != rayCluster || l.gvr.Group != rayGroup {
 			continue
 		}
-		rc := reclaim.Controller{APIVersion: l.obj.GetAPIVersion(), Kind: l.kind, Namespace: l.obj.GetNamespace(), Name: l.obj.GetName(), Above: &above}
+		rc := reclaim.TopOwner{APIVersion: l.obj.GetAPIVersion(), Kind: l.kind, Namespace: l.obj.GetNamespace(), Name: l.obj.GetName(), Above: &above}
 		if w := l.workload; w == nil || w.Disabled || w.Scale {
 			rc.Stop, rc.Why = reclaim.StopNone, fmt.Sprintf("%s; stopping RayCluster is turned off in the config", why)
 			return rc

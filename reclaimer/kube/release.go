@@ -36,7 +36,7 @@ func stopped(r *reclaim.Reclaim) []ref {
 	if w := r.Workload; w != nil && w.Name != "" {
 		out = append(out, ref{w.APIVersion, w.Kind, w.Namespace, w.Name})
 	}
-	if c := r.Controller; c != nil && c.Name != "" && c.Stop != reclaim.StopHub {
+	if c := r.TopOwner; c != nil && c.Name != "" && c.Stop != reclaim.StopHub {
 		o := ref{c.APIVersion, c.Kind, c.Namespace, c.Name}
 		if len(out) == 0 || out[0] != o {
 			out = append(out, o)

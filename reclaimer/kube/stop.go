@@ -35,19 +35,19 @@ var kueueWorkload = schema.GroupKind{Group: "kueue.x-k8s.io", Kind: "Workload"}
 // annotation), a Kueue Workload deactivated, or a JupyterHub server
 // stopped. Run again, it finds the same state and does nothing more.
 func (c *Client) Stop(ctx context.Context, r *reclaim.Reclaim) (reclaim.Result, error) {
-	ctl := r.Controller
+	ctl := r.TopOwner
 	if ctl == nil {
-		return reclaim.Result{}, fmt.Errorf("no top owner was recorded for %s", r.Target.Owner())
+		return reclaim.Result{}, fmt.Errorf("no top owner was recorded for %s", r.Target.Holder())
 	}
 	if isRay(ctl) || (ctl.Above != nil && isRay(ctl.Above)) {
 		// Whether KubeRay honours a RayJob's suspend depends on its state
 		// now, not at the warning: decide again.
-		fresh, err := c.Controller(ctx, r.Target)
+		fresh, err := c.TopOwner(ctx, r.Target)
 		switch {
 		case errors.Is(err, reclaim.ErrGone):
 			return reclaim.Result{}, err
 		case err != nil:
-			return reclaim.Result{}, fmt.Errorf("reading the owners of %s again: %w", r.Target.Owner(), err)
+			return reclaim.Result{}, fmt.Errorf("reading the owners of %s again: %w", r.Target.Holder(), err)
 		}
 		ctl = &fresh
 	}
@@ -64,11 +64,11 @@ func (c *Client) Stop(ctx context.Context, r *reclaim.Reclaim) (reclaim.Result, 
 	return reclaim.Result{}, fmt.Errorf("%s cannot be stopped: %s", ctl, ctl.Why)
 }
 
-func isRay(ctl *reclaim.Controller) bool {
+func isRay(ctl *reclaim.TopOwner) bool {
 	return ctl.Kind == rayJob && strings.HasPrefix(ctl.APIVersion, rayGroup+"/")
 }
 
-func (c *Client) stopPatch(ctx context.Context, r *reclaim.Reclaim, ctl *reclaim.Controller) (reclaim.Result, error) {
+func (c *Client) stopPatch(ctx context.Context, r *reclaim.Reclaim, ctl *reclaim.TopOwner) (reclaim.Result, error) {
 	gv, err := schema.ParseGroupVersion(ctl.APIVersion)
 	if err != nil {
 		return reclaim.Result{}, err
@@ -115,7 +115,7 @@ func (c *Client) kueueWorkloadOf(ctx context.Context, ns, kind, name string) (*u
 	return nil, m.Resource, nil
 }
 
-func (c *Client) stopKueue(ctx context.Context, r *reclaim.Reclaim, ctl *reclaim.Controller) (reclaim.Result, error) {
+func (c *Client) stopKueue(ctx context.Context, r *reclaim.Reclaim, ctl *reclaim.TopOwner) (reclaim.Result, error) {
 	wl, gvr, err := c.kueueWorkloadOf(ctx, ctl.Namespace, ctl.Kind, ctl.Name)
 	if err != nil {
 		return reclaim.Result{}, err
@@ -135,7 +135,7 @@ func (c *Client) stopKueue(ctx context.Context, r *reclaim.Reclaim, ctl *reclaim
 	return reclaim.Result{Workload: w, Detail: fmt.Sprintf("%s stopped: Kueue Workload %s deactivated", w, wl.GetName())}, nil
 }
 
-func (c *Client) stopHub(ctx context.Context, r *reclaim.Reclaim, ctl *reclaim.Controller) (reclaim.Result, error) {
+func (c *Client) stopHub(ctx context.Context, r *reclaim.Reclaim, ctl *reclaim.TopOwner) (reclaim.Result, error) {
 	if c.hub == nil {
 		return reclaim.Result{}, &reclaim.RefusedError{Reason: "no JupyterHub is configured any more"}
 	}
@@ -262,10 +262,10 @@ func (c *Client) annotate(ctx context.Context, gvr schema.GroupVersionResource, 
 
 // scaleTarget is the workload a scale-down scales: the recorded top owner,
 // or found now for a reclaim decided without one.
-func (c *Client) scaleTarget(ctx context.Context, r *reclaim.Reclaim) (schema.GroupVersionResource, *reclaim.Controller, error) {
-	ctl := r.Controller
+func (c *Client) scaleTarget(ctx context.Context, r *reclaim.Reclaim) (schema.GroupVersionResource, *reclaim.TopOwner, error) {
+	ctl := r.TopOwner
 	if ctl == nil || ctl.Stop != reclaim.StopScale {
-		found, err := c.Controller(ctx, r.Target)
+		found, err := c.TopOwner(ctx, r.Target)
 		if err != nil {
 			return schema.GroupVersionResource{}, nil, err
 		}

@@ -109,7 +109,7 @@ func TestTopOwners(t *testing.T) {
 	cases := []struct {
 		name   string
 		setup  func() string // returns the pod
-		want   reclaim.Controller
+		want   reclaim.TopOwner
 		detail string
 		check  check
 	}{{
@@ -121,7 +121,7 @@ func TestTopOwners(t *testing.T) {
 			require.NoError(t, err)
 			return o.pod("train-7-x8k2p", job, nil, nil).GetName()
 		},
-		want:   reclaim.Controller{APIVersion: "batch/v1", Kind: "Job", Namespace: ns, Name: "train-7", Stop: reclaim.StopPatch, Stopped: "suspended"},
+		want:   reclaim.TopOwner{APIVersion: "batch/v1", Kind: "Job", Namespace: ns, Name: "train-7", Stop: reclaim.StopPatch, Stopped: "suspended"},
 		detail: "Job ml/train-7 suspended",
 		check:  check{"batch/v1", "jobs", "train-7", []string{"spec", "suspend"}, true, false},
 	}, {
@@ -131,7 +131,7 @@ func TestTopOwners(t *testing.T) {
 			job := o.create("batch/v1", "Job", "jobs", "nightly-29170", cron, suspendedJob(""), nil)
 			return o.pod("nightly-29170-abcde", job, nil, nil).GetName()
 		},
-		want:   reclaim.Controller{APIVersion: "batch/v1", Kind: "Job", Namespace: ns, Name: "nightly-29170", Stop: reclaim.StopPatch, Stopped: "suspended"},
+		want:   reclaim.TopOwner{APIVersion: "batch/v1", Kind: "Job", Namespace: ns, Name: "nightly-29170", Stop: reclaim.StopPatch, Stopped: "suspended"},
 		detail: "Job ml/nightly-29170 suspended",
 		check:  check{"batch/v1", "jobs", "nightly-29170", []string{"spec", "suspend"}, true, false},
 	}, {
@@ -143,7 +143,7 @@ func TestTopOwners(t *testing.T) {
 			}, nil)
 			return o.pod("queued-q7w2e", job, nil, nil).GetName()
 		},
-		want:   reclaim.Controller{APIVersion: "batch/v1", Kind: "Job", Namespace: ns, Name: "queued", Stop: reclaim.StopKueue, Stopped: "stopped through its Kueue Workload"},
+		want:   reclaim.TopOwner{APIVersion: "batch/v1", Kind: "Job", Namespace: ns, Name: "queued", Stop: reclaim.StopKueue, Stopped: "stopped through its Kueue Workload"},
 		detail: "Job ml/queued stopped: Kueue Workload job-queued-3c1a2 deactivated",
 		check:  check{"kueue.x-k8s.io/v1beta1", "workloads", "job-queued-3c1a2", []string{"spec", "active"}, false, true},
 	}, {
@@ -153,7 +153,7 @@ func TestTopOwners(t *testing.T) {
 			job := o.create("batch/v1", "Job", "jobs", "pretrain-workers-0", js, suspendedJob(""), nil)
 			return o.pod("pretrain-workers-0-0-abcde", job, nil, nil).GetName()
 		},
-		want:   reclaim.Controller{APIVersion: "jobset.x-k8s.io/v1alpha2", Kind: "JobSet", Namespace: ns, Name: "pretrain", Stop: reclaim.StopPatch, Stopped: "suspended"},
+		want:   reclaim.TopOwner{APIVersion: "jobset.x-k8s.io/v1alpha2", Kind: "JobSet", Namespace: ns, Name: "pretrain", Stop: reclaim.StopPatch, Stopped: "suspended"},
 		detail: "JobSet ml/pretrain suspended",
 		check:  check{"jobset.x-k8s.io/v1alpha2", "jobsets", "pretrain", []string{"spec", "suspend"}, true, false},
 	}, {
@@ -164,7 +164,7 @@ func TestTopOwners(t *testing.T) {
 			job := o.create("batch/v1", "Job", "jobs", "finetune-node-0", js, suspendedJob(""), nil)
 			return o.pod("finetune-node-0-0-abcde", job, nil, nil).GetName()
 		},
-		want:   reclaim.Controller{APIVersion: "trainer.kubeflow.org/v1alpha1", Kind: "TrainJob", Namespace: ns, Name: "finetune", Stop: reclaim.StopPatch, Stopped: "suspended"},
+		want:   reclaim.TopOwner{APIVersion: "trainer.kubeflow.org/v1alpha1", Kind: "TrainJob", Namespace: ns, Name: "finetune", Stop: reclaim.StopPatch, Stopped: "suspended"},
 		detail: "TrainJob ml/finetune suspended",
 		check:  check{"trainer.kubeflow.org/v1alpha1", "trainjobs", "finetune", []string{"spec", "suspend"}, true, false},
 	}, {
@@ -175,7 +175,7 @@ func TestTopOwners(t *testing.T) {
 			}, nil)
 			return o.pod("bert-master-0", pj, nil, nil).GetName()
 		},
-		want:   reclaim.Controller{APIVersion: "kubeflow.org/v1", Kind: "PyTorchJob", Namespace: ns, Name: "bert", Stop: reclaim.StopPatch, Stopped: "suspended"},
+		want:   reclaim.TopOwner{APIVersion: "kubeflow.org/v1", Kind: "PyTorchJob", Namespace: ns, Name: "bert", Stop: reclaim.StopPatch, Stopped: "suspended"},
 		detail: "PyTorchJob ml/bert suspended",
 		check:  check{"kubeflow.org/v1", "pytorchjobs", "bert", []string{"spec", "runPolicy", "suspend"}, true, false},
 	}, {
@@ -185,9 +185,9 @@ func TestTopOwners(t *testing.T) {
 			rc := o.create("ray.io/v1", "RayCluster", "rayclusters", "sweep-raycluster-x2x", rj, map[string]any{"headGroupSpec": map[string]any{"template": podTemplate}}, nil)
 			return o.pod("sweep-raycluster-x2x-head-abcde", rc, nil, nil).GetName()
 		},
-		want: reclaim.Controller{APIVersion: "ray.io/v1", Kind: "RayCluster", Namespace: ns, Name: "sweep-raycluster-x2x", Stop: reclaim.StopPatch, Stopped: "suspended",
+		want: reclaim.TopOwner{APIVersion: "ray.io/v1", Kind: "RayCluster", Namespace: ns, Name: "sweep-raycluster-x2x", Stop: reclaim.StopPatch, Stopped: "suspended",
 			Why:   "KubeRay refuses to suspend RayJob ml/sweep: its shutdownAfterJobFinishes is false: its RayCluster is suspended instead, which KubeRay honours in any state",
-			Above: &reclaim.Controller{APIVersion: "ray.io/v1", Kind: "RayJob", Namespace: ns, Name: "sweep"}},
+			Above: &reclaim.TopOwner{APIVersion: "ray.io/v1", Kind: "RayJob", Namespace: ns, Name: "sweep"}},
 		detail: "RayCluster ml/sweep-raycluster-x2x suspended (KubeRay refuses to suspend RayJob ml/sweep: its shutdownAfterJobFinishes is false: its RayCluster is suspended instead, which KubeRay honours in any state)",
 		check:  check{"ray.io/v1", "rayclusters", "sweep-raycluster-x2x", []string{"spec", "suspend"}, true, false},
 	}, {
@@ -200,7 +200,7 @@ func TestTopOwners(t *testing.T) {
 			rc := o.create("ray.io/v1", "RayCluster", "rayclusters", "train-raycluster-q7z", rj, map[string]any{"headGroupSpec": map[string]any{"template": podTemplate}}, nil)
 			return o.pod("train-raycluster-q7z-head-abcde", rc, nil, nil).GetName()
 		},
-		want:   reclaim.Controller{APIVersion: "ray.io/v1", Kind: "RayJob", Namespace: ns, Name: "train", Stop: reclaim.StopPatch, Stopped: "suspended"},
+		want:   reclaim.TopOwner{APIVersion: "ray.io/v1", Kind: "RayJob", Namespace: ns, Name: "train", Stop: reclaim.StopPatch, Stopped: "suspended"},
 		detail: "RayJob ml/train suspended",
 		check:  check{"ray.io/v1", "rayjobs", "train", []string{"spec", "suspend"}, true, false},
 	}, {
@@ -209,7 +209,7 @@ func TestTopOwners(t *testing.T) {
 			rc := o.create("ray.io/v1", "RayCluster", "rayclusters", "interactive", nil, map[string]any{"headGroupSpec": map[string]any{"template": podTemplate}}, nil)
 			return o.pod("interactive-head-abcde", rc, nil, nil).GetName()
 		},
-		want:   reclaim.Controller{APIVersion: "ray.io/v1", Kind: "RayCluster", Namespace: ns, Name: "interactive", Stop: reclaim.StopPatch, Stopped: "suspended"},
+		want:   reclaim.TopOwner{APIVersion: "ray.io/v1", Kind: "RayCluster", Namespace: ns, Name: "interactive", Stop: reclaim.StopPatch, Stopped: "suspended"},
 		detail: "RayCluster ml/interactive suspended",
 		check:  check{"ray.io/v1", "rayclusters", "interactive", []string{"spec", "suspend"}, true, false},
 	}, {
@@ -221,7 +221,7 @@ func TestTopOwners(t *testing.T) {
 				"template": map[string]any{"metadata": map[string]any{"labels": map[string]any{"notebook-name": "alice"}}, "spec": podTemplate["spec"]}}, nil)
 			return o.pod("alice-0", sts, map[string]any{"notebook-name": "alice"}, nil).GetName()
 		},
-		want:   reclaim.Controller{APIVersion: "kubeflow.org/v1", Kind: "Notebook", Namespace: ns, Name: "alice", Stop: reclaim.StopPatch, Stopped: "stopped"},
+		want:   reclaim.TopOwner{APIVersion: "kubeflow.org/v1", Kind: "Notebook", Namespace: ns, Name: "alice", Stop: reclaim.StopPatch, Stopped: "stopped"},
 		detail: "Notebook ml/alice stopped",
 		check:  check{"kubeflow.org/v1", "notebooks", "alice", []string{"metadata", "annotations", "kubeflow-resource-stopped"}, "2026-12-01T09:00:00Z", nil},
 	}, {
@@ -236,7 +236,7 @@ func TestTopOwners(t *testing.T) {
 				"template": map[string]any{"metadata": map[string]any{"labels": map[string]any{"app": "llama"}}, "spec": podTemplate["spec"]}}, nil)
 			return o.pod("llama-predictor-6f7c-abcde", rs, map[string]any{"app": "llama"}, nil).GetName()
 		},
-		want:   reclaim.Controller{APIVersion: "serving.kserve.io/v1beta1", Kind: "InferenceService", Namespace: ns, Name: "llama", Stop: reclaim.StopPatch, Stopped: "stopped"},
+		want:   reclaim.TopOwner{APIVersion: "serving.kserve.io/v1beta1", Kind: "InferenceService", Namespace: ns, Name: "llama", Stop: reclaim.StopPatch, Stopped: "stopped"},
 		detail: "InferenceService ml/llama stopped",
 		check:  check{"serving.kserve.io/v1beta1", "inferenceservices", "llama", []string{"metadata", "annotations", "serving.kserve.io/stop"}, "true", nil},
 	}, {
@@ -248,7 +248,7 @@ func TestTopOwners(t *testing.T) {
 				"template": map[string]any{"metadata": map[string]any{"labels": map[string]any{"lws": "vllm"}}, "spec": podTemplate["spec"]}}, nil)
 			return o.pod("vllm-0", sts, map[string]any{"lws": "vllm"}, nil).GetName()
 		},
-		want:   reclaim.Controller{APIVersion: "leaderworkerset.x-k8s.io/v1", Kind: "LeaderWorkerSet", Namespace: ns, Name: "vllm", Replicas: 1, Stop: reclaim.StopScale, Stopped: "scaled down"},
+		want:   reclaim.TopOwner{APIVersion: "leaderworkerset.x-k8s.io/v1", Kind: "LeaderWorkerSet", Namespace: ns, Name: "vllm", Replicas: 1, Stop: reclaim.StopScale, Stopped: "scaled down"},
 		detail: "LeaderWorkerSet ml/vllm scaled from 1 to 0 replicas",
 		check:  check{"leaderworkerset.x-k8s.io/v1", "leaderworkersets", "vllm", []string{"spec", "replicas"}, int64(0), int64(1)},
 	}, {
@@ -257,7 +257,7 @@ func TestTopOwners(t *testing.T) {
 			return o.pod("jupyter-alice", nil, map[string]any{"component": "singleuser-server", "hub.jupyter.org/username": "alice"},
 				map[string]any{"hub.jupyter.org/username": "alice", "hub.jupyter.org/servername": ""}).GetName()
 		},
-		want:   reclaim.Controller{Kind: "JupyterHub server", Name: "alice", Stop: reclaim.StopHub, Stopped: "stopped through the hub"},
+		want:   reclaim.TopOwner{Kind: "JupyterHub server", Name: "alice", Stop: reclaim.StopHub, Stopped: "stopped through the hub"},
 		detail: "the JupyterHub server of alice stopped",
 	}}
 	for _, tc := range cases {
@@ -265,10 +265,10 @@ func TestTopOwners(t *testing.T) {
 			o.t = t
 			pod := tc.setup()
 			r := target(ns, pod)
-			ctl, err := kc.Controller(ctx, r.Target)
+			ctl, err := kc.TopOwner(ctx, r.Target)
 			require.NoError(t, err)
 			require.Equal(t, tc.want, ctl)
-			r.Controller = &ctl
+			r.TopOwner = &ctl
 			action := config.ActionStop
 			var res reclaim.Result
 			if ctl.Stop == reclaim.StopScale {
@@ -317,11 +317,11 @@ func TestTopOwners(t *testing.T) {
 		run := o.create("example.com/v1", "TrainingRun", "trainingruns", "run-1", nil, map[string]any{"paused": false}, nil)
 		pod := o.pod("run-1-worker-0", run, nil, nil).GetName()
 		r := target(ns, pod)
-		ctl, err := kc.Controller(ctx, r.Target)
+		ctl, err := kc.TopOwner(ctx, r.Target)
 		require.NoError(t, err)
 		require.Equal(t, reclaim.StopNone, ctl.Stop)
 		require.Equal(t, "the pod is owned by TrainingRun ml/run-1, which the reclaimer may not read; gpureclaim cannot stop it: declare its kind under `workloads:` (and grant get and patch on it)", ctl.Why)
-		r.Controller = &ctl
+		r.TopOwner = &ctl
 		_, err = kc.Stop(ctx, r)
 		require.Error(t, err)
 		_, err = admin.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
@@ -329,9 +329,9 @@ func TestTopOwners(t *testing.T) {
 
 		// Readable but not declared: still only reported, and said so.
 		grant(t, cl, admin, "trainingruns", []string{"get", "patch"})
-		ctl, err = kc.Controller(ctx, r.Target)
+		ctl, err = kc.TopOwner(ctx, r.Target)
 		require.NoError(t, err)
-		require.Equal(t, reclaim.Controller{APIVersion: "example.com/v1", Kind: "TrainingRun", Namespace: ns, Name: "run-1", Stop: reclaim.StopNone,
+		require.Equal(t, reclaim.TopOwner{APIVersion: "example.com/v1", Kind: "TrainingRun", Namespace: ns, Name: "run-1", Stop: reclaim.StopNone,
 			Why: "the pod is owned by TrainingRun ml/run-1, which gpureclaim cannot stop; declare it under `workloads:`"}, ctl)
 
 		// Declared in the config, it is paused and resumed.
@@ -344,10 +344,10 @@ workloads:
 `))
 		require.NoError(t, err)
 		declared := newClient(t, cl, time.Now, kube.Options{Workloads: cfg.Workloads})
-		ctl, err = declared.Controller(ctx, r.Target)
+		ctl, err = declared.TopOwner(ctx, r.Target)
 		require.NoError(t, err)
-		require.Equal(t, reclaim.Controller{APIVersion: "example.com/v1", Kind: "TrainingRun", Namespace: ns, Name: "run-1", Stop: reclaim.StopPatch, Stopped: "paused"}, ctl)
-		r.Controller = &ctl
+		require.Equal(t, reclaim.TopOwner{APIVersion: "example.com/v1", Kind: "TrainingRun", Namespace: ns, Name: "run-1", Stop: reclaim.StopPatch, Stopped: "paused"}, ctl)
+		r.TopOwner = &ctl
 		res, err := declared.Stop(ctx, r)
 		require.NoError(t, err)
 		require.Equal(t, "TrainingRun ml/run-1 paused", res.Detail)
@@ -366,7 +366,7 @@ workloads:
 		for i := range ws {
 			ws[i].Disabled = ws[i].Kind == "Job"
 		}
-		ctl, err := newClient(t, cl, time.Now, kube.Options{Workloads: ws}).Controller(ctx, target(ns, pod).Target)
+		ctl, err := newClient(t, cl, time.Now, kube.Options{Workloads: ws}).TopOwner(ctx, target(ns, pod).Target)
 		require.NoError(t, err)
 		require.Equal(t, reclaim.StopNone, ctl.Stop)
 		require.Equal(t, "the pod is owned by Job ml/off; stopping Job is turned off in the config (workloads: job)", ctl.Why)
@@ -376,7 +376,7 @@ workloads:
 		o.t = t
 		job := o.create("batch/v1", "Job", "jobs", "queued-2", nil, suspendedJob(""), map[string]any{"labels": map[string]any{config.KueueQueueLabel: "team-a"}})
 		pod := o.pod("queued-2-abcde", job, nil, nil).GetName()
-		ctl, err := newClient(t, cl, time.Now, kube.Options{}).Controller(ctx, target(ns, pod).Target)
+		ctl, err := newClient(t, cl, time.Now, kube.Options{}).TopOwner(ctx, target(ns, pod).Target)
 		require.NoError(t, err)
 		require.Equal(t, reclaim.StopNone, ctl.Stop)
 		require.Contains(t, ctl.Why, "Kueue admits Job ml/queued-2")
@@ -470,10 +470,10 @@ func TestControllersDoNotUndo(t *testing.T) {
 		sel := "batch.kubernetes.io/job-name=train-7"
 		pod := waitPod(sel)
 		r := target(ns, pod)
-		ctl, err := kc.Controller(ctx, r.Target)
+		ctl, err := kc.TopOwner(ctx, r.Target)
 		require.NoError(t, err)
 		require.Equal(t, "Job batch/train-7", ctl.String())
-		r.Controller, r.Action = &ctl, config.ActionStop
+		r.TopOwner, r.Action = &ctl, config.ActionStop
 		res, err := kc.Stop(ctx, r)
 		require.NoError(t, err)
 		noneFor(sel)
@@ -493,10 +493,10 @@ func TestControllersDoNotUndo(t *testing.T) {
 		sel := "app=" + d.Name
 		pod := waitPod(sel)
 		r := target(ns, pod)
-		ctl, err := kc.Controller(ctx, r.Target)
+		ctl, err := kc.TopOwner(ctx, r.Target)
 		require.NoError(t, err)
 		require.Equal(t, reclaim.StopScale, ctl.Stop)
-		r.Controller = &ctl
+		r.TopOwner = &ctl
 		res, err := kc.ScaleDown(ctx, r, 0)
 		require.NoError(t, err)
 		noneFor(sel)

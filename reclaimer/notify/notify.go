@@ -25,7 +25,7 @@ func (Log) Blocking() bool { return false }
 func (l Log) Send(_ context.Context, m reclaim.Message, _ map[string]string) (map[string]string, []string, error) {
 	attrs := []any{"kind", m.Kind}
 	if r := m.Reclaim; r != nil {
-		attrs = append(attrs, "reclaim", r.ID, "owner", r.Target.Owner(), "unit", r.Target.Unit())
+		attrs = append(attrs, "reclaim", r.ID, "owner", r.Target.Holder(), "unit", r.Target.Unit())
 	}
 	l.Logger.Info(m.Text, attrs...)
 	return nil, []string{"log"}, nil

@@ -31,7 +31,7 @@ func TestLogWritesTheMessageAndItsTarget(t *testing.T) {
 	require.Equal(t, "idle", line["msg"])
 	require.Equal(t, "warning", line["kind"])
 	require.Equal(t, "r1", line["reclaim"])
-	require.Equal(t, r.Target.Owner(), line["owner"])
+	require.Equal(t, r.Target.Holder(), line["owner"])
 	require.False(t, l.Blocking(), "a log line is never worth holding a reclaim for")
 }
 

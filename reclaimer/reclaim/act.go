@@ -167,7 +167,7 @@ func (e *Engine) act(ctx context.Context, id string) {
 	e.o.Failpoint("before-action")
 	now := e.now()
 	if r.DryRun {
-		e.o.Logger.Info("dry run: would reclaim", "reclaim", id, "action", r.Action, "owner", r.Target.Owner(), "unit", r.Target.Unit())
+		e.o.Logger.Info("dry run: would reclaim", "reclaim", id, "action", r.Action, "owner", r.Target.Holder(), "unit", r.Target.Unit())
 		e.o.Metrics.action(r.Action, ActionDryRun)
 		e.finish(id, DryRun, fmt.Sprintf("dry run: would have run %s", r.Action), nil)
 		return
@@ -261,7 +261,7 @@ func (e *Engine) finishWith(id string, st State, why string, res *Result, more f
 		e.o.Logger.Error("recording the end of a reclaim", "reclaim", id, "err", err)
 		return
 	}
-	e.o.Logger.Info("reclaim "+string(st), "reclaim", id, "reason", why, "unit", r.Target.Unit(), "owner", r.Target.Owner())
+	e.o.Logger.Info("reclaim "+string(st), "reclaim", id, "reason", why, "unit", r.Target.Unit(), "owner", r.Target.Holder())
 }
 
 func (e *Engine) final(ctx context.Context, id string) {

@@ -47,7 +47,7 @@ const apiDemand = `sum(rate(requests_total{namespace="serve", service="api"}[1m]
 // policy has scaled down, five minutes after reclaimtest.T0.
 func scaledDown(t *testing.T) *fixture {
 	f := newFixture(t, restorePolicy)
-	f.inspector.Controllers = map[string]reclaim.Controller{
+	f.inspector.Controllers = map[string]reclaim.TopOwner{
 		"serve/api-0": {APIVersion: "apps/v1", Kind: "Deployment", Namespace: "serve", Name: "api", Replicas: 1, Stop: reclaim.StopScale, Stopped: "scaled down"},
 	}
 	f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "serve", "api-0"))

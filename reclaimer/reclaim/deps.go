@@ -44,9 +44,9 @@ type Inspector interface {
 	// Started is when the workload started: the pod's start, or the oldest
 	// process's on bare metal.
 	Started(ctx context.Context, t Target) (time.Time, error)
-	// Controller finds the top owner of the target's pod; the zero
-	// Controller for a bare pod or a process; ErrGone when the pod is gone.
-	Controller(ctx context.Context, t Target) (Controller, error)
+	// TopOwner finds the top owner of the target's pod; the zero
+	// TopOwner for a bare pod or a process; ErrGone when the pod is gone.
+	TopOwner(ctx context.Context, t Target) (TopOwner, error)
 }
 
 // How the reclaimer stops a pod's top owner.
@@ -63,10 +63,10 @@ const (
 	StopNone = "none"
 )
 
-// Controller is the top of a pod's chain of controllers: what the
-// reclaimer decides on and stops. The zero Controller is a bare pod (or a
+// TopOwner is the top of a pod's chain of controllers: what the
+// reclaimer decides on and stops. The zero TopOwner is a bare pod (or a
 // process on bare metal).
-type Controller struct {
+type TopOwner struct {
 	APIVersion string `json:"api_version,omitempty"`
 	Kind       string `json:"kind,omitempty"`
 	Namespace  string `json:"namespace,omitempty"`
@@ -83,7 +83,7 @@ type Controller struct {
 	// Above is the top owner when the stop is made one level lower, where
 	// its controller always honours it (a RayJob whose RayCluster is
 	// suspended).
-	Above *Controller `json:"above,omitempty"`
+	Above *TopOwner `json:"above,omitempty"`
 	// Claims are the ResourceClaims the pod holds GPUs through (DRA).
 	Claims []Claim `json:"claims,omitempty"`
 }
@@ -105,7 +105,7 @@ func (c Claim) String() string { return fmt.Sprintf("ResourceClaim %s/%s", c.Nam
 // SharedText says, for the owner's warning, which of the pod's GPUs other
 // pods hold too: stopping this workload frees its share, not the GPU.
 // Empty when none does.
-func (c *Controller) SharedText() string {
+func (c *TopOwner) SharedText() string {
 	if c == nil {
 		return ""
 	}
@@ -123,10 +123,10 @@ func (c *Controller) SharedText() string {
 
 // Service says whether the controller keeps a number of replicas running:
 // it is scaled, never evicted beneath.
-func (c Controller) Service() bool { return c.Stop == StopScale }
+func (c TopOwner) Service() bool { return c.Stop == StopScale }
 
 // String names it for people: "Job ml/train-7".
-func (c Controller) String() string {
+func (c TopOwner) String() string {
 	if c.Kind == "" {
 		return "a bare pod"
 	}
@@ -277,7 +277,7 @@ func Contact(ctx context.Context, owners OwnerLookup, t Target, users map[string
 	case t.Pod != "" && owners != nil:
 		c, err := owners.Owner(ctx, t)
 		if err != nil {
-			return "", fmt.Errorf("looking up the owner of %s: %w", t.Owner(), err)
+			return "", fmt.Errorf("looking up the owner of %s: %w", t.Holder(), err)
 		}
 		contact = c
 	case t.Pod == "" && t.User != "":

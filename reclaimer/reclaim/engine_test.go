@@ -117,7 +117,7 @@ func (f *fixture) only() *reclaim.Reclaim {
 func (f *fixture) of(owner string) *reclaim.Reclaim {
 	f.t.Helper()
 	for _, r := range f.eng.List() {
-		if r.Target.Owner() == owner {
+		if r.Target.Holder() == owner {
 			return r
 		}
 	}
@@ -562,7 +562,7 @@ var _ = testutil.ToFloat64
 // why. A policy that names evict or scale_down never acts beneath an owner
 // that would undo it.
 func TestActionOnTheTopOwner(t *testing.T) {
-	owners := map[string]reclaim.Controller{
+	owners := map[string]reclaim.TopOwner{
 		"serve/api-0":    {APIVersion: "apps/v1", Kind: "Deployment", Namespace: "serve", Name: "api", Replicas: 1, Stop: reclaim.StopScale, Stopped: "scaled down"},
 		"serve/multi-0":  {APIVersion: "apps/v1", Kind: "StatefulSet", Namespace: "serve", Name: "multi", Replicas: 3, Stop: reclaim.StopScale, Stopped: "scaled down"},
 		"batch/train-0":  {APIVersion: "batch/v1", Kind: "Job", Namespace: "batch", Name: "train", Stop: reclaim.StopPatch, Stopped: "suspended"},
@@ -630,7 +630,7 @@ func TestTopOwnerLookupFailureHoldsTheWarning(t *testing.T) {
 	require.Empty(t, f.actor.Calls)
 
 	f.inspector.ControllerErr = nil
-	f.inspector.Controllers = map[string]reclaim.Controller{"batch/train-0": {APIVersion: "batch/v1", Kind: "Job", Namespace: "batch", Name: "train", Stop: reclaim.StopPatch, Stopped: "suspended"}}
+	f.inspector.Controllers = map[string]reclaim.TopOwner{"batch/train-0": {APIVersion: "batch/v1", Kind: "Job", Namespace: "batch", Name: "train", Stop: reclaim.StopPatch, Stopped: "suspended"}}
 	f.at(11 * time.Minute)
 	require.True(t, f.of("batch/train-0").Warning.Sent)
 	require.Equal(t, "stop", f.of("batch/train-0").Action)

@@ -15,7 +15,7 @@ import (
 // stop the owner is only told, and why. It returns nil when the decision
 // must wait (the owner could not be looked up).
 func (e *Engine) ownerAction(ctx context.Context, r *Reclaim) *Reclaim {
-	if r.Target.Pod == "" || r.Controller != nil {
+	if r.Target.Pod == "" || r.TopOwner != nil {
 		return r
 	}
 	switch r.Action {
@@ -27,7 +27,7 @@ func (e *Engine) ownerAction(ctx context.Context, r *Reclaim) *Reclaim {
 	if p == nil {
 		return r
 	}
-	ctl, err := e.o.Inspector.Controller(ctx, r.Target)
+	ctl, err := e.o.Inspector.TopOwner(ctx, r.Target)
 	if errors.Is(err, ErrGone) {
 		return r // the action finds it gone
 	}
@@ -57,7 +57,7 @@ func (e *Engine) ownerAction(ctx context.Context, r *Reclaim) *Reclaim {
 		if c.State != Pending {
 			return false
 		}
-		c.Controller = &ctl
+		c.TopOwner = &ctl
 		if action == config.ActionNotify {
 			c.State, c.Closed, c.Final.Sent, c.Reason = Notified, e.now(), true, why
 			return true
@@ -72,14 +72,14 @@ func (e *Engine) ownerAction(ctx context.Context, r *Reclaim) *Reclaim {
 	}
 	if c.State == Notified {
 		e.o.Metrics.decide(DecisionNotify)
-		e.o.Logger.Info("telling the owner only", "reclaim", r.ID, "pod", r.Target.Owner(), "top_owner", ctl.String(), "reason", why)
+		e.o.Logger.Info("telling the owner only", "reclaim", r.ID, "pod", r.Target.Holder(), "top_owner", ctl.String(), "reason", why)
 	}
 	return c
 }
 
 // decideOnOwner turns the policy's action for a pod into what its top
 // owner needs, or notify with the reason.
-func decideOnOwner(p *config.Policy, action string, ctl Controller, t Target) (string, string) {
+func decideOnOwner(p *config.Policy, action string, ctl TopOwner, t Target) (string, string) {
 	auto := p.Action == config.ActionAuto
 	switch {
 	case ctl.Stop == StopNone:

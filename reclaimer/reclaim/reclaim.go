@@ -95,8 +95,8 @@ func (t Target) key() targetKey {
 	return targetKey{t.Alertname, t.UUID, t.Node, t.Namespace, t.Pod, t.User, t.SlurmJob}
 }
 
-// Owner names who holds the unit, for people.
-func (t Target) Owner() string {
+// Holder names who holds the unit, for people.
+func (t Target) Holder() string {
 	switch {
 	case t.Pod != "":
 		return t.Namespace + "/" + t.Pod
@@ -227,10 +227,10 @@ type Reclaim struct {
 	LastError string    `json:"last_error,omitempty"`
 	NextTry   time.Time `json:"next_try,omitzero"`
 
-	// Controller is the pod's top owner, found before the warning.
-	Controller *Controller `json:"controller,omitempty"`
-	Workload   *Workload   `json:"workload,omitempty"`
-	Killed     []int       `json:"killed,omitempty"`
+	// TopOwner is the pod's top owner, found before the warning.
+	TopOwner *TopOwner `json:"controller,omitempty"`
+	Workload *Workload `json:"workload,omitempty"`
+	Killed   []int     `json:"killed,omitempty"`
 	// Planned is what the action set out to end (a kill's PIDs), written
 	// before it ran.
 	Planned []int `json:"planned,omitempty"`
@@ -266,8 +266,8 @@ func (r *Reclaim) Clone() *Reclaim {
 	c.Warning, c.Final = r.Warning.clone(), r.Final.clone()
 	c.Killed = slices.Clone(r.Killed)
 	c.Planned = slices.Clone(r.Planned)
-	if r.Controller != nil {
-		ctl := *r.Controller
+	if r.TopOwner != nil {
+		ctl := *r.TopOwner
 		if ctl.Above != nil {
 			above := *ctl.Above
 			ctl.Above = &above
@@ -276,7 +276,7 @@ func (r *Reclaim) Clone() *Reclaim {
 		for i := range ctl.Claims {
 			ctl.Claims[i].Others = slices.Clone(ctl.Claims[i].Others)
 		}
-		c.Controller = &ctl
+		c.TopOwner = &ctl
 	}
 	if r.Workload != nil {
 		w := *r.Workload
@@ -300,7 +300,7 @@ func (r *Reclaim) Restorable() bool {
 // ActionText says what the action will do or did, for people: the action,
 // or for a pod's top owner "Job ml/train-7 suspended".
 func (r *Reclaim) ActionText() string {
-	c := r.Controller
+	c := r.TopOwner
 	if c == nil || c.Kind == "" || (r.Action != config.ActionStop && r.Action != config.ActionScaleDown) {
 		return r.Action
 	}

@@ -21,8 +21,8 @@ func (r *Reclaim) ReleaseKind() string {
 	switch {
 	case r.Workload != nil && r.Workload.Kind != "":
 		return r.Workload.Kind
-	case r.Controller != nil && r.Controller.Kind != "":
-		return r.Controller.Kind
+	case r.TopOwner != nil && r.TopOwner.Kind != "":
+		return r.TopOwner.Kind
 	}
 	return config.ReleaseKindPod
 }

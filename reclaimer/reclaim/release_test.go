@@ -18,7 +18,7 @@ func suspendedJob(t *testing.T, cfg string) *fixture {
 	f := newFixture(t, cfg)
 	f.verifier = &reclaimtest.Verifier{}
 	f.restart()
-	f.inspector.Controllers = map[string]reclaim.Controller{
+	f.inspector.Controllers = map[string]reclaim.TopOwner{
 		"batch/train-0": {APIVersion: "batch/v1", Kind: "Job", Namespace: "batch", Name: "train", Stop: reclaim.StopPatch, Stopped: "suspended"},
 	}
 	f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "batch", "train-0"))
@@ -69,7 +69,7 @@ func TestOnlyAShareFreed(t *testing.T) {
 	f := newFixture(t, "release: {interval: 10s}\n")
 	f.verifier = &reclaimtest.Verifier{}
 	f.restart()
-	f.inspector.Controllers = map[string]reclaim.Controller{
+	f.inspector.Controllers = map[string]reclaim.TopOwner{
 		"web/serve-b": {APIVersion: "apps/v1", Kind: "Deployment", Namespace: "web", Name: "serve-b", Stop: reclaim.StopScale, Replicas: 1, Stopped: "scaled down"},
 	}
 	f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "web", "serve-b", "signal", "holder_sm_utilization"))

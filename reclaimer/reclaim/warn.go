@@ -171,7 +171,7 @@ func (e *Engine) warn(ctx context.Context, id string) {
 		delivered = true
 		d.FirstTry = e.now()
 		d.Channels = append(d.Channels, "dry run: not sent")
-		e.o.Logger.Info("dry run: would warn the owner", "reclaim", id, "owner", r.Target.Owner(), "unit", r.Target.Unit(), "act_at", r.ActAt)
+		e.o.Logger.Info("dry run: would warn the owner", "reclaim", id, "owner", r.Target.Holder(), "unit", r.Target.Unit(), "act_at", r.ActAt)
 	} else {
 		again, ok := e.intent(id, &d, func(c *Reclaim) *Delivery { return &c.Warning })
 		if !ok {
@@ -219,15 +219,15 @@ func (e *Engine) warn(ctx context.Context, id string) {
 	if restate {
 		e.restate(ctx, id)
 	}
-	if delivered && kind == MsgNotice && r.Controller != nil && e.o.Events != nil {
+	if delivered && kind == MsgNotice && r.TopOwner != nil && e.o.Events != nil {
 		e.kubeEvent(ctx, r, "GPUIdleNotReclaimed", r.Reason)
 	}
 	if delivered && kind == MsgWarning && e.o.Events != nil {
 		e.kubeEvent(ctx, r, "GPUIdleWarning", fmt.Sprintf("%s is idle; it will be reclaimed (%s) after %s unless it is used again", r.Target.Unit(), r.ActionText(), r.ActAt.UTC().Format(time.RFC3339)))
 	}
 	if !delivered && !d.Escalated && e.now().Sub(d.FirstTry) >= time.Duration(e.o.Config.WarningDeadline) {
-		e.o.Logger.Warn("the owner's warning is not delivered within the deadline: the reclaim waits", "reclaim", id, "owner", r.Target.Owner(), "err", d.Error)
-		e.send(ctx, Message{Kind: MsgAdmin, Reclaim: r, Text: fmt.Sprintf("The warning to %s about %s has not been delivered for %s (%s); the reclaim waits until it is.", r.Target.Owner(), r.Target.Unit(), e.o.Config.WarningDeadline, d.Error)}, nil)
+		e.o.Logger.Warn("the owner's warning is not delivered within the deadline: the reclaim waits", "reclaim", id, "owner", r.Target.Holder(), "err", d.Error)
+		e.send(ctx, Message{Kind: MsgAdmin, Reclaim: r, Text: fmt.Sprintf("The warning to %s about %s has not been delivered for %s (%s); the reclaim waits until it is.", r.Target.Holder(), r.Target.Unit(), e.o.Config.WarningDeadline, d.Error)}, nil)
 		if _, err := e.update(id, nil, func(c *Reclaim) bool { c.Warning.Escalated = true; return true }); err != nil {
 			e.o.Logger.Error("recording that the admins were told", "reclaim", id, "err", err)
 		}
@@ -293,8 +293,8 @@ func text(kind MessageKind, r *Reclaim) string {
 	switch kind {
 	case MsgWarning:
 		s := fmt.Sprintf("%s held by %s has been idle since %s. It will be reclaimed (%s) at %s unless it is used again.",
-			t.Unit(), t.Owner(), r.IdleSince().UTC().Format(time.RFC3339), r.ActionText(), r.ActAt.UTC().Format(time.RFC3339))
-		switch shared := r.Controller.SharedText(); {
+			t.Unit(), t.Holder(), r.IdleSince().UTC().Format(time.RFC3339), r.ActionText(), r.ActAt.UTC().Format(time.RFC3339))
+		switch shared := r.TopOwner.SharedText(); {
 		case shared != "":
 			s += " " + shared
 		case r.OnlyShare():
@@ -308,24 +308,24 @@ func text(kind MessageKind, r *Reclaim) string {
 		}
 		return s
 	case MsgNotice:
-		if r.Controller != nil && r.Reason != "" {
-			return fmt.Sprintf("%s held by %s: %s gpureclaim will do nothing: %s.", t.Unit(), t.Owner(), r.Annotations["description"], r.Reason)
+		if r.TopOwner != nil && r.Reason != "" {
+			return fmt.Sprintf("%s held by %s: %s gpureclaim will do nothing: %s.", t.Unit(), t.Holder(), r.Annotations["description"], r.Reason)
 		}
-		return fmt.Sprintf("%s held by %s: %s", t.Unit(), t.Owner(), r.Annotations["description"])
+		return fmt.Sprintf("%s held by %s: %s", t.Unit(), t.Holder(), r.Annotations["description"])
 	case MsgReclaimed:
-		s := fmt.Sprintf("%s held by %s was reclaimed (%s) at %s. %s", t.Unit(), t.Owner(), r.ActionText(), r.ActedAt.UTC().Format(time.RFC3339), r.Detail)
+		s := fmt.Sprintf("%s held by %s was reclaimed (%s) at %s. %s", t.Unit(), t.Holder(), r.ActionText(), r.ActedAt.UTC().Format(time.RFC3339), r.Detail)
 		if r.SharedWith != "" {
 			s += ". Its share is freed; the GPU stays held: " + r.SharedWith + "."
 		}
 		return s
 	case MsgNotReleased:
-		return fmt.Sprintf("%s held by %s was not released: %s. The admins are told.", t.Unit(), t.Owner(), r.Reason)
+		return fmt.Sprintf("%s held by %s was not released: %s. The admins are told.", t.Unit(), t.Holder(), r.Reason)
 	case MsgCancelled:
-		return fmt.Sprintf("Reclaim of %s held by %s cancelled: %s.", t.Unit(), t.Owner(), r.Reason)
+		return fmt.Sprintf("Reclaim of %s held by %s cancelled: %s.", t.Unit(), t.Holder(), r.Reason)
 	case MsgFailed:
-		return fmt.Sprintf("Reclaim of %s held by %s failed: %s.", t.Unit(), t.Owner(), r.Reason)
+		return fmt.Sprintf("Reclaim of %s held by %s failed: %s.", t.Unit(), t.Holder(), r.Reason)
 	case MsgAdmin:
-		return fmt.Sprintf("%s held by %s: %s.", t.Unit(), t.Owner(), r.Reason)
+		return fmt.Sprintf("%s held by %s: %s.", t.Unit(), t.Holder(), r.Reason)
 	}
 	return ""
 }

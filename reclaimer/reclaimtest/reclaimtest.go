@@ -133,13 +133,13 @@ type Actor struct {
 func (a *Actor) Act(_ context.Context, action string, r *reclaim.Reclaim) (reclaim.Result, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.Calls = append(a.Calls, action+" "+r.Target.Owner())
+	a.Calls = append(a.Calls, action+" "+r.Target.Holder())
 	err := a.Err
 	if a.Once {
 		a.Err = nil
 	}
 	res := reclaim.Result{Detail: "did " + action}
-	if c := r.Controller; c != nil && err == nil && (action == "scale_down" || action == "stop") {
+	if c := r.TopOwner; c != nil && err == nil && (action == "scale_down" || action == "stop") {
 		// What a restore brings back, as the cluster actor records it.
 		res.Workload = &reclaim.Workload{APIVersion: c.APIVersion, Kind: c.Kind, Namespace: c.Namespace, Name: c.Name, Stop: c.Stop,
 			PreviousReplicas: c.Replicas, Stopped: c.Stopped, Restored: "resumed"}
@@ -161,7 +161,7 @@ func (a *Actor) Plan(_ context.Context, action string, _ *reclaim.Reclaim) ([]in
 func (a *Actor) Restore(_ context.Context, r *reclaim.Reclaim) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.Calls = append(a.Calls, "restore "+r.Target.Owner())
+	a.Calls = append(a.Calls, "restore "+r.Target.Holder())
 	return nil
 }
 
@@ -196,37 +196,37 @@ func (c *Checker) Set(st reclaim.AlertStatus, why string, until time.Time) {
 // Inspector answers keep, start-time and controller lookups.
 type Inspector struct {
 	mu          sync.Mutex
-	Keep        map[string]bool               // by owner
-	Start       map[string]time.Time          // by owner
-	Controllers map[string]reclaim.Controller // by owner; none is a bare pod
+	Keep        map[string]bool             // by owner
+	Start       map[string]time.Time        // by owner
+	Controllers map[string]reclaim.TopOwner // by owner; none is a bare pod
 	// ControllerErr fails every top-owner lookup while set.
 	ControllerErr error
 	// Gone lists owners whose workload is gone (Started says ErrGone).
 	Gone map[string]bool
 }
 
-func (i *Inspector) Controller(_ context.Context, t reclaim.Target) (reclaim.Controller, error) {
+func (i *Inspector) TopOwner(_ context.Context, t reclaim.Target) (reclaim.TopOwner, error) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	if i.ControllerErr != nil {
-		return reclaim.Controller{}, i.ControllerErr
+		return reclaim.TopOwner{}, i.ControllerErr
 	}
-	return i.Controllers[t.Owner()], nil
+	return i.Controllers[t.Holder()], nil
 }
 
 func (i *Inspector) Kept(_ context.Context, t reclaim.Target) (bool, string, error) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	return i.Keep[t.Owner()], "the pod is annotated gpureclaim.io/keep", nil
+	return i.Keep[t.Holder()], "the pod is annotated gpureclaim.io/keep", nil
 }
 
 func (i *Inspector) Started(_ context.Context, t reclaim.Target) (time.Time, error) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	if i.Gone[t.Owner()] {
+	if i.Gone[t.Holder()] {
 		return time.Time{}, reclaim.ErrGone
 	}
-	if s, ok := i.Start[t.Owner()]; ok {
+	if s, ok := i.Start[t.Holder()]; ok {
 		return s, nil
 	}
 	return T0.Add(-24 * time.Hour), nil

@@ -81,7 +81,7 @@ func Build(ctx context.Context, q Querier, reclaims []*reclaim.Reclaim, o Option
 	namespaces, owners := map[string]*Row{}, map[string]*Row{}
 	// rows are the owner's row and its namespace's.
 	rows := func(t reclaim.Target) []*Row {
-		name, ns := t.Owner(), t.Namespace
+		name, ns := t.Holder(), t.Namespace
 		if owners[name] == nil {
 			owners[name] = &Row{Name: name, Namespace: ns}
 			if t.Pod == "" {

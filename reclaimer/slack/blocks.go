@@ -72,7 +72,7 @@ var actionWords = map[string]string{
 
 // whatHappens says what the action does, naming the top owner it stops.
 func whatHappens(r *reclaim.Reclaim) string {
-	if c := r.Controller; c != nil && c.Kind != "" && (r.Action == config.ActionStop || r.Action == config.ActionScaleDown) {
+	if c := r.TopOwner; c != nil && c.Kind != "" && (r.Action == config.ActionStop || r.Action == config.ActionScaleDown) {
 		verb := c.Stopped
 		if r.Action == config.ActionScaleDown {
 			verb = "scaled down"
@@ -173,7 +173,7 @@ func Notice(r *reclaim.Reclaim, now time.Time, p Pricing, statusPage string) []s
 		slack.NewHeaderBlock(plain(title)),
 		slack.NewSectionBlock(mrkdwn(esc(r.Annotations["description"])), nil, nil),
 	}
-	if r.Controller != nil && r.Reason != "" {
+	if r.TopOwner != nil && r.Reason != "" {
 		// Decided on the pod's top owner: say why nothing will be done.
 		blocks = append(blocks, slack.NewSectionBlock(mrkdwn("*Why nothing will be done* — "+esc(r.Reason)+"."), nil, nil))
 	}

@@ -152,7 +152,7 @@ func (n *Notifier) owner(ctx context.Context, t reclaim.Target) (string, error) 
 		err := n.call(ctx, func() (err error) { u, err = n.api.GetUserByEmailContext(ctx, contact); return err })
 		if err != nil {
 			if strings.Contains(err.Error(), "users_not_found") {
-				n.log.Info("no Slack user for the owner's e-mail", "email", contact, "owner", t.Owner())
+				n.log.Info("no Slack user for the owner's e-mail", "email", contact, "owner", t.Holder())
 				return "", nil
 			}
 			return "", fmt.Errorf("looking up %s on Slack: %w", contact, err)
@@ -326,7 +326,7 @@ func (n *Notifier) deliver(ctx context.Context, m reclaim.Message, blocks []slac
 	}
 	if len(where) == 0 {
 		if len(errs) == 0 {
-			errs = append(errs, fmt.Errorf("no Slack user or channel for %s: set a gpureclaim.io/owner annotation, a users entry or a default channel", r.Target.Owner()))
+			errs = append(errs, fmt.Errorf("no Slack user or channel for %s: set a gpureclaim.io/owner annotation, a users entry or a default channel", r.Target.Holder()))
 		}
 		return nil, nil, errors.Join(errs...)
 	}

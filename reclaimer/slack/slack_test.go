@@ -41,7 +41,7 @@ const secret = "t0ken" // reclaimtest.Config's secret file, used as the signing 
 // owners answers the pod-annotation lookups.
 type owners map[string]string
 
-func (o owners) Owner(_ context.Context, t reclaim.Target) (string, error) { return o[t.Owner()], nil }
+func (o owners) Owner(_ context.Context, t reclaim.Target) (string, error) { return o[t.Holder()], nil }
 
 type env struct {
 	t        testing.TB
@@ -220,7 +220,7 @@ func TestMessagesGolden(t *testing.T) {
 
 	job := sample()
 	job.Action = "stop"
-	job.Controller = &reclaim.Controller{APIVersion: "batch/v1", Kind: "Job", Namespace: "ml", Name: "train-7", Stop: reclaim.StopPatch, Stopped: "suspended"}
+	job.TopOwner = &reclaim.TopOwner{APIVersion: "batch/v1", Kind: "Job", Namespace: "ml", Name: "train-7", Stop: reclaim.StopPatch, Stopped: "suspended"}
 	golden(t, "warning-job.json", rslack.Warning(job, reclaimtest.T0, p, page, rslack.DefaultSnoozes))
 	job.ActedAt, job.Detail = reclaimtest.T0.Add(15*time.Minute), "Job ml/train-7 suspended"
 	job.Workload = &reclaim.Workload{APIVersion: "batch/v1", Kind: "Job", Namespace: "ml", Name: "train-7", Stop: reclaim.StopPatch, Stopped: "suspended", Restored: "resumed"}
@@ -230,7 +230,7 @@ func TestMessagesGolden(t *testing.T) {
 
 	unknown := sample()
 	unknown.State, unknown.Reason = reclaim.Notified, "the pod is owned by TrainingRun ml/run-1, which gpureclaim cannot stop; declare it under `workloads:`"
-	unknown.Controller = &reclaim.Controller{Kind: "TrainingRun", Namespace: "ml", Name: "run-1", Stop: reclaim.StopNone, Why: unknown.Reason}
+	unknown.TopOwner = &reclaim.TopOwner{Kind: "TrainingRun", Namespace: "ml", Name: "run-1", Stop: reclaim.StopNone, Why: unknown.Reason}
 	golden(t, "notice-unknown-owner.json", rslack.Notice(unknown, reclaimtest.T0, p, page))
 
 	held := sample()
@@ -556,7 +556,7 @@ func TestMessagesEscapeWhatTheyQuote(t *testing.T) {
 	r.Annotations["description"] = "<!channel> idle; see <https://evil.example.com|the fix> & more"
 	r.Annotations["dashboard_url"] = "javascript:alert(1)"
 	r.Reason = "<!here> cannot stop it"
-	r.Controller = &reclaim.Controller{Kind: "TrainingRun", Namespace: "x", Name: "<@U0ADMIN>", Stop: reclaim.StopNone}
+	r.TopOwner = &reclaim.TopOwner{Kind: "TrainingRun", Namespace: "x", Name: "<@U0ADMIN>", Stop: reclaim.StopNone}
 	r.Action = "stop"
 	for name, blocks := range map[string][]goslack.Block{
 		"warning": rslack.Warning(r, reclaimtest.T0, p, "javascript:void(0)", rslack.DefaultSnoozes),

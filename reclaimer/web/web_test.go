@@ -103,7 +103,7 @@ func TestWebhookAcceptsAnAlertmanagerNotification(t *testing.T) {
 	rs := s.engine.List()
 	require.Len(t, rs, 1)
 	require.Equal(t, "5e8f0a8f0c0b2a11-1772445600", rs[0].ID)
-	require.Equal(t, "data-science/notebook-carol", rs[0].Target.Owner())
+	require.Equal(t, "data-science/notebook-carol", rs[0].Target.Holder())
 
 	code, _ = s.post(t, payload(t), basic("am", "t0ken"))
 	require.Equal(t, http.StatusOK, code, "basic auth too; a duplicate is fine")
