@@ -68,7 +68,7 @@ func client(t *testing.T, url string) *jupyterhub.Client {
 func TestTLS(t *testing.T) {
 	hub := hubtest.New("culler-token", "alice")
 	defer hub.Close()
-	tlstest.Check(t, hub.Server.Config.Handler, func(t *testing.T, url string, hc promconfig.HTTPClientConfig) error {
+	tlstest.Check(t, hub.Config.Handler, func(t *testing.T, url string, hc promconfig.HTTPClientConfig) error {
 		cfg := hubtest.Config(url+"/hub/api", "culler-token")
 		hc.Authorization = cfg.HTTP.Authorization
 		cfg.HTTP = hc

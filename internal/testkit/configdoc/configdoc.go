@@ -156,35 +156,40 @@ func typeName(t reflect.Type) string {
 // fieldDocs reads the doc comment of every struct type of a package, as
 // "Type", and of each of its fields, as "Type.Field".
 func fieldDocs(dir string) (map[string]string, error) {
-	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, parser.ParseComments)
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
 		return nil, err
 	}
 	docs := map[string]string{}
-	for _, p := range pkgs {
-		for _, f := range p.Files {
-			ast.Inspect(f, func(n ast.Node) bool {
-				gd, ok := n.(*ast.GenDecl)
-				if !ok || gd.Tok != token.TYPE {
-					return true
-				}
-				for _, spec := range gd.Specs {
-					ts := spec.(*ast.TypeSpec)
-					st, ok := ts.Type.(*ast.StructType)
-					if !ok {
-						continue
-					}
-					doc := ts.Doc.Text()
-					if doc == "" {
-						doc = gd.Doc.Text()
-					}
-					docs[ts.Name.Name] = strings.Join(strings.Fields(doc), " ")
-					structDocs(ts.Name.Name, st, docs)
-				}
-				return false
-			})
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
 		}
+		f, err := parser.ParseFile(fset, name, nil, parser.ParseComments)
+		if err != nil {
+			return nil, err
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			gd, ok := n.(*ast.GenDecl)
+			if !ok || gd.Tok != token.TYPE {
+				return true
+			}
+			for _, spec := range gd.Specs {
+				ts := spec.(*ast.TypeSpec)
+				st, ok := ts.Type.(*ast.StructType)
+				if !ok {
+					continue
+				}
+				doc := ts.Doc.Text()
+				if doc == "" {
+					doc = gd.Doc.Text()
+				}
+				docs[ts.Name.Name] = strings.Join(strings.Fields(doc), " ")
+				structDocs(ts.Name.Name, st, docs)
+			}
+			return false
+		})
 	}
 	return docs, nil
 }
