@@ -158,6 +158,35 @@ func kubeClient(cfg *config.Config, rc *rest.Config, logger *slog.Logger) (*kube
 	return kube.New(rc, o)
 }
 
+// outboundClients builds the clients of the services the config names:
+// Alertmanager, the nodes, Prometheus and slurmrestd.
+func outboundClients(cfg *config.Config) (*alertmanager.Client, *actor, *inspector, error) {
+	am, err := alertmanager.New(cfg.Alertmanager)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	nodes, err := node.New(cfg.Nodes)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	act, insp := &actor{cfg: cfg, nodes: nodes}, &inspector{nodes: nodes}
+	if cfg.Prometheus.On() {
+		hc, err := config.NewHTTPClient(cfg.Prometheus.HTTP, "prometheus", time.Duration(cfg.Prometheus.Timeout))
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		act.prom = &promquery.Client{URL: cfg.Prometheus.URL, HTTP: hc, Timeout: time.Duration(cfg.Prometheus.Timeout)}
+	}
+	if cfg.Slurm.On() {
+		sc, err := slurm.New(cfg.Slurm)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("slurm.url: %w", err)
+		}
+		act.slurm, insp.slurm = sc, sc
+	}
+	return am, act, insp, nil
+}
+
 // failpoint kills the process at a named point of the lifecycle when
 // GPURECLAIM_FAILPOINT names it: the crash tests use it to stop the
 // reclaimer exactly there, as a power cut would. "pause:NAME" pauses it
@@ -236,36 +265,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	reg.MustRegister(versioncollector.NewCollector("gpureclaim_reclaimer"), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := reclaim.NewMetrics(reg)
 
-	am, err := alertmanager.New(cfg.Alertmanager)
+	am, act, insp, err := outboundClients(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "gpureclaim-reclaimer:", err)
 		return 1
 	}
-	nodes, err := node.New(cfg.Nodes)
-	if err != nil {
-		fmt.Fprintln(stderr, "gpureclaim-reclaimer:", err)
-		return 1
-	}
-	act := &actor{cfg: cfg, nodes: nodes}
-	var prom *promquery.Client
-	if cfg.Prometheus.On() {
-		hc, err := config.NewHTTPClient(cfg.Prometheus.HTTP, "prometheus", time.Duration(cfg.Prometheus.Timeout))
-		if err != nil {
-			fmt.Fprintln(stderr, "gpureclaim-reclaimer:", err)
-			return 1
-		}
-		prom = &promquery.Client{URL: cfg.Prometheus.URL, HTTP: hc, Timeout: time.Duration(cfg.Prometheus.Timeout)}
-		act.prom = prom
-	}
-	insp := &inspector{nodes: nodes}
-	if cfg.Slurm.On() {
-		sc, err := slurm.New(cfg.Slurm)
-		if err != nil {
-			fmt.Fprintln(stderr, "gpureclaim-reclaimer: slurm.url:", err)
-			return 1
-		}
-		act.slurm, insp.slurm = sc, sc
-	}
+	prom, nodes := act.prom, act.nodes
 	var events reclaim.Events
 	if cfg.Kubernetes.On() {
 		kc, err := kubeClient(cfg, rc, logger)
