@@ -100,26 +100,6 @@ func Generate(c Config) File {
 // unitGroup names the group of the per-unit rules (with shards, its prefix).
 const unitGroup = "gpureclaim.units"
 
-// fleetFromShards are the fleet's records from the shards' sums.
-func fleetFromShards(c Config) []Rule {
-	rs := []Rule{
-		{Record: names.RecFleetTotal, Expr: Expr("sum(" + names.RecShardTotal + ")")},
-		{Record: names.RecFleetHeld, Expr: Expr("sum(" + names.RecShardHeld + ")")},
-		{Record: names.RecFleetUsed, Expr: Expr("sum(" + names.RecShardUsed + ")")},
-		{Record: names.RecFleetIdleHeld, Expr: Expr("sum(" + names.RecShardIdleHeld + ") or vector(0)")},
-		{Record: names.RecFleetEffective, Expr: Expr(fmt.Sprintf("%s / (%s > 0)", names.RecFleetUsed, names.RecFleetHeld))},
-		{Record: names.RecOwnerIdle, Expr: Expr(fmt.Sprintf("sum by (%s) (%s)", ownerLabels, names.RecShardOwnerIdle))},
-		{Record: names.RecNamespaceIdle, Expr: Expr(fmt.Sprintf("sum by (namespace) (%s)", names.RecShardOwnerIdle))},
-		{Record: names.RecOwnerIdleHours, Expr: Expr(fmt.Sprintf("sum by (%s) (%s)", ownerLabels, names.RecShardOwnerIdleHours))},
-		{Record: names.RecNSIdleHours, Expr: Expr(fmt.Sprintf("sum by (namespace) (%s)", names.RecShardOwnerIdleHours))},
-	}
-	rs = append(rs, costRules(c)...)
-	if c.inputs().rightsizing {
-		rs = append(rs, Rule{Record: names.RecFleetMIGFreed, Expr: Expr("sum(" + names.RecShardMIGFreed + ") or vector(0)")})
-	}
-	return rs
-}
-
 // Render writes the rule file as YAML.
 func Render(c Config) ([]byte, error) {
 	return render(Generate(c))
@@ -302,27 +282,33 @@ func shardSums(c Config) []Rule {
 	return rs
 }
 
+// fleetRules are the fleet's records, each computed from the units on one
+// Prometheus, or, with shards, from the shards' partial sums.
 func fleetRules(c Config) []Rule {
-	if c.Shards > 1 {
-		return fleetFromShards(c)
+	sharded := c.Shards > 1
+	pick := func(whole, fromShards string) Expr {
+		if sharded {
+			return Expr(fromShards)
+		}
+		return Expr(whole)
 	}
 	perStep := num(time.Duration(c.Cost.Step).Hours())
 	rs := []Rule{
-		{Record: names.RecFleetTotal, Expr: Expr("sum(" + names.RecSize + ")")},
-		{Record: names.RecFleetHeld, Expr: Expr(fmt.Sprintf("sum(%s and on (uuid) %s)", names.RecSize, names.RecOwners))},
-		{Record: names.RecFleetUsed, Expr: Expr(fmt.Sprintf("sum(%s * on (uuid) group_left () %s and on (uuid) %s)", names.RecSize, names.RecActivity, names.RecOwners))},
-		{Record: names.RecFleetIdleHeld, Expr: Expr(fmt.Sprintf("sum(%s) or vector(0)", names.RecIdleHeldGPUs))},
+		{Record: names.RecFleetTotal, Expr: pick("sum("+names.RecSize+")", "sum("+names.RecShardTotal+")")},
+		{Record: names.RecFleetHeld, Expr: pick(fmt.Sprintf("sum(%s and on (uuid) %s)", names.RecSize, names.RecOwners), "sum("+names.RecShardHeld+")")},
+		{Record: names.RecFleetUsed, Expr: pick(fmt.Sprintf("sum(%s * on (uuid) group_left () %s and on (uuid) %s)", names.RecSize, names.RecActivity, names.RecOwners), "sum("+names.RecShardUsed+")")},
+		{Record: names.RecFleetIdleHeld, Expr: pick(fmt.Sprintf("sum(%s) or vector(0)", names.RecIdleHeldGPUs), "sum("+names.RecShardIdleHeld+") or vector(0)")},
 		{Record: names.RecFleetEffective, Expr: Expr(fmt.Sprintf("%s / (%s > 0)", names.RecFleetUsed, names.RecFleetHeld))},
-		{Record: names.RecOwnerIdle, Expr: Expr(fmt.Sprintf("sum by (%s) (%s)", ownerLabels, names.RecIdleHeldGPUs))},
-		{Record: names.RecNamespaceIdle, Expr: Expr(fmt.Sprintf("sum by (namespace) (%s)", names.RecIdleHeldGPUs))},
+		{Record: names.RecOwnerIdle, Expr: pick(fmt.Sprintf("sum by (%s) (%s)", ownerLabels, names.RecIdleHeldGPUs), fmt.Sprintf("sum by (%s) (%s)", ownerLabels, names.RecShardOwnerIdle))},
+		{Record: names.RecNamespaceIdle, Expr: pick(fmt.Sprintf("sum by (namespace) (%s)", names.RecIdleHeldGPUs), fmt.Sprintf("sum by (namespace) (%s)", names.RecShardOwnerIdle))},
 		// A subquery at a fixed step counts idle GPU-hours whatever the
 		// evaluation interval: the idle series exist only while idle.
-		{Record: names.RecOwnerIdleHours, Expr: Expr(fmt.Sprintf("sum_over_time(%s[%s:%s]) * %s", names.RecOwnerIdle, c.Cost.Window, c.Cost.Step, perStep))},
-		{Record: names.RecNSIdleHours, Expr: Expr(fmt.Sprintf("sum_over_time(%s[%s:%s]) * %s", names.RecNamespaceIdle, c.Cost.Window, c.Cost.Step, perStep))},
+		{Record: names.RecOwnerIdleHours, Expr: pick(fmt.Sprintf("sum_over_time(%s[%s:%s]) * %s", names.RecOwnerIdle, c.Cost.Window, c.Cost.Step, perStep), fmt.Sprintf("sum by (%s) (%s)", ownerLabels, names.RecShardOwnerIdleHours))},
+		{Record: names.RecNSIdleHours, Expr: pick(fmt.Sprintf("sum_over_time(%s[%s:%s]) * %s", names.RecNamespaceIdle, c.Cost.Window, c.Cost.Step, perStep), fmt.Sprintf("sum by (namespace) (%s)", names.RecShardOwnerIdleHours))},
 	}
 	rs = append(rs, costRules(c)...)
 	if c.inputs().rightsizing {
-		rs = append(rs, Rule{Record: names.RecFleetMIGFreed, Expr: Expr(fmt.Sprintf("sum(%s) or vector(0)", names.RecRightsizeFreed))})
+		rs = append(rs, Rule{Record: names.RecFleetMIGFreed, Expr: pick(fmt.Sprintf("sum(%s) or vector(0)", names.RecRightsizeFreed), "sum("+names.RecShardMIGFreed+") or vector(0)")})
 	}
 	return rs
 }
