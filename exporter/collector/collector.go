@@ -12,8 +12,6 @@ import (
 	"github.com/gpureclaim/gpureclaim/exporter/sampler"
 )
 
-const namespace = "gpureclaim"
-
 // Source gives the latest snapshot; nil before the first sample.
 type Source interface {
 	Latest() *sampler.Snapshot
@@ -30,8 +28,10 @@ func FromSnapshot(src Source) []prometheus.Collector {
 	return []prometheus.Collector{NewGPU(src), NewUnit(src), NewMIG(src), NewOwner(src)}
 }
 
-func desc(subsystem, name, help string, labels ...string) *prometheus.Desc {
-	return prometheus.NewDesc(prometheus.BuildFQName(namespace, subsystem, name), help, labels, nil)
+// desc describes a metric; its name is written whole, so that searching
+// for it finds where it is made.
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, labels, nil)
 }
 
 // emit sends a gauge when NVML gave the value.

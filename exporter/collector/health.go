@@ -20,10 +20,10 @@ func NewHealth(src Source, clock func() time.Time) *Health {
 	return &Health{
 		src:      src,
 		clock:    clock,
-		success:  desc("exporter", "collector_success", "Whether the collector's part of the last sample succeeded on every GPU.", "collector"),
-		duration: desc("exporter", "collector_duration_seconds", "Time the collector's part of the last sample took, over all GPUs.", "collector"),
+		success:  desc("gpureclaim_exporter_collector_success", "Whether the collector's part of the last sample succeeded on every GPU.", "collector"),
+		duration: desc("gpureclaim_exporter_collector_duration_seconds", "Time the collector's part of the last sample took, over all GPUs.", "collector"),
 		nvErr:    prometheus.NewDesc("gpureclaim_exporter_nvml_errors_total", "NVML calls that failed, by call, unit (empty for calls on no unit) and return code.", []string{"call", "uuid", "error"}, nil),
-		age:      desc("exporter", "sample_age_seconds", "Time since the last sample was taken."),
+		age:      desc("gpureclaim_exporter_sample_age_seconds", "Time since the last sample was taken."),
 	}
 }
 

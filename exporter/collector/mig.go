@@ -16,11 +16,11 @@ type MIG struct {
 func NewMIG(src Source) *MIG {
 	return &MIG{
 		src:    src,
-		info:   desc("mig_instance", "info", "A MIG instance; always 1. Its memory is gpureclaim_unit_memory_total_bytes.", "uuid", "gpu_uuid", "profile", "gpu_instance_id", "compute_instance_id"),
-		slices: desc("mig_instance", "slices", "Compute slices of the MIG instance's GPU instance (a GPU has 7).", "uuid", "gpu_uuid"),
-		candidate: desc("mig", "profile_memory_bytes",
+		info:   desc("gpureclaim_mig_instance_info", "A MIG instance; always 1. Its memory is gpureclaim_unit_memory_total_bytes.", "uuid", "gpu_uuid", "profile", "gpu_instance_id", "compute_instance_id"),
+		slices: desc("gpureclaim_mig_instance_slices", "Compute slices of the MIG instance's GPU instance (a GPU has 7).", "uuid", "gpu_uuid"),
+		candidate: desc("gpureclaim_mig_profile_memory_bytes",
 			"Memory of each MIG profile the instance's GPU offers, per instance: the candidates for right-sizing it.", "uuid", "gpu_uuid", "profile"),
-		candidateSlices: desc("mig", "profile_slices",
+		candidateSlices: desc("gpureclaim_mig_profile_slices",
 			"Compute slices of each MIG profile the instance's GPU offers, per instance.", "uuid", "gpu_uuid", "profile"),
 	}
 }

@@ -24,14 +24,14 @@ var ownerLabels = []string{names.LabelUUID, names.LabelGPUUUID, names.LabelNames
 func NewOwner(src Source) *Owner {
 	return &Owner{
 		src: src,
-		info: desc("unit_owner", "info", "Who holds the unit: a pod the device plugin or a DRA driver allocated it to (claim_namespace and claim name the ResourceClaim), a Slurm job slurmctld allocated it to, or the owner of a process on it; always 1. keep is \"true\" when the pod is marked gpureclaim.io/keep or the job's comment says gpureclaim:keep.",
+		info: desc("gpureclaim_unit_owner_info", "Who holds the unit: a pod the device plugin or a DRA driver allocated it to (claim_namespace and claim name the ResourceClaim), a Slurm job slurmctld allocated it to, or the owner of a process on it; always 1. keep is \"true\" when the pod is marked gpureclaim.io/keep or the job's comment says gpureclaim:keep.",
 			append(ownerLabels, "keep", names.LabelClaimNamespace, names.LabelClaim)...),
-		memory: desc("unit_owner", "memory_used_bytes", "Device memory held by the owner's processes on the unit.", ownerLabels...),
-		smUtil: desc("unit_owner", "sm_utilization_ratio", "The owner's processes' share of the unit's SM time (NVML per-process utilization; not on MIG).", ownerLabels...),
-		procs:  desc("unit_owner", "processes", "The owner's processes on the unit.", ownerLabels...),
-		started: desc("unit_owner", "start_time_seconds",
+		memory: desc("gpureclaim_unit_owner_memory_used_bytes", "Device memory held by the owner's processes on the unit.", ownerLabels...),
+		smUtil: desc("gpureclaim_unit_owner_sm_utilization_ratio", "The owner's processes' share of the unit's SM time (NVML per-process utilization; not on MIG).", ownerLabels...),
+		procs:  desc("gpureclaim_unit_owner_processes", "The owner's processes on the unit.", ownerLabels...),
+		started: desc("gpureclaim_unit_owner_start_time_seconds",
 			"Start of the owner's oldest process on the unit, or of a Slurm job's allocation, in Unix seconds; absent while neither is known.", ownerLabels...),
-		slurmJob: desc("slurm_job", "info", "A Slurm job holding GPUs on the node by allocation; always 1. batch is \"true\" for sbatch jobs, requeue when Slurm may requeue it.",
+		slurmJob: desc("gpureclaim_slurm_job_info", "A Slurm job holding GPUs on the node by allocation; always 1. batch is \"true\" for sbatch jobs, requeue when Slurm may requeue it.",
 			names.LabelSlurmJob, names.LabelUser, "partition", "batch", "requeue"),
 		slurmPending: prometheus.NewDesc(names.SlurmPendingGPUs, "GPUs the cluster's pending Slurm jobs ask for (per node times their nodes, and per job); every node reads the same queue.", nil, nil),
 	}

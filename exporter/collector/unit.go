@@ -21,17 +21,17 @@ func NewUnit(src Source) *Unit {
 	l := []string{"uuid", "gpu_uuid"}
 	return &Unit{
 		src:           src,
-		info:          desc("unit", "info", "A unit a workload can hold: a whole GPU or a MIG instance; always 1.", "uuid", "gpu_uuid", "node", "kind", "gpu_index", "model", "mig_profile"),
-		smActive:      desc("unit", "sm_active_ratio", "Share of SM cycles with at least one warp resident, averaged since the last sample (GPM SM_UTIL).", l...),
-		smOccupancy:   desc("unit", "sm_occupancy_ratio", "Resident warps as a share of the SMs' maximum, averaged since the last sample (GPM SM_OCCUPANCY).", l...),
-		dram:          desc("unit", "dram_bandwidth_ratio", "DRAM bandwidth used as a share of the peak (GPM DRAM_BW_UTIL).", l...),
-		tensor:        desc("unit", "tensor_active_ratio", "Share of cycles any tensor pipe was active (GPM ANY_TENSOR_UTIL).", l...),
-		utilization:   desc("unit", "utilization_ratio", "Share of time one or more kernels ran (NVML utilization.gpu): one tiny kernel reads 1.", l...),
-		memController: desc("unit", "memory_controller_busy_ratio", "Share of time device memory was read or written (NVML utilization.memory).", l...),
-		memUsed:       desc("unit", "memory_used_bytes", "Device memory allocated on the unit.", l...),
-		memTotal:      desc("unit", "memory_total_bytes", "Device memory of the unit.", l...),
-		processes:     desc("unit", "processes", "Processes with a context on the unit (compute, MPS clients, graphics).", l...),
-		unattributed:  desc("unit", "unattributed_processes", "Processes on the unit that the exporter's /proc cannot place (attribution off, or another PID namespace); they hold the unit as user \"(unattributed)\".", l...),
+		info:          desc("gpureclaim_unit_info", "A unit a workload can hold: a whole GPU or a MIG instance; always 1.", "uuid", "gpu_uuid", "node", "kind", "gpu_index", "model", "mig_profile"),
+		smActive:      desc("gpureclaim_unit_sm_active_ratio", "Share of SM cycles with at least one warp resident, averaged since the last sample (GPM SM_UTIL).", l...),
+		smOccupancy:   desc("gpureclaim_unit_sm_occupancy_ratio", "Resident warps as a share of the SMs' maximum, averaged since the last sample (GPM SM_OCCUPANCY).", l...),
+		dram:          desc("gpureclaim_unit_dram_bandwidth_ratio", "DRAM bandwidth used as a share of the peak (GPM DRAM_BW_UTIL).", l...),
+		tensor:        desc("gpureclaim_unit_tensor_active_ratio", "Share of cycles any tensor pipe was active (GPM ANY_TENSOR_UTIL).", l...),
+		utilization:   desc("gpureclaim_unit_utilization_ratio", "Share of time one or more kernels ran (NVML utilization.gpu): one tiny kernel reads 1.", l...),
+		memController: desc("gpureclaim_unit_memory_controller_busy_ratio", "Share of time device memory was read or written (NVML utilization.memory).", l...),
+		memUsed:       desc("gpureclaim_unit_memory_used_bytes", "Device memory allocated on the unit.", l...),
+		memTotal:      desc("gpureclaim_unit_memory_total_bytes", "Device memory of the unit.", l...),
+		processes:     desc("gpureclaim_unit_processes", "Processes with a context on the unit (compute, MPS clients, graphics).", l...),
+		unattributed:  desc("gpureclaim_unit_unattributed_processes", "Processes on the unit that the exporter's /proc cannot place (attribution off, or another PID namespace); they hold the unit as user \"(unattributed)\".", l...),
 	}
 }
 
