@@ -77,26 +77,17 @@ func New(cfg Config, src Source, hist *History, sig Signaler, reg prometheus.Reg
 	}
 }
 
-// The endpoint's wire types live in internal/nodeapi, which the reclaimer
-// imports too.
-type (
-	Process     = nodeapi.Process
-	Unit        = nodeapi.Unit
-	KillRequest = nodeapi.KillRequest
-	KillResult  = nodeapi.KillResult
-)
-
 const maxBody = 64 << 10
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !h.authorized(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="gpureclaim-exporter"`)
-		writeJSON(w, http.StatusUnauthorized, KillResult{Error: "a valid bearer token is required"})
+		writeJSON(w, http.StatusUnauthorized, nodeapi.KillResult{Error: "a valid bearer token is required"})
 		return
 	}
 	rest, ok := strings.CutPrefix(r.URL.Path, "/api/v1/units/")
 	if !ok || rest == "" {
-		writeJSON(w, http.StatusNotFound, KillResult{Error: "no such endpoint"})
+		writeJSON(w, http.StatusNotFound, nodeapi.KillResult{Error: "no such endpoint"})
 		return
 	}
 	uuid, verb, _ := strings.Cut(rest, "/")
@@ -107,9 +98,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.kill(w, r, uuid)
 	case verb == "" || verb == "kill":
 		w.Header().Set("Allow", map[string]string{"": "GET", "kill": "POST"}[verb])
-		writeJSON(w, http.StatusMethodNotAllowed, KillResult{Error: "method not allowed"})
+		writeJSON(w, http.StatusMethodNotAllowed, nodeapi.KillResult{Error: "method not allowed"})
 	default:
-		writeJSON(w, http.StatusNotFound, KillResult{Error: "no such endpoint"})
+		writeJSON(w, http.StatusNotFound, nodeapi.KillResult{Error: "no such endpoint"})
 	}
 }
 
@@ -136,12 +127,12 @@ func (h *Handler) unit(uuid string) (*sampler.Snapshot, *sampler.Unit) {
 func (h *Handler) get(w http.ResponseWriter, uuid string) {
 	s, u := h.unit(uuid)
 	if u == nil {
-		writeJSON(w, http.StatusNotFound, KillResult{Error: "no unit " + uuid + " on this node"})
+		writeJSON(w, http.StatusNotFound, nodeapi.KillResult{Error: "no unit " + uuid + " on this node"})
 		return
 	}
-	out := Unit{UUID: uuid, Node: s.Node, Idleness: h.hist.Check(uuid, h.cfg.IdleThreshold, h.cfg.Clock()), Processes: []Process{}}
+	out := nodeapi.Unit{UUID: uuid, Node: s.Node, Idleness: h.hist.Check(uuid, h.cfg.IdleThreshold, h.cfg.Clock()), Processes: []nodeapi.Process{}}
 	for _, p := range u.Processes {
-		out.Processes = append(out.Processes, Process{PID: p.PID, StartTime: p.StartTime, User: p.User, Name: p.Name, SlurmJob: p.SlurmJob, PodUID: p.PodUID})
+		out.Processes = append(out.Processes, nodeapi.Process{PID: p.PID, StartTime: p.StartTime, User: p.User, Name: p.Name, SlurmJob: p.SlurmJob, PodUID: p.PodUID})
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -162,11 +153,11 @@ var Results = []string{ResultKilled, ResultGone, ResultRefused, ResultError}
 func (h *Handler) refuse(w http.ResponseWriter, uuid, why string) {
 	h.results.WithLabelValues(ResultRefused).Inc()
 	h.cfg.Logger.Warn("refused to kill", "uuid", uuid, "reason", why)
-	writeJSON(w, http.StatusConflict, KillResult{Error: why})
+	writeJSON(w, http.StatusConflict, nodeapi.KillResult{Error: why})
 }
 
 func (h *Handler) kill(w http.ResponseWriter, r *http.Request, uuid string) {
-	var req KillRequest
+	var req nodeapi.KillRequest
 	body := http.MaxBytesReader(w, r.Body, maxBody)
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
@@ -176,15 +167,15 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request, uuid string) {
 		if errors.As(err, &tooBig) {
 			code = http.StatusRequestEntityTooLarge
 		}
-		writeJSON(w, code, KillResult{Error: "bad request: " + err.Error()})
+		writeJSON(w, code, nodeapi.KillResult{Error: "bad request: " + err.Error()})
 		return
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		writeJSON(w, http.StatusBadRequest, KillResult{Error: "bad request: trailing data"})
+		writeJSON(w, http.StatusBadRequest, nodeapi.KillResult{Error: "bad request: trailing data"})
 		return
 	}
 	if len(req.Processes) == 0 {
-		writeJSON(w, http.StatusBadRequest, KillResult{Error: "bad request: processes is empty"})
+		writeJSON(w, http.StatusBadRequest, nodeapi.KillResult{Error: "bad request: processes is empty"})
 		return
 	}
 
@@ -202,7 +193,7 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request, uuid string) {
 		// Busy is not a refusal: the caller retries once the running kill
 		// (SIGTERM, the grace, SIGKILL) has had its time.
 		w.Header().Set("Retry-After", fmt.Sprint(int(h.cfg.Grace.Seconds())+1))
-		writeJSON(w, http.StatusServiceUnavailable, KillResult{Error: "another request is acting on this unit"})
+		writeJSON(w, http.StatusServiceUnavailable, nodeapi.KillResult{Error: "another request is acting on this unit"})
 		return
 	}
 	h.busy[uuid] = true
@@ -215,7 +206,7 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request, uuid string) {
 
 	_, u := h.unit(uuid)
 	if u == nil {
-		writeJSON(w, http.StatusNotFound, KillResult{Error: "no unit " + uuid + " on this node"})
+		writeJSON(w, http.StatusNotFound, nodeapi.KillResult{Error: "no unit " + uuid + " on this node"})
 		return
 	}
 	on := map[int]sampler.Process{}
@@ -228,8 +219,8 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request, uuid string) {
 		on[p.PID] = p
 	}
 	named := map[int]bool{}
-	var res KillResult
-	var targets []Process
+	var res nodeapi.KillResult
+	var targets []nodeapi.Process
 	for _, p := range req.Processes {
 		named[p.PID] = true
 		cur, still := on[p.PID]
@@ -270,7 +261,7 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request, uuid string) {
 	if idl := h.hist.Check(uuid, h.cfg.IdleThreshold, h.cfg.Clock()); !idl.Idle {
 		if !idl.Known {
 			w.Header().Set("Retry-After", fmt.Sprint(int(h.cfg.IdleWindow.Seconds())+1))
-			writeJSON(w, http.StatusServiceUnavailable, KillResult{Error: fmt.Sprintf("the node's history of %s does not cover %s yet; try later", uuid, h.cfg.IdleWindow)})
+			writeJSON(w, http.StatusServiceUnavailable, nodeapi.KillResult{Error: fmt.Sprintf("the node's history of %s does not cover %s yet; try later", uuid, h.cfg.IdleWindow)})
 			return
 		}
 		h.refuse(w, uuid, fmt.Sprintf("%s is busy: activity reached %.1f%% in the last %s", uuid, idl.Max*100, h.cfg.IdleWindow))
@@ -281,7 +272,7 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request, uuid string) {
 	for _, p := range targets {
 		if err := h.sig.Signal(p.PID, syscall.SIGTERM); err != nil {
 			h.results.WithLabelValues(ResultError).Inc()
-			writeJSON(w, http.StatusInternalServerError, KillResult{Error: fmt.Sprintf("SIGTERM to %d: %v", p.PID, err)})
+			writeJSON(w, http.StatusInternalServerError, nodeapi.KillResult{Error: fmt.Sprintf("SIGTERM to %d: %v", p.PID, err)})
 			return
 		}
 	}
@@ -303,7 +294,7 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request, uuid string) {
 			h.cfg.Logger.Warn("process outlived the grace: SIGKILL", "pid", p.PID)
 			if err := h.sig.Signal(p.PID, syscall.SIGKILL); err != nil {
 				h.results.WithLabelValues(ResultError).Inc()
-				writeJSON(w, http.StatusInternalServerError, KillResult{Error: fmt.Sprintf("SIGKILL to %d: %v", p.PID, err)})
+				writeJSON(w, http.StatusInternalServerError, nodeapi.KillResult{Error: fmt.Sprintf("SIGKILL to %d: %v", p.PID, err)})
 				return
 			}
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/exporter/action"
 	"github.com/gpureclaim/gpureclaim/exporter/sampler"
 	"github.com/gpureclaim/gpureclaim/exporter/sampler/samplertest"
+	"github.com/gpureclaim/gpureclaim/internal/nodeapi"
 	"github.com/gpureclaim/gpureclaim/internal/procfs"
 	"github.com/gpureclaim/gpureclaim/internal/sim/nvmlsim"
 )
@@ -105,7 +106,7 @@ func (n *node) history(t *testing.T) {
 
 func (n *node) uuid() string { return n.Sampler.Latest().GPUs[0].UUID }
 
-func (n *node) call(t *testing.T, method, path, tok string, body any) (int, action.KillResult, action.Unit) {
+func (n *node) call(t *testing.T, method, path, tok string, body any) (int, nodeapi.KillResult, nodeapi.Unit) {
 	var rd *bytes.Reader
 	switch b := body.(type) {
 	case nil:
@@ -125,21 +126,21 @@ func (n *node) call(t *testing.T, method, path, tok string, body any) (int, acti
 	defer resp.Body.Close()
 	var raw json.RawMessage
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&raw))
-	var kr action.KillResult
-	var u action.Unit
+	var kr nodeapi.KillResult
+	var u nodeapi.Unit
 	_ = json.Unmarshal(raw, &kr)
 	_ = json.Unmarshal(raw, &u)
 	return resp.StatusCode, kr, u
 }
 
-func (n *node) unit(t *testing.T) action.Unit {
+func (n *node) unit(t *testing.T) nodeapi.Unit {
 	code, _, u := n.call(t, http.MethodGet, "/api/v1/units/"+n.uuid(), token, nil)
 	require.Equal(t, http.StatusOK, code)
 	return u
 }
 
-func (n *node) kill(t *testing.T, procs []action.Process) (int, action.KillResult) {
-	code, kr, _ := n.call(t, http.MethodPost, "/api/v1/units/"+n.uuid()+"/kill", token, action.KillRequest{Processes: procs, Reason: "GPUIdle"})
+func (n *node) kill(t *testing.T, procs []nodeapi.Process) (int, nodeapi.KillResult) {
+	code, kr, _ := n.call(t, http.MethodPost, "/api/v1/units/"+n.uuid()+"/kill", token, nodeapi.KillRequest{Processes: procs, Reason: "GPUIdle"})
 	return code, kr
 }
 
@@ -198,10 +199,10 @@ func TestRefusals(t *testing.T) {
 	n := start(t, 0, p.Process.Pid, other.Process.Pid)
 	n.history(t)
 	procs := n.unit(t).Processes
-	mine := []action.Process{procs[0]}
+	mine := []nodeapi.Process{procs[0]}
 	for _, q := range procs {
 		if q.PID == p.Process.Pid {
-			mine = []action.Process{q}
+			mine = []nodeapi.Process{q}
 		}
 	}
 	wrongStart := mine[0]
@@ -209,12 +210,12 @@ func TestRefusals(t *testing.T) {
 
 	for _, tc := range []struct {
 		name string
-		req  []action.Process
+		req  []nodeapi.Process
 		code int
 		want string
 	}{
-		{"pid 1", []action.Process{{PID: 1}}, http.StatusConflict, "pid 1 is never signalled"},
-		{"a reused pid", []action.Process{wrongStart, other0(procs, p.Process.Pid)}, http.StatusConflict, "another process"},
+		{"pid 1", []nodeapi.Process{{PID: 1}}, http.StatusConflict, "pid 1 is never signalled"},
+		{"a reused pid", []nodeapi.Process{wrongStart, other0(procs, p.Process.Pid)}, http.StatusConflict, "another process"},
 		{"a process the request does not name", mine, http.StatusConflict, "the unit has a process the request does not name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -227,13 +228,13 @@ func TestRefusals(t *testing.T) {
 	require.True(t, alive(other.Process.Pid))
 }
 
-func other0(procs []action.Process, not int) action.Process {
+func other0(procs []nodeapi.Process, not int) nodeapi.Process {
 	for _, q := range procs {
 		if q.PID != not {
 			return q
 		}
 	}
-	return action.Process{}
+	return nodeapi.Process{}
 }
 
 func TestRefusesABusyUnitAndAnUnknownHistory(t *testing.T) {
@@ -319,7 +320,7 @@ func TestBusyWhileAKillRuns(t *testing.T) {
 	// A grace long enough that the two requests overlap however loaded the machine.
 	n := startGrace(t, 3*time.Second, 0, stubborn.Process.Pid)
 	n.history(t)
-	body, _ := json.Marshal(action.KillRequest{Processes: n.unit(t).Processes, Reason: "GPUIdle"})
+	body, _ := json.Marshal(nodeapi.KillRequest{Processes: n.unit(t).Processes, Reason: "GPUIdle"})
 	type answer struct {
 		code       int
 		retryAfter string
@@ -351,13 +352,13 @@ func TestRefusesAnOlderFencingToken(t *testing.T) {
 	n := start(t, 0, p.Process.Pid)
 	n.history(t)
 	procs := n.unit(t).Processes
-	kill := func(lease string, term int64, procs []action.Process) (int, action.KillResult) {
-		code, kr, _ := n.call(t, http.MethodPost, "/api/v1/units/"+n.uuid()+"/kill", token, action.KillRequest{Processes: procs, Reason: "GPUIdle", Lease: lease, Fence: term})
+	kill := func(lease string, term int64, procs []nodeapi.Process) (int, nodeapi.KillResult) {
+		code, kr, _ := n.call(t, http.MethodPost, "/api/v1/units/"+n.uuid()+"/kill", token, nodeapi.KillRequest{Processes: procs, Reason: "GPUIdle", Lease: lease, Fence: term})
 		return code, kr
 	}
 	const lease = "gpureclaim/gpureclaim-reclaimer/0b6e1f4a"
 	// The new leader's term reaches the node first.
-	code, res := kill(lease, 5, []action.Process{{PID: 1}})
+	code, res := kill(lease, 5, []nodeapi.Process{{PID: 1}})
 	require.Equal(t, http.StatusConflict, code)
 	require.Contains(t, res.Error, "pid 1 is never signalled")
 

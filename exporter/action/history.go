@@ -60,15 +60,12 @@ func (h *History) Record(s *sampler.Snapshot) {
 	}
 }
 
-// Idleness is what the history says of a unit (a wire type).
-type Idleness = nodeapi.Idleness
-
 // Check says whether every reading of the last window is below threshold.
-func (h *History) Check(uuid string, threshold float64, now time.Time) Idleness {
+func (h *History) Check(uuid string, threshold float64, now time.Time) nodeapi.Idleness {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	rs := h.units[uuid]
-	var out Idleness
+	var out nodeapi.Idleness
 	reaches := false
 	for _, r := range rs {
 		if now.Sub(r.at) >= h.window*8/10 {

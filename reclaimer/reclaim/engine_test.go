@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpureclaim/gpureclaim/internal/testkit/fakeclock"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
@@ -24,7 +25,7 @@ import (
 
 type fixture struct {
 	t         *testing.T
-	clock     *reclaimtest.Clock
+	clock     *fakeclock.Clock
 	notifier  *reclaimtest.Notifier
 	actor     *reclaimtest.Actor
 	checker   *reclaimtest.Checker
@@ -928,7 +929,7 @@ func TestDueActionGoesBeforeABurstOfWarnings(t *testing.T) {
 type slowNotifier struct {
 	*reclaimtest.Notifier
 	t       *testing.T
-	clock   *reclaimtest.Clock
+	clock   *fakeclock.Clock
 	took    time.Duration
 	updates []reclaim.Message
 }

@@ -25,11 +25,8 @@ import (
 // T0 is the start of every test's clock.
 var T0 = time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
 
-// Clock is a settable clock.
-type Clock = fakeclock.Clock
-
 // NewClock starts a clock at T0.
-func NewClock() *Clock { return fakeclock.New(T0) }
+func NewClock() *fakeclock.Clock { return fakeclock.New(T0) }
 
 // Config parses a config, with secrets written to a temporary folder; the
 // webhook token is "t0ken".

@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpureclaim/gpureclaim/internal/testkit/amtest"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/fakeclock"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/fakeslack"
 	"github.com/gpureclaim/gpureclaim/reclaimer/alertmanager"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
@@ -48,7 +49,7 @@ type env struct {
 	base     time.Time
 	slack    *fakeslack.Server
 	cfg      *config.Config
-	clock    *reclaimtest.Clock
+	clock    *fakeclock.Clock
 	actor    *reclaimtest.Actor
 	notifier *rslack.Notifier
 	inter    *rslack.Interactions

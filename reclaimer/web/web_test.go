@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpureclaim/gpureclaim/internal/testkit/fakeclock"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/store"
@@ -39,7 +40,7 @@ func (b brokenStore) Write(rs []*reclaim.Reclaim, evs []reclaim.Event) error {
 type server struct {
 	*httptest.Server
 	engine *reclaim.Engine
-	clock  *reclaimtest.Clock
+	clock  *fakeclock.Clock
 	store  reclaim.Store
 	healed atomic.Bool
 }

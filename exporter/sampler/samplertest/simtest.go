@@ -21,17 +21,14 @@ import (
 // T0 is the scenario time 0 of every test node.
 var T0 = time.Date(2026, 1, 5, 9, 0, 0, 0, time.UTC)
 
-// Clock is a settable clock.
-type Clock = fakeclock.Clock
-
 // NewClock starts a clock at t.
-func NewClock(t time.Time) *Clock { return fakeclock.New(t) }
+func NewClock(t time.Time) *fakeclock.Clock { return fakeclock.New(t) }
 
 // Node is a simulated node with a sampler reading it.
 type Node struct {
 	*nvmlsim.Node
 	Sampler *sampler.Sampler
-	Clock   *Clock
+	Clock   *fakeclock.Clock
 }
 
 // Scenario parses a scenario given inline.
