@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/gpureclaim/gpureclaim/internal/testkit/configtest"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
 )
 
@@ -124,21 +125,10 @@ func asMap(t *testing.T, c Config) map[string]any {
 }
 
 func TestBadConfigsNameTheField(t *testing.T) {
-	files, err := filepath.Glob("testdata/conf.*.bad.yml")
-	require.NoError(t, err)
-	require.NotEmpty(t, files)
-	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) {
-			b, err := os.ReadFile(f)
-			require.NoError(t, err)
-			first, _, _ := strings.Cut(string(b), "\n")
-			want, ok := strings.CutPrefix(first, "# error: ")
-			require.True(t, ok, "the first line says the expected error")
-			_, err = Load(f)
-			require.ErrorContains(t, err, want)
-			require.ErrorContains(t, err, f, "the error names the file")
-		})
-	}
+	configtest.BadCases(t, func(path string) error {
+		_, err := Load(path)
+		return err
+	})
 }
 
 func TestEmptyConfigIsTheDefault(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +11,8 @@ import (
 	"github.com/prometheus/common/model"
 	promql "github.com/prometheus/prometheus/promql/parser"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpureclaim/gpureclaim/internal/testkit/configtest"
 )
 
 func TestGoodConfig(t *testing.T) {
@@ -109,21 +110,10 @@ kubernetes: {jupyterhub: {url: "http://hub:8081/hub/api", token_file: admin.toke
 }
 
 func TestBadConfigsNameTheField(t *testing.T) {
-	files, err := filepath.Glob("testdata/conf.*.bad.yml")
-	require.NoError(t, err)
-	require.NotEmpty(t, files)
-	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) {
-			b, err := os.ReadFile(f)
-			require.NoError(t, err)
-			first, _, _ := strings.Cut(string(b), "\n")
-			want, ok := strings.CutPrefix(first, "# error: ")
-			require.True(t, ok, "the first line says the expected error")
-			_, err = Load(f)
-			require.ErrorContains(t, err, want)
-			require.ErrorContains(t, err, f, "the error names the file")
-		})
-	}
+	configtest.BadCases(t, func(path string) error {
+		_, err := Load(path)
+		return err
+	})
 }
 
 // The backtest reads a config written for the reclaimer's host, whose

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpureclaim/gpureclaim/internal/testkit/configdoc"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/configtest"
 )
 
 var updateDoc = flag.Bool("update-doc", false, "rewrite the reclaimer's table in docs/configuration.md")
@@ -18,20 +18,20 @@ const configDoc = "../../docs/configuration.md"
 // every HTTP client key in its table, and every key a page of the
 // documentation names exists.
 func TestConfigDoc(t *testing.T) {
-	keys := configdoc.Keys(t, reflect.TypeFor[Config](), ".")
-	configdoc.Check(t, configDoc, "reclaimer", configdoc.Table(keys), *updateDoc)
-	configdoc.Documented(t, keys)
+	keys := configtest.Keys(t, reflect.TypeFor[Config](), ".")
+	configtest.Check(t, configDoc, "reclaimer", configtest.Table(keys), *updateDoc)
+	configtest.Documented(t, keys)
 
 	b, err := os.ReadFile(configDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range configdoc.HTTPClientKeys() {
+	for _, k := range configtest.HTTPClientKeys() {
 		top, _, _ := strings.Cut(k, ".")
 		if !strings.Contains(string(b), "`"+top+"`") {
 			t.Errorf("%s: the HTTP client key %s is not in its table", configDoc, top)
 		}
 	}
 
-	configdoc.NamedKeysExist(t, "../..", "the reclaimer's config", keys)
+	configtest.NamedKeysExist(t, "../..", "the reclaimer's config", keys)
 }

@@ -1,8 +1,9 @@
-// Package configdoc keeps docs/configuration.md true to the configuration
-// types: it lists every YAML key of a config type with the doc comment of
-// its Go field, writes them as a table between markers, and checks that
-// every key the documentation names exists.
-package configdoc
+// Package configtest holds the checks every configuration file of
+// gpureclaim shares: each bad case names its field, and
+// docs/configuration.md stays true to the types (every YAML key of a config
+// type with the doc comment of its Go field, as a table between markers;
+// every key the documentation names exists).
+package configtest
 
 import (
 	"bytes"
@@ -341,5 +342,35 @@ func NamedKeysExist(t *testing.T, root, what string, keys []Key) {
 				t.Errorf("%s names %s, which %s does not have", f, name, what)
 			}
 		}
+	}
+}
+
+// BadCases loads each testdata/conf.*.bad.yml of the package and checks
+// that its error contains what the file's first line says ("# error: ...")
+// and names the file.
+func BadCases(t *testing.T, load func(path string) error) {
+	files, err := filepath.Glob("testdata/conf.*.bad.yml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no testdata/conf.*.bad.yml: %v", err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, _, _ := strings.Cut(string(b), "\n")
+			want, ok := strings.CutPrefix(first, "# error: ")
+			if !ok {
+				t.Fatal("the first line says the expected error: # error: ...")
+			}
+			err = load(f)
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("error %v, want one that contains %q", err, want)
+			}
+			if !strings.Contains(err.Error(), f) {
+				t.Fatalf("error %v does not name the file", err)
+			}
+		})
 	}
 }
