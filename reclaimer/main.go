@@ -472,8 +472,12 @@ func buildNotifiers(cfg *config.Config, logger *slog.Logger, am *alertmanager.Cl
 			}
 			set.list = append(set.list, en)
 		case "slack":
+			hc, err := config.NewHTTPClient(n.Slack.HTTP, fmt.Sprintf("notifiers[%d].slack", i), rslack.CallTimeout)
+			if err != nil {
+				return set, err
+			}
 			sn := rslack.New(rslack.Options{Config: n.Slack, Owners: owners, Clock: time.Now, Logger: logger,
-				Pricing: rslack.Pricing{PerGPUHour: n.Slack.PricePerGPUHour, Currency: n.Slack.Currency}, StatusPage: cfg.StatusPageURL})
+				Pricing: rslack.Pricing{PerGPUHour: n.Slack.PricePerGPUHour, Currency: n.Slack.Currency}, StatusPage: cfg.StatusPageURL, HTTP: hc})
 			set.list = append(set.list, sn)
 			set.mount = func(_ context.Context, srv *rweb.Server, eng *reclaim.Engine) {
 				srv.Handle("/slack/interactions", rslack.NewInteractions(sn, eng, am, replay))

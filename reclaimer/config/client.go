@@ -14,9 +14,9 @@ import (
 // HTTPClient is how the reclaimer reaches a service over HTTP, written as
 // Prometheus writes it and inline in each section that calls out
 // (alertmanager, prometheus, nodes, slurm, kubernetes.jupyterhub, a webhook
-// notifier): authorization, basic_auth, oauth2, tls_config (ca_file,
-// cert_file, key_file, server_name, min_version), proxy_url,
-// follow_redirects, enable_http2, http_headers. A secret is given inline
+// notifier, a slack notifier's slack): authorization, basic_auth, oauth2,
+// tls_config (ca_file, cert_file, key_file, server_name, min_version),
+// proxy_url, follow_redirects, enable_http2, http_headers. A secret is given inline
 // (printed as <secret>) or as a *_file, read at every request, so a rotated
 // token needs no restart.
 type HTTPClient = promconfig.HTTPClientConfig

@@ -38,6 +38,11 @@ type Slack struct {
 	PricePerGPUHour float64 `yaml:"price_per_gpu_hour"`
 	Currency        string  `yaml:"currency"`
 
+	// HTTP reaches Slack's API through a proxy or behind a private CA
+	// (proxy_url, tls_config); the bot token authenticates, so it takes no
+	// credentials.
+	HTTP HTTPClient `yaml:",inline"`
+
 	Token         string `yaml:"-"`
 	SigningSecret string `yaml:"-"`
 }
@@ -61,7 +66,18 @@ var (
 	domain       = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$`)
 )
 
+// UnmarshalYAML starts from the HTTP client's defaults.
+func (s *Slack) UnmarshalYAML(unmarshal func(any) error) error {
+	type plain Slack
+	*s = Slack{HTTP: DefaultHTTPClient()}
+	return unmarshal((*plain)(s))
+}
+
 func (s *Slack) validate(c *checker, field string) {
+	if h := s.HTTP; h.Authorization != nil || h.BasicAuth != nil || h.OAuth2 != nil || h.BearerToken != "" || h.BearerTokenFile != "" {
+		c.errorf(field+".authorization", "the bot token (token_file) authenticates to Slack: give a proxy or tls_config here, no credentials")
+	}
+	c.httpClient(field, &s.HTTP)
 	if s.TokenFile == "" {
 		c.errorf(field+".token_file", "is required")
 	}

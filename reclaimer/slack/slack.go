@@ -44,8 +44,13 @@ type Options struct {
 	Logger     *slog.Logger
 	Pricing    Pricing
 	StatusPage string
-	HTTP       *http.Client
+	// HTTP calls Slack's API (the slack section's proxy and TLS,
+	// config.NewHTTPClient); nil: a plain client.
+	HTTP *http.Client
 }
+
+// CallTimeout bounds one call to Slack's API.
+const CallTimeout = 10 * time.Second
 
 // New returns a notifier.
 func New(o Options) *Notifier {
@@ -54,7 +59,7 @@ func New(o Options) *Notifier {
 	}
 	hc := o.HTTP
 	if hc == nil {
-		hc = &http.Client{Timeout: 10 * time.Second}
+		hc = &http.Client{Timeout: CallTimeout}
 	}
 	per := time.Minute / time.Duration(o.Config.MaxRequestsPerMinute)
 	return &Notifier{

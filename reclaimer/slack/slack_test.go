@@ -27,6 +27,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/testkit/amtest"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/fakeclock"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/fakeslack"
+	"github.com/gpureclaim/gpureclaim/internal/testkit/tlstest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/alertmanager"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
@@ -705,4 +706,21 @@ func msgRefs(r *reclaim.Reclaim) map[string]string {
 		}
 	}
 	return out
+}
+
+// Slack's API behind a private CA (a TLS-inspecting proxy's), and behind
+// mutual TLS: the slack section's tls_config reaches it.
+func TestTLS(t *testing.T) {
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"ok": true, "channel": "C0123ADMIN", "ts": "1700000000.000100"}`))
+	})
+	tlstest.Check(t, api, func(t *testing.T, url string, hc config.HTTPClient) error {
+		c, err := config.NewHTTPClient(hc, "slack", rslack.CallTimeout)
+		require.NoError(t, err)
+		n := rslack.New(rslack.Options{Config: &config.Slack{Token: "xoxb-test", APIURL: url + "/", AdminChannel: "C0123ADMIN", MaxRequestsPerMinute: 6000},
+			Clock: time.Now, HTTP: c})
+		_, _, err = n.Send(context.Background(), reclaim.Message{Kind: reclaim.MsgAdmin, Text: "breaker open"}, nil)
+		return err
+	})
 }
