@@ -42,6 +42,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/reclaimer/promquery"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/report"
+	"github.com/gpureclaim/gpureclaim/reclaimer/route"
 	rslack "github.com/gpureclaim/gpureclaim/reclaimer/slack"
 	"github.com/gpureclaim/gpureclaim/reclaimer/slurm"
 	"github.com/gpureclaim/gpureclaim/reclaimer/store"
@@ -158,33 +159,54 @@ func kubeClient(cfg *config.Config, rc *rest.Config, logger *slog.Logger) (*kube
 	return kube.New(rc, o)
 }
 
-// outboundClients builds the clients of the services the config names:
-// Alertmanager, the nodes, Prometheus and slurmrestd.
-func outboundClients(cfg *config.Config) (*alertmanager.Client, *actor, *inspector, error) {
-	am, err := alertmanager.New(cfg.Alertmanager)
-	if err != nil {
-		return nil, nil, nil, err
+// clients reach the services the config names.
+type clients struct {
+	am    *alertmanager.Client
+	nodes *node.Client
+	prom  *promquery.Client // nil without prometheus.url
+	slurm *slurm.Client     // nil without slurm.url
+}
+
+// outboundClients builds the clients of Alertmanager, the nodes,
+// Prometheus and slurmrestd.
+func outboundClients(cfg *config.Config) (clients, error) {
+	var c clients
+	var err error
+	if c.am, err = alertmanager.New(cfg.Alertmanager); err != nil {
+		return c, err
 	}
-	nodes, err := node.New(cfg.Nodes)
-	if err != nil {
-		return nil, nil, nil, err
+	if c.nodes, err = node.New(cfg.Nodes); err != nil {
+		return c, err
 	}
-	act, insp := &actor{cfg: cfg, nodes: nodes}, &inspector{nodes: nodes}
 	if cfg.Prometheus.On() {
 		hc, err := config.NewHTTPClient(cfg.Prometheus.HTTP, "prometheus", time.Duration(cfg.Prometheus.Timeout))
 		if err != nil {
-			return nil, nil, nil, err
+			return c, err
 		}
-		act.prom = &promquery.Client{URL: cfg.Prometheus.URL, HTTP: hc, Timeout: time.Duration(cfg.Prometheus.Timeout)}
+		c.prom = &promquery.Client{URL: cfg.Prometheus.URL, HTTP: hc, Timeout: time.Duration(cfg.Prometheus.Timeout)}
 	}
 	if cfg.Slurm.On() {
-		sc, err := slurm.New(cfg.Slurm)
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("slurm.url: %w", err)
+		if c.slurm, err = slurm.New(cfg.Slurm); err != nil {
+			return c, fmt.Errorf("slurm.url: %w", err)
 		}
-		act.slurm, insp.slurm = sc, sc
 	}
-	return am, act, insp, nil
+	return c, nil
+}
+
+// router routes the engine's actions and questions to the clients; a
+// backend the config turns off stays a nil interface.
+func router(cfg *config.Config, c clients, kc *kube.Client) *route.Router {
+	b := route.Backends{Config: cfg, Nodes: c.nodes}
+	if kc != nil {
+		b.Kubernetes = kc
+	}
+	if c.slurm != nil {
+		b.Slurm = c.slurm
+	}
+	if c.prom != nil {
+		b.Holders = c.prom
+	}
+	return route.New(b)
 }
 
 // failpoint kills the process at a named point of the lifecycle when
@@ -265,26 +287,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	reg.MustRegister(versioncollector.NewCollector("gpureclaim_reclaimer"), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := reclaim.NewMetrics(reg)
 
-	am, act, insp, err := outboundClients(cfg)
+	cl, err := outboundClients(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "gpureclaim-reclaimer:", err)
 		return 1
 	}
-	prom, nodes := act.prom, act.nodes
+	am, prom, nodes := cl.am, cl.prom, cl.nodes
 	var events reclaim.Events
+	var owners reclaim.OwnerLookup
+	var kc *kube.Client
 	if cfg.Kubernetes.On() {
-		kc, err := kubeClient(cfg, rc, logger)
-		if err != nil {
+		if kc, err = kubeClient(cfg, rc, logger); err != nil {
 			fmt.Fprintln(stderr, "gpureclaim-reclaimer:", err)
 			return 1
 		}
-		act.kube, insp.kube = kc, kc
-		events = kc
+		events, owners = kc, kc
 	}
-	var owners reclaim.OwnerLookup
-	if act.kube != nil {
-		owners = act.kube
-	}
+	routes := router(cfg, cl, kc)
 	notifiers, err := buildNotifiers(cfg, logger, am, owners, st)
 	if err != nil {
 		fmt.Fprintln(stderr, "gpureclaim-reclaimer:", err)
@@ -313,7 +332,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			ks.Lead(ctx) // the Lease lost, its writes in flight end
 		}
 		eo := reclaim.Options{
-			Config: cfg, Store: st, Checker: am, Inspector: insp, Actor: act, Verifier: act, Events: events,
+			Config: cfg, Store: st, Checker: am, Inspector: routes, Actor: routes, Verifier: routes, Events: events,
 			Notifiers: notifiers.list, Clock: time.Now, Logger: logger, Metrics: metrics, Failpoint: failpoint(), Leadership: leader,
 		}
 		if prom != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/reclaimer/kube"
 	"github.com/gpureclaim/gpureclaim/reclaimer/promquery"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+	"github.com/gpureclaim/gpureclaim/reclaimer/route"
 )
 
 // TestReleaseConfirmedByPrometheus evicts a pod on a real apiserver: the
@@ -64,7 +65,7 @@ func TestReleaseConfirmedByPrometheus(t *testing.T) {
 	cfg := &config.Config{Workloads: config.BuiltinWorkloads()}
 	kc, err := kube.New(cl.RESTConfig(kubetest.ReclaimerToken), kube.Options{Workloads: cfg.Workloads, EvictionDeadline: time.Minute, Clock: time.Now, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
-	act := &actor{cfg: cfg, kube: kc, prom: q}
+	act := route.New(route.Backends{Config: cfg, Kubernetes: kc, Holders: q})
 	r := &reclaim.Reclaim{ID: "r1", Action: config.ActionEvict, ActAt: time.Now(), Target: reclaim.Target{UUID: "GPU-1", Node: "n1", Namespace: "ml", Pod: "nb-0"}}
 	_, err = act.Act(ctx, r.Action, r)
 	require.NoError(t, err)

@@ -29,6 +29,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/reclaimer/promquery"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/route"
 	"github.com/gpureclaim/gpureclaim/reclaimer/store"
 )
 
@@ -92,8 +93,9 @@ policies:
 	require.NoError(t, err)
 	defer st.Close()
 	owner := reclaimtest.NewNotifier("owner")
+	routes := route.New(route.Backends{Config: cfg, Kubernetes: kc})
 	eng, err := reclaim.New(reclaim.Options{
-		Config: cfg, Store: st, Checker: &reclaimtest.Checker{}, Inspector: &inspector{kube: kc}, Actor: &actor{cfg: cfg, kube: kc},
+		Config: cfg, Store: st, Checker: &reclaimtest.Checker{}, Inspector: routes, Actor: routes,
 		Notifiers: []reclaim.Notifier{owner}, Clock: time.Now, Logger: slog.New(slog.DiscardHandler),
 	})
 	require.NoError(t, err)
