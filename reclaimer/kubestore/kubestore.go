@@ -74,7 +74,7 @@ type Episode struct {
 // kubectl; Reclaim is the whole record, from which the reclaimer resumes.
 type Status struct {
 	State   string          `json:"state"`
-	Owner   string          `json:"owner"`
+	Holder  string          `json:"holder"`
 	Unit    string          `json:"unit"`
 	Action  string          `json:"action,omitempty"`
 	Reason  string          `json:"reason,omitempty"`
@@ -302,7 +302,7 @@ func (s *Store) render(r *reclaim.Reclaim, events []reclaim.Event) (*unstructure
 	if err != nil {
 		return nil, err
 	}
-	st := Status{State: string(r.State), Owner: r.Target.Holder(), Unit: r.Target.Unit(), Action: r.Action, Reason: r.Reason,
+	st := Status{State: string(r.State), Holder: r.Target.Holder(), Unit: r.Target.Unit(), Action: r.Action, Reason: r.Reason,
 		ActAt: mtime(r.ActAt), ActedAt: mtime(r.ActedAt), Closed: mtime(r.Closed), Reclaim: raw, Events: events}
 	meta := map[string]any{
 		"name":      r.ID,

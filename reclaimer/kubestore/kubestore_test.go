@@ -5,7 +5,12 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"maps"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +19,9 @@ import (
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gpureclaim/gpureclaim/deploy"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/kubetest"
@@ -107,11 +114,11 @@ func TestStore(t *testing.T) {
 		}
 	}
 
-	// kubectl lists them with their state, owner and action.
+	// kubectl lists them with their state, holder and action.
 	out, err := exec.Command(tooltest.Bin(t, "kubectl"), "--kubeconfig", cl.Kubeconfig, "get", "gpureclaims", "-n", ns).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	require.Regexp(t, `^NAME\s+STATE\s+OWNER\s+POLICY\s+ACTION\s+ACT AT\s+AGE$`, lines[0])
+	require.Regexp(t, `^NAME\s+STATE\s+HOLDER\s+POLICY\s+ACTION\s+ACT AT\s+AGE$`, lines[0])
 	require.Len(t, lines, 3)
 	require.Regexp(t, `^2ec3c8d58a8a0c69-1772445600\s+done\s+ml/chat-0\s+idle\s+scale_down\s`, lines[1])
 	require.Regexp(t, `^7f00aa11bb22cc33-1772445600\s+snoozed\s+ml/nb-0\s+idle\s+scale_down\s`, lines[2])
@@ -239,4 +246,101 @@ func TestJournal(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, entries, 1)
 	require.Equal(t, first, entries[0].ID)
+}
+
+// schemaProps is the part of an OpenAPI schema the drift test reads.
+type schemaProps struct {
+	Properties map[string]schemaProps `json:"properties"`
+	Items      *schemaProps           `json:"items"`
+}
+
+// The CRD's schema names exactly the fields the store writes, at every
+// level it describes: a field of the types missing from the schema would
+// be pruned by the apiserver, one of the schema missing from the types
+// would never be written.
+func TestCRDSchemaMatchesTheTypes(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(deploy.CRDs(tooltest.Root(t)), "gpureclaims.gpureclaim.io.yaml"))
+	require.NoError(t, err)
+	var crd struct {
+		Spec struct {
+			Versions []struct {
+				Schema struct {
+					OpenAPIV3Schema schemaProps `json:"openAPIV3Schema"`
+				} `json:"schema"`
+			} `json:"versions"`
+		} `json:"spec"`
+	}
+	require.NoError(t, yaml.Unmarshal(b, &crd))
+	require.Len(t, crd.Spec.Versions, 1)
+	at := func(path ...string) schemaProps {
+		s := crd.Spec.Versions[0].Schema.OpenAPIV3Schema
+		for _, p := range path {
+			if p == "[]" {
+				s = *s.Items
+				continue
+			}
+			s = s.Properties[p]
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		path []string
+		typ  reflect.Type
+	}{
+		{[]string{"spec"}, reflect.TypeFor[kubestore.Spec]()},
+		{[]string{"spec", "target"}, reflect.TypeFor[reclaim.Target]()},
+		{[]string{"spec", "episode"}, reflect.TypeFor[kubestore.Episode]()},
+		{[]string{"status"}, reflect.TypeFor[kubestore.Status]()},
+		{[]string{"status", "events", "[]"}, reflect.TypeFor[reclaim.Event]()},
+	} {
+		var fields []string
+		for f := range tc.typ.Fields() {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			fields = append(fields, name)
+		}
+		require.ElementsMatch(t, fields, slices.Collect(maps.Keys(at(tc.path...).Properties)), "%s", strings.Join(tc.path, "."))
+	}
+}
+
+// A GPUReclaim as the reclaimer of commit 7bdcb6d wrote it (its status
+// has owner where it now has holder; its record says controller, which
+// the code now calls the top owner) loads, its audit trail with it, and
+// the next write gives it the current shape.
+func TestLoadsGPUReclaimsWrittenBefore(t *testing.T) {
+	cl, _ := apiserver(t)
+	b, err := os.ReadFile("testdata/gpureclaim-7bdcb6d.json")
+	require.NoError(t, err)
+	var old unstructured.Unstructured
+	require.NoError(t, old.UnmarshalJSON(b))
+	old.SetNamespace(deploy.Namespace)
+	admin, err := kubestoreAdmin(cl)
+	require.NoError(t, err)
+	_, err = admin.Resource(kubestore.GVR).Namespace(deploy.Namespace).Create(context.Background(), &old, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	s, err := kubestore.New(cl.RESTConfig(kubetest.ReclaimerToken), deploy.Namespace, "gpureclaim-reclaimer-replays")
+	require.NoError(t, err)
+	loaded, err := s.Load()
+	require.NoError(t, err)
+	require.Len(t, loaded, 1)
+	r := loaded[0]
+	require.Equal(t, "5e8f0a8f0c0b2a11-1764496800", r.ID)
+	require.Equal(t, reclaim.Done, r.State)
+	require.Equal(t, &reclaim.TopOwner{APIVersion: "batch/v1", Kind: "Job", Namespace: "ml", Name: "train-7", Stop: reclaim.StopPatch, Stopped: "suspended"}, r.TopOwner)
+	require.Equal(t, "train-7", r.Workload.Name)
+	require.True(t, r.Warning.Sent)
+	require.Equal(t, "ml/train-7-abcde", r.Target.Holder())
+	events, err := s.Audit(10)
+	require.NoError(t, err)
+	require.Len(t, events, 1)
+	require.Equal(t, "stop on the top owner, Job ml/train-7", events[0].Detail)
+
+	r.Reason = "written again"
+	require.NoError(t, s.Write([]*reclaim.Reclaim{r}, nil))
+	now, err := admin.Resource(kubestore.GVR).Namespace(deploy.Namespace).Get(context.Background(), r.ID, metav1.GetOptions{})
+	require.NoError(t, err)
+	holder, _, _ := unstructured.NestedString(now.Object, "status", "holder")
+	require.Equal(t, "ml/train-7-abcde", holder)
+	_, found, _ := unstructured.NestedFieldNoCopy(now.Object, "status", "owner")
+	require.False(t, found, "the apiserver prunes the old field")
 }

@@ -1,7 +1,10 @@
 package store
 
 import (
+	"compress/gzip"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -140,4 +143,37 @@ func TestALargeWriteIsSplitAndWhole(t *testing.T) {
 	audit, err := b.Audit(len(evs) + 1)
 	require.NoError(t, err)
 	require.Len(t, audit, len(evs))
+}
+
+// A store file the reclaimer of commit 7bdcb6d wrote (its record says
+// controller, which the code now calls the top owner) loads whole, with
+// its audit trail.
+func TestLoadsWhatEarlierReleasesWrote(t *testing.T) {
+	gz, err := os.Open("testdata/reclaims-7bdcb6d.db.gz")
+	require.NoError(t, err)
+	defer gz.Close()
+	zr, err := gzip.NewReader(gz)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "state.db")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	_, err = io.Copy(f, zr)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	b, err := Open(path, time.Second)
+	require.NoError(t, err)
+	defer b.Close()
+	rs, err := b.Load()
+	require.NoError(t, err)
+	require.Len(t, rs, 1)
+	r := rs[0]
+	require.Equal(t, reclaim.Done, r.State)
+	require.Equal(t, &reclaim.TopOwner{APIVersion: "batch/v1", Kind: "Job", Namespace: "ml", Name: "train-7", Stop: reclaim.StopPatch, Stopped: "suspended"}, r.TopOwner)
+	require.Equal(t, "train-7", r.Workload.Name)
+	require.Equal(t, "ml/train-7-abcde", r.Target.Holder())
+	events, err := b.Audit(10)
+	require.NoError(t, err)
+	require.Len(t, events, 1)
+	require.Equal(t, "stop on the top owner, Job ml/train-7", events[0].Detail)
 }
