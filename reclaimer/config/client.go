@@ -2,8 +2,10 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -61,9 +63,12 @@ func (c *checker) httpClient(field string, h *HTTPClient) {
 		return
 	}
 	ok := true
-	for key, path := range clientFiles(h) {
-		if path != "" && !c.readable(field+"."+key, path) {
-			ok = false
+	files := clientFiles(h)
+	for _, key := range slices.Sorted(maps.Keys(files)) {
+		if path := files[key]; path != "" {
+			if _, read := c.read(field+"."+key, path); !read {
+				ok = false
+			}
 		}
 	}
 	if !ok {
@@ -101,26 +106,31 @@ func clientFiles(h *HTTPClient) map[string]string {
 	return files
 }
 
+// hasCredentials says whether a section's HTTP client authenticates.
+func hasCredentials(h *HTTPClient) bool {
+	return h.Authorization != nil || h.BasicAuth != nil || h.OAuth2 != nil || h.BearerToken != "" || h.BearerTokenFile != ""
+}
+
 // httpClientSet says whether a section names any HTTP client setting
 // beyond the defaults: credentials, TLS, a proxy or headers.
 func httpClientSet(h *HTTPClient) bool {
-	return h.Authorization != nil || h.BasicAuth != nil || h.OAuth2 != nil || h.BearerToken != "" || h.BearerTokenFile != "" ||
-		h.TLSConfig != (promconfig.TLSConfig{}) || h.ProxyURL.URL != nil || h.HTTPHeaders != nil
+	return hasCredentials(h) || h.TLSConfig != (promconfig.TLSConfig{}) || h.ProxyURL.URL != nil || h.HTTPHeaders != nil
 }
 
-// readable says whether a file the config names can be read and is not
-// empty; if not, it records why.
-func (c *checker) readable(field, path string) bool {
+// read reads a file the config names, trimmed; a file that cannot be read
+// or is empty is recorded as the field's error.
+func (c *checker) read(field, path string) (string, bool) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		c.errorf(field, "%v", err)
-		return false
+		return "", false
 	}
-	if strings.TrimSpace(string(b)) == "" {
+	s := strings.TrimSpace(string(b))
+	if s == "" {
 		c.errorf(field, "%s is empty", path)
-		return false
+		return "", false
 	}
-	return true
+	return s, true
 }
 
 // selfChecking are the client settings whose decoding checks them, with

@@ -219,11 +219,8 @@ func (c *checker) secret(field, path string) string {
 	if !filepath.IsAbs(path) {
 		path = filepath.Join(c.dir, path)
 	}
-	if !c.readable(field, path) {
-		return ""
-	}
-	b, _ := os.ReadFile(path)
-	return strings.TrimSpace(string(b))
+	v, _ := c.read(field, path)
+	return v
 }
 
 func (c *checker) url(field, u string, required bool) {

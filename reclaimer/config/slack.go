@@ -74,7 +74,7 @@ func (s *Slack) UnmarshalYAML(unmarshal func(any) error) error {
 }
 
 func (s *Slack) validate(c *checker, field string) {
-	if h := s.HTTP; h.Authorization != nil || h.BasicAuth != nil || h.OAuth2 != nil || h.BearerToken != "" || h.BearerTokenFile != "" {
+	if hasCredentials(&s.HTTP) {
 		c.errorf(field+".authorization", "the bot token (token_file) authenticates to Slack: give a proxy or tls_config here, no credentials")
 	}
 	c.httpClient(field, &s.HTTP)

@@ -80,12 +80,12 @@ func (s *Slurm) validate(c *checker) {
 		s.TokenFile = filepath.Join(c.dir, s.TokenFile)
 	}
 	if s.TokenFile != "" && !c.skipSecrets {
-		c.readable("slurm.token_file", s.TokenFile)
+		c.read("slurm.token_file", s.TokenFile)
 	}
 	if err == nil && u.Scheme == "unix" && httpClientSet(&s.HTTP) {
 		c.errorf("slurm.url", "a UNIX socket takes no credentials, TLS or proxy settings")
 	}
-	if s.HTTP.Authorization != nil || s.HTTP.BasicAuth != nil || s.HTTP.OAuth2 != nil || s.HTTP.BearerTokenFile != "" || s.HTTP.BearerToken != "" {
+	if hasCredentials(&s.HTTP) {
 		c.errorf("slurm.token_file", "slurmrestd reads its own token header (rest_auth/jwt): give token_file and user_name, not authorization, basic_auth or oauth2")
 	}
 	c.httpClient("slurm", &s.HTTP)
