@@ -70,19 +70,60 @@ type Episode struct {
 	StartsAt    time.Time `json:"startsAt"`
 }
 
-// Status is where the reclaim stands. Its flat fields are for people and
-// kubectl; Reclaim is the whole record, from which the reclaimer resumes.
+// Status is where the reclaim stands. Its typed fields are for people and
+// kubectl; Reclaim is the whole record, engine-only fields included, from
+// which the reclaimer resumes.
 type Status struct {
-	State   string          `json:"state"`
-	Holder  string          `json:"holder"`
-	Unit    string          `json:"unit"`
-	Action  string          `json:"action,omitempty"`
-	Reason  string          `json:"reason,omitempty"`
-	ActAt   *metav1.Time    `json:"actAt,omitempty"`
-	ActedAt *metav1.Time    `json:"actedAt,omitempty"`
-	Closed  *metav1.Time    `json:"closed,omitempty"`
-	Reclaim json.RawMessage `json:"reclaim"`
-	Events  []reclaim.Event `json:"events,omitempty"`
+	State   string       `json:"state"`
+	Holder  string       `json:"holder"`
+	Unit    string       `json:"unit"`
+	Action  string       `json:"action,omitempty"`
+	Reason  string       `json:"reason,omitempty"`
+	DryRun  bool         `json:"dryRun,omitempty"`
+	ActAt   *metav1.Time `json:"actAt,omitempty"`
+	ActedAt *metav1.Time `json:"actedAt,omitempty"`
+	Closed  *metav1.Time `json:"closed,omitempty"`
+	// TopOwner is what the reclaimer decided on, and how it stops it.
+	TopOwner *TopOwner `json:"topOwner,omitempty"`
+	// Warning is the owner's warning: when it was delivered, and where.
+	Warning *Delivery `json:"warning,omitempty"`
+	// ReleasedAt is when the GPU was seen free after the action.
+	ReleasedAt *metav1.Time `json:"releasedAt,omitempty"`
+	// Restored is when a restored workload ran again.
+	Restored *metav1.Time    `json:"restored,omitempty"`
+	Reclaim  json.RawMessage `json:"reclaim"`
+	Events   []reclaim.Event `json:"events,omitempty"`
+}
+
+// TopOwner is a pod's top owner as the status shows it.
+type TopOwner struct {
+	APIVersion string `json:"apiVersion,omitempty"`
+	Kind       string `json:"kind"`
+	Namespace  string `json:"namespace,omitempty"`
+	Name       string `json:"name"`
+	// Stop is how the reclaimer stops it (scale, patch, kueue, jupyterhub,
+	// none).
+	Stop string `json:"stop,omitempty"`
+}
+
+// Delivery is when and where a message went.
+type Delivery struct {
+	At       *metav1.Time `json:"at,omitempty"`
+	Channels []string     `json:"channels,omitempty"`
+}
+
+// status is what people read of a reclaim.
+func status(r *reclaim.Reclaim, raw json.RawMessage, events []reclaim.Event) Status {
+	st := Status{State: string(r.State), Holder: r.Target.Holder(), Unit: r.Target.Unit(), Action: r.Action, Reason: r.Reason, DryRun: r.DryRun,
+		ActAt: mtime(r.ActAt), ActedAt: mtime(r.ActedAt), Closed: mtime(r.Closed), ReleasedAt: mtime(r.ReleasedAt), Restored: mtime(r.Restored),
+		Reclaim: raw, Events: events}
+	if o := r.TopOwner; o != nil && o.Kind != "" {
+		st.TopOwner = &TopOwner{APIVersion: o.APIVersion, Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Stop: o.Stop}
+	}
+	if r.Warning.Sent {
+		st.Warning = &Delivery{At: mtime(r.Warning.At), Channels: r.Warning.Channels}
+	}
+	return st
 }
 
 // Store is a reclaim.Store in GPUReclaim resources of one namespace, and
@@ -302,8 +343,7 @@ func (s *Store) render(r *reclaim.Reclaim, events []reclaim.Event) (*unstructure
 	if err != nil {
 		return nil, err
 	}
-	st := Status{State: string(r.State), Holder: r.Target.Holder(), Unit: r.Target.Unit(), Action: r.Action, Reason: r.Reason,
-		ActAt: mtime(r.ActAt), ActedAt: mtime(r.ActedAt), Closed: mtime(r.Closed), Reclaim: raw, Events: events}
+	st := status(r, raw, events)
 	meta := map[string]any{
 		"name":      r.ID,
 		"namespace": s.ns,

@@ -292,6 +292,8 @@ func TestCRDSchemaMatchesTheTypes(t *testing.T) {
 		{[]string{"spec", "episode"}, reflect.TypeFor[kubestore.Episode]()},
 		{[]string{"status"}, reflect.TypeFor[kubestore.Status]()},
 		{[]string{"status", "events", "[]"}, reflect.TypeFor[reclaim.Event]()},
+		{[]string{"status", "topOwner"}, reflect.TypeFor[kubestore.TopOwner]()},
+		{[]string{"status", "warning"}, reflect.TypeFor[kubestore.Delivery]()},
 	} {
 		var fields []string
 		for f := range tc.typ.Fields() {
@@ -343,4 +345,6 @@ func TestLoadsGPUReclaimsWrittenBefore(t *testing.T) {
 	require.Equal(t, "ml/train-7-abcde", holder)
 	_, found, _ := unstructured.NestedFieldNoCopy(now.Object, "status", "owner")
 	require.False(t, found, "the apiserver prunes the old field")
+	top, _, _ := unstructured.NestedStringMap(now.Object, "status", "topOwner")
+	require.Equal(t, map[string]string{"apiVersion": "batch/v1", "kind": "Job", "namespace": "ml", "name": "train-7", "stop": "patch"}, top, "the top owner is a typed field of the status now")
 }
