@@ -24,8 +24,14 @@ import (
 type HTTPClient = promconfig.HTTPClientConfig
 
 // DefaultHTTPClient is a section's HTTP client unless the file says
-// otherwise: Prometheus's defaults (follow redirects, HTTP/2).
-func DefaultHTTPClient() HTTPClient { return promconfig.DefaultHTTPClientConfig }
+// otherwise: Prometheus's defaults (follow redirects, HTTP/2), and the
+// proxy of the environment (HTTPS_PROXY, NO_PROXY) as the reclaimer's
+// clients always had; a proxy_url replaces it.
+func DefaultHTTPClient() HTTPClient {
+	h := promconfig.DefaultHTTPClientConfig
+	h.ProxyFromEnvironment = true
+	return h
+}
 
 // userAgent is what every outbound request says it is.
 const userAgent = "gpureclaim-reclaimer"
@@ -55,6 +61,9 @@ func (c *checker) httpClient(field string, h *HTTPClient) {
 		c.warnf(field+".bearer_token", "is deprecated and goes in a later release: write authorization: {credentials: ...}")
 	}
 	h.SetDirectory(c.dir)
+	if h.ProxyURL.URL != nil || h.NoProxy != "" {
+		h.ProxyFromEnvironment = false // the file names its proxy
+	}
 	if err := h.Validate(); err != nil {
 		c.errorf(field, "%v", err)
 		return

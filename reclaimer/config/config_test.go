@@ -36,6 +36,8 @@ func TestGoodConfig(t *testing.T) {
 	require.True(t, c.Prometheus.HTTP.FollowRedirects, "Prometheus's defaults")
 	require.True(t, c.Notifiers[1].HTTP.EnableHTTP2, "a notifier starts from the defaults too")
 	require.Equal(t, "proxy.example.com:3128", c.Notifiers[1].HTTP.ProxyURL.Host)
+	require.False(t, c.Notifiers[1].HTTP.ProxyFromEnvironment, "its proxy_url replaces the environment's")
+	require.True(t, c.Prometheus.HTTP.ProxyFromEnvironment, "the environment's proxy, as before")
 	u, err := c.Nodes.URL("gpu-node-7")
 	require.NoError(t, err)
 	require.Equal(t, "https://gpu-node-7.gpu.example.com:9848", u)
