@@ -65,6 +65,24 @@ func gpuPodTemplate(container string) map[string]any {
 	}}
 }
 
+// runEngine runs an engine on a fresh store with the config's policies,
+// acting through kc, until the test ends; the notifier hears everything.
+func runEngine(ctx context.Context, t *testing.T, kc *kube.Client, yaml string) (*reclaim.Engine, *reclaimtest.Notifier) {
+	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"), time.Second)
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	notifier := reclaimtest.NewNotifier("test")
+	eng, err := reclaim.New(reclaim.Options{
+		Config: reclaimtest.Config(t, yaml), Store: st, Inspector: kc, Actor: kubeActor{kc}, Verifier: kubeActor{kc}, Events: kc,
+		Notifiers: []reclaim.Notifier{notifier}, Clock: time.Now,
+	})
+	require.NoError(t, err)
+	runCtx, stop := context.WithCancel(ctx)
+	t.Cleanup(stop)
+	go eng.Run(runCtx, 200*time.Millisecond)
+	return eng, notifier
+}
+
 // endedReclaim waits until the engine's reclaim that pick chooses has ended.
 func endedReclaim(t *testing.T, eng *reclaim.Engine, pick func(*reclaim.Reclaim) bool, within time.Duration) *reclaim.Reclaim {
 	t.Helper()
@@ -139,21 +157,10 @@ func TestStopsUnderRealControllers(t *testing.T) {
 	kwokGPUNode(t, admin)
 
 	kc := newClient(t, cl, time.Now, kube.Options{Kueue: true})
-	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"), time.Second)
-	require.NoError(t, err)
-	t.Cleanup(func() { st.Close() })
-	notifier := reclaimtest.NewNotifier("test")
-	eng, err := reclaim.New(reclaim.Options{
-		Config: reclaimtest.Config(t, `
+	eng, _ := runEngine(ctx, t, kc, `
 release: {timeout: 3m, interval: 1s, timeouts: {InferenceService: 20s, JobSet: 20s, Notebook: 20s, LeaderWorkerSet: 20s}}
 policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 1s, min_runtime: 0s}]
-`),
-		Store: st, Inspector: kc, Actor: kubeActor{kc}, Verifier: kubeActor{kc}, Events: kc, Notifiers: []reclaim.Notifier{notifier}, Clock: time.Now,
-	})
-	require.NoError(t, err)
-	runCtx, stop := context.WithCancel(ctx)
-	t.Cleanup(stop)
-	go eng.Run(runCtx, 200*time.Millisecond)
+`)
 
 	o := func(ns string) *objects { return &objects{t: t, dyn: dyn, cs: admin, ns: ns} }
 	kueueLabel := map[string]any{"labels": map[string]any{config.KueueQueueLabel: "gpus"}}

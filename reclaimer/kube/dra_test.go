@@ -1,8 +1,6 @@
 package kube_test
 
 import (
-	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +20,6 @@ import (
 	"github.com/gpureclaim/gpureclaim/reclaimer/kube"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
-	"github.com/gpureclaim/gpureclaim/reclaimer/store"
 )
 
 // draNode publishes what NVIDIA's DRA driver's kubelet plugin would for a
@@ -140,21 +137,10 @@ func TestDRAClaims(t *testing.T) {
 	require.Never(t, func() bool { return len(running("app=waiter")) > 0 }, 3*time.Second, 200*time.Millisecond, "no GPU is free")
 
 	kc := newClient(t, cl, time.Now, kube.Options{})
-	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"), time.Second)
-	require.NoError(t, err)
-	t.Cleanup(func() { st.Close() })
-	notifier := reclaimtest.NewNotifier("test")
-	eng, err := reclaim.New(reclaim.Options{
-		Config: reclaimtest.Config(t, `
+	eng, notifier := runEngine(ctx, t, kc, `
 release: {timeout: 2m, interval: 1s}
 policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 1s, min_runtime: 0s}]
-`),
-		Store: st, Inspector: kc, Actor: kubeActor{kc}, Verifier: kubeActor{kc}, Events: kc, Notifiers: []reclaim.Notifier{notifier}, Clock: time.Now,
-	})
-	require.NoError(t, err)
-	runCtx, stop := context.WithCancel(ctx)
-	t.Cleanup(stop)
-	go eng.Run(runCtx, 200*time.Millisecond)
+`)
 
 	ended := func(pod string) *reclaim.Reclaim {
 		return endedReclaim(t, eng, func(r *reclaim.Reclaim) bool { return r.Target.Pod == pod }, 2*time.Minute)
