@@ -17,6 +17,8 @@ import (
 	"strings"
 	"time"
 
+	promconfig "github.com/prometheus/common/config"
+
 	"github.com/gpureclaim/gpureclaim/advisor/packing"
 	"github.com/gpureclaim/gpureclaim/internal/cli"
 	"github.com/gpureclaim/gpureclaim/internal/trace"
@@ -26,6 +28,7 @@ import (
 
 type options struct {
 	trace, prometheus, promURL string
+	promHTTPConfig             string
 	window, step, timeout      time.Duration
 	dcgmHonorLabels            bool
 	model                      string
@@ -50,6 +53,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.prometheus, "history.prometheus", "", "A Prometheus range-query export (the JSON of /api/v1/query_range) of the exporter's unit metrics or of dcgm-exporter's fields, as the backtest reads.")
 	fs.BoolVar(&o.dcgmHonorLabels, "history.dcgm-honor-labels", false, "The dcgm-exporter export was scraped with honor_labels.")
 	fs.StringVar(&o.promURL, "prometheus.url", "", "Read the history from this Prometheus (query_range of the exporter's unit metrics over --prometheus.window).")
+	fs.StringVar(&o.promHTTPConfig, "prometheus.http-config-file", "", "A file of Prometheus's HTTP client settings for --prometheus.url (authorization, basic_auth, oauth2, tls_config, proxy_url), as promtool's --http.config.file.")
 	fs.DurationVar(&o.window, "prometheus.window", 7*24*time.Hour, "How far back --prometheus.url is read.")
 	fs.DurationVar(&o.step, "prometheus.step", time.Minute, "The step of the range query.")
 	fs.DurationVar(&o.timeout, "prometheus.timeout", 2*time.Minute, "Timeout of the range query.")
@@ -108,6 +112,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("--format: %q is not text, markdown or json", o.format)
 	case o.promURL != "" && (o.window <= 0 || o.step <= 0 || o.window < 2*o.step):
 		return nil, errors.New("--prometheus.window must hold at least two --prometheus.step")
+	case o.promHTTPConfig != "" && o.promURL == "":
+		return nil, errors.New("--prometheus.http-config-file: it is for --prometheus.url")
 	}
 	return o, nil
 }
@@ -192,6 +198,23 @@ func history(ctx context.Context, o *options) (backtest.History, error) {
 // fleet's unit series is some hundreds of MB.
 const maxExport = 1 << 30
 
+// promClient is the client of --prometheus.url: its HTTP client settings,
+// or a plain client.
+func promClient(file string) (*http.Client, error) {
+	if file == "" {
+		return http.DefaultClient, nil
+	}
+	cfg, _, err := promconfig.LoadHTTPConfigFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("--prometheus.http-config-file: %w", err)
+	}
+	hc, err := promconfig.NewClientFromConfig(*cfg, "prometheus", promconfig.WithUserAgent("gpureclaim-advisor"))
+	if err != nil {
+		return nil, fmt.Errorf("--prometheus.http-config-file: %w", err)
+	}
+	return hc, nil
+}
+
 // queryRange reads the backtest's export of the last window from a live
 // Prometheus.
 func queryRange(ctx context.Context, o *options) ([]byte, error) {
@@ -205,7 +228,11 @@ func queryRange(ctx context.Context, o *options) ([]byte, error) {
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err := http.DefaultClient.Do(req)
+	hc, err := promClient(o.promHTTPConfig)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpureclaim/gpureclaim/internal/testkit/tlstest"
 )
 
 // traceFile writes two days of a trace: pod "day" busy by day, "night" by
@@ -97,6 +99,37 @@ func TestAdvisorReadsPrometheus(t *testing.T) {
 	require.Contains(t, errb.String(), "gpureclaim-advisor:")
 }
 
+// A Prometheus behind a private CA that asks for a client certificate and
+// a token: --prometheus.http-config-file gives them, as promtool's
+// --http.config.file does.
+func TestAdvisorReadsPrometheusOverMutualTLS(t *testing.T) {
+	ca := tlstest.NewCA(t, "prometheus CA")
+	client := ca.Client(t, "gpureclaim-advisor")
+	var query, auth, name string
+	prom := ca.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		require.NoError(t, r.ParseForm())
+		query, auth, name = r.Form.Get("query"), r.Header.Get("Authorization"), tlstest.ClientName(r)
+		fmt.Fprint(w, `{"status":"success","data":{"resultType":"matrix","result":[]}}`)
+	}), true)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "token"), []byte("s3cret\n"), 0o600))
+	cfg := filepath.Join(dir, "http.yml")
+	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf("authorization: {credentials_file: token}\ntls_config: {ca_file: %s, cert_file: %s, key_file: %s}\n",
+		ca.CAFile, client.CertFile, client.KeyFile)), 0o600))
+
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"--prometheus.url=" + prom.URL, "--prometheus.window=1h", "--prometheus.http-config-file=" + cfg}, &out, &errb)
+	require.Equal(t, 1, code, "an empty history: %s", errb.String())
+	require.Contains(t, query, "gpureclaim_unit_")
+	require.Equal(t, "Bearer s3cret", auth, "the token file, relative to the config file")
+	require.Equal(t, "gpureclaim-advisor", name)
+
+	errb.Reset()
+	code = run(context.Background(), []string{"--prometheus.url=" + prom.URL, "--prometheus.window=1h"}, &out, &errb)
+	require.Equal(t, 1, code)
+	require.Contains(t, errb.String(), "certificate", "without the settings the private CA is not trusted")
+}
+
 func TestAdvisorBadFlags(t *testing.T) {
 	tr := traceFile(t)
 	for _, tc := range []struct {
@@ -113,6 +146,8 @@ func TestAdvisorBadFlags(t *testing.T) {
 		{[]string{"--history.trace=" + tr, "--workloads=some"}, 2, `--workloads: "some" is not all, tuned or held-apart`},
 		{[]string{"--history.trace=" + tr, "--format=xml"}, 2, `--format: "xml"`},
 		{[]string{"--history.trace=/nonexistent.csv"}, 1, "--history.trace"},
+		{[]string{"--history.trace=" + tr, "--prometheus.http-config-file=h.yml"}, 2, "--prometheus.http-config-file: it is for --prometheus.url"},
+		{[]string{"--prometheus.url=http://127.0.0.1:1", "--prometheus.http-config-file=/nonexistent.yml"}, 1, "--prometheus.http-config-file: open /nonexistent.yml"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), tc.args, &out, &errb)
