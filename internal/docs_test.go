@@ -21,6 +21,7 @@ var otherTools = map[string]string{
 	"metric-labels-allowlist": "kube-state-metrics",
 	"now":                     "kubectl delete",
 	"states":                  "squeue",
+	"http.config.file":        "promtool",
 	"config":                  "go run ./rules/gen", "groups-per-file": "go run ./rules/gen",
 	"node": "hack/exporter-rss.sh",
 }
