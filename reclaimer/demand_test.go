@@ -50,13 +50,7 @@ func TestDemand(t *testing.T) {
 	defer ksm.Close()
 	root, err := filepath.Abs("..")
 	require.NoError(t, err)
-	prom := promtest.Start(t, fmt.Sprintf(`global: {scrape_interval: 1s, evaluation_interval: 1s}
-rule_files: [%q]
-scrape_configs:
-  - job_name: kube-state-metrics
-    honor_labels: true
-    static_configs: [{targets: [%q]}]
-`, filepath.Join(root, "rules", "gpureclaim.rules.yml"), strings.TrimPrefix(ksm.URL, "http://")))
+	prom := promtest.Scraping(t, []string{filepath.Join(root, "rules", "gpureclaim.rules.yml")}, promtest.Job{Name: "kube-state-metrics", URL: ksm.URL, HonorLabels: true})
 
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "webhook.token"), []byte("t\n"), 0o600))

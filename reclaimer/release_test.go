@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -54,8 +53,7 @@ func TestReleaseConfirmedByPrometheus(t *testing.T) {
 		}
 	}))
 	defer exporter.Close()
-	prom := promtest.Start(t, fmt.Sprintf("global: {scrape_interval: 1s}\nscrape_configs: [{job_name: gpureclaim-exporter, static_configs: [{targets: [%q]}]}]\n",
-		strings.TrimPrefix(exporter.URL, "http://")))
+	prom := promtest.Scraping(t, nil, promtest.Job{Name: "gpureclaim-exporter", URL: exporter.URL})
 	q := &promquery.Client{URL: prom.URL, Timeout: 5 * time.Second}
 	require.Eventually(t, func() bool {
 		held, _, err := q.Holds(ctx, "GPU-1", map[string]string{"namespace": "ml", "pod": "nb-0"})

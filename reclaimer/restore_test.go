@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -63,11 +62,7 @@ func TestRestoreWhen(t *testing.T) {
 		}
 	}))
 	defer target.Close()
-	prom := promtest.Start(t, fmt.Sprintf(`global: {scrape_interval: 1s}
-scrape_configs:
-  - job_name: app
-    static_configs: [{targets: [%q]}]
-`, strings.TrimPrefix(target.URL, "http://")))
+	prom := promtest.Scraping(t, nil, promtest.Job{Name: "app", URL: target.URL})
 
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "webhook.token"), []byte("t\n"), 0o600))

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,8 +34,7 @@ func TestLastActiveOnPrometheus(t *testing.T) {
 		fmt.Fprintf(w, "%s{uuid=\"GPU-b\"} 0.01\n", names.RecActivity)
 	}))
 	t.Cleanup(target.Close)
-	prom := promtest.Start(t, fmt.Sprintf("global: {scrape_interval: 1s}\nscrape_configs: [{job_name: exporter, static_configs: [{targets: [%q]}]}]\n",
-		strings.TrimPrefix(target.URL, "http://")))
+	prom := promtest.Scraping(t, nil, promtest.Job{Name: "exporter", URL: target.URL})
 	c := &Client{URL: prom.URL, Timeout: 5 * time.Second}
 	ctx := context.Background()
 	ask := func(ns, pod string) (time.Time, bool) {

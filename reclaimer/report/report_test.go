@@ -39,12 +39,7 @@ func TestWeekOnPrometheus(t *testing.T) {
 	defer exporter.Close()
 	root, err := filepath.Abs("../..")
 	require.NoError(t, err)
-	prom := promtest.Start(t, fmt.Sprintf(`global: {scrape_interval: 1s, evaluation_interval: 1s}
-rule_files: [%q]
-scrape_configs:
-  - job_name: gpureclaim-exporter
-    static_configs: [{targets: [%q]}]
-`, filepath.Join(root, "rules", "gpureclaim.rules.yml"), strings.TrimPrefix(exporter.URL, "http://")))
+	prom := promtest.Scraping(t, []string{filepath.Join(root, "rules", "gpureclaim.rules.yml")}, promtest.Job{Name: "gpureclaim-exporter", URL: exporter.URL})
 	q := &promquery.Client{URL: prom.URL, Timeout: 5 * time.Second}
 	ctx := context.Background()
 	require.Eventually(t, func() bool {
