@@ -251,6 +251,12 @@ func Check(t *testing.T, file, name, want string, update bool) {
 	}
 }
 
+// listIndex is a list's index in a key ([0], or [] as the tables write it).
+var listIndex = regexp.MustCompile(`\[[0-9]*\]`)
+
+// httpClientKeys are HTTPClientKeys, listed once.
+var httpClientKeys = HTTPClientKeys()
+
 // keyName is a dotted key in backticks, as the documentation writes one.
 var keyName = regexp.MustCompile("`([a-z_]+(?:\\.[a-z_0-9<>*]+|\\[\\])+)")
 
@@ -275,14 +281,14 @@ func Named(text string, roots []string) []string {
 // Exists says whether a named key is one of keys, reading <name> for any
 // map key, dropping list indexes, and taking a section's HTTP client keys.
 func Exists(name string, keys []Key) bool {
-	norm := strings.ReplaceAll(regexp.MustCompile(`\[[0-9]*\]`).ReplaceAllString(name, "[]"), "[]", "")
+	norm := listIndex.ReplaceAllString(name, "")
 	for _, k := range keys {
 		path := strings.ReplaceAll(k.Path, "[]", "")
 		if path == norm || matchesMap(path, norm) {
 			return true
 		}
 		if prefix, ok := strings.CutSuffix(path, ".*"); ok {
-			if rest, ok := strings.CutPrefix(norm, prefix+"."); ok && slices.Contains(HTTPClientKeys(), rest) {
+			if rest, ok := strings.CutPrefix(norm, prefix+"."); ok && slices.Contains(httpClientKeys, rest) {
 				return true
 			}
 		}
