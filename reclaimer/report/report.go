@@ -32,7 +32,7 @@ type Querier interface {
 
 // Row is one namespace's or one owner's week.
 type Row struct {
-	// Name is the namespace, or the owner as reclaim.Target.Owner names it
+	// Name is the namespace, or the holder as reclaim.Target.Holder names it
 	// (namespace/pod, a Unix user, a user's Slurm job).
 	Name      string `json:"name"`
 	Namespace string `json:"namespace,omitempty"`
