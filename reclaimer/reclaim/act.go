@@ -11,112 +11,27 @@ import (
 
 func (e *Engine) policy(r *Reclaim) *config.Policy { return e.o.Config.Policy(r.Policy) }
 
-// actedTimes lists when actions were taken, globally or in a namespace.
-func (e *Engine) actedTimes(namespace string) []time.Time {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	var out []time.Time
-	for _, r := range e.index {
-		if (r.State == Done || r.State == NotReleased || r.State == Acting) && !r.ActedAt.IsZero() && (namespace == "" || r.Target.Namespace == namespace) {
-			out = append(out, r.ActedAt)
-		}
-	}
-	return out
-}
-
-// checks runs everything that must hold before acting, in order. It
-// returns false when the action must wait or was cancelled.
+// checks decides on a warned reclaim whose action is due, and records a
+// verdict other than acting. It says whether the action may go.
 func (e *Engine) checks(ctx context.Context, r *Reclaim) bool {
-	now := e.now()
 	if !r.Warning.Sent {
 		return false
 	}
-	e.mu.Lock()
-	open := e.breaker
-	e.mu.Unlock()
-	if open {
-		e.deferTo(r.ID, now.Add(heldWait), "held: the circuit breaker is open")
-		return false
-	}
-	p := e.policy(r)
-	if p == nil {
-		e.finish(r.ID, Cancelled, "its policy is gone from the config", nil)
-		return false
-	}
-	if r.Released != "" {
-		// The owner asked: no window, minimum runtime or rate limit holds
-		// it, and their own snooze does not. It must still be the episode
-		// they pressed on: resolved or superseded since, it is cancelled.
-		return e.recheckEpisode(ctx, r)
-	}
-	if next := nextInWindows(p.Windows, now); next.After(now) {
-		e.deferTo(r.ID, next, "outside the policy's windows; next at "+next.UTC().Format(time.RFC3339))
-		e.o.Metrics.decide(DecisionOutsideWindow)
-		return false
-	}
-	if e.o.Inspector != nil && p.MinRuntimeTime() > 0 {
-		started, err := e.o.Inspector.Started(ctx, r.Target)
-		switch {
-		case errors.Is(err, ErrGone):
-			e.finish(r.ID, Cancelled, "the workload is gone", nil)
-			return false
-		case err != nil:
-			e.o.Metrics.Error(ComponentInspector)
-			e.deferTo(r.ID, now.Add(heldWait), "cannot tell when the workload started: "+err.Error())
-			return false
-		case now.Before(started.Add(p.MinRuntimeTime())):
-			until := started.Add(p.MinRuntimeTime())
-			e.deferTo(r.ID, until, fmt.Sprintf("the workload started %s ago; the policy spares it until it has run %s", now.Sub(started).Round(time.Second), p.MinRuntimeTime()))
-			e.o.Metrics.decide(DecisionMinRuntime)
-			return false
-		}
-	}
-	rl := e.o.Config.RateLimits
-	if hit, free := limited(rl.Global, e.actedTimes(""), now); hit {
-		e.deferTo(r.ID, free, "held by the global rate limit")
-		e.o.Metrics.decide(DecisionRateLimited)
-		return false
-	}
-	if r.Target.Namespace != "" {
-		if hit, free := limited(rl.PerNamespace, e.actedTimes(r.Target.Namespace), now); hit {
-			e.deferTo(r.ID, free, "held by the rate limit of namespace "+r.Target.Namespace)
-			e.o.Metrics.decide(DecisionRateLimited)
-			return false
-		}
-	}
-	if !e.awaitDemand(ctx, r, p) {
-		return false
-	}
-	return e.recheck(ctx, r)
-}
-
-// recheck asks Alertmanager whether the alert still fires, unsilenced.
-func (e *Engine) recheck(ctx context.Context, r *Reclaim) bool { return e.recheckAlert(ctx, r, false) }
-
-// recheckEpisode asks whether the episode still fires, silenced or not.
-func (e *Engine) recheckEpisode(ctx context.Context, r *Reclaim) bool {
-	return e.recheckAlert(ctx, r, true)
-}
-
-func (e *Engine) recheckAlert(ctx context.Context, r *Reclaim, silencedToo bool) bool {
-	if e.o.Checker == nil {
+	v := e.verdict(ctx, r)
+	switch v.Do {
+	case DoAct:
 		return true
+	case DoWait:
+		e.deferTo(r.ID, v.Until, v.Why)
+	case DoCancel:
+		e.finish(r.ID, Cancelled, v.Why, nil)
+	case DoSnooze:
+		e.snooze(r.ID, v)
 	}
-	chk, err := e.o.Checker.Check(ctx, r)
-	if err != nil {
-		e.o.Metrics.Error(ComponentAlertmanager)
-		e.deferTo(r.ID, e.now().Add(dependencyWait), "cannot re-check the alert in Alertmanager: "+err.Error())
-		return false
+	if v.Decision != "" {
+		e.o.Metrics.decide(v.Decision)
 	}
-	switch {
-	case chk.Status == AlertGone:
-		e.finish(r.ID, Cancelled, "the alert no longer fires: the GPU is busy again or was released", nil)
-		return false
-	case chk.Status == AlertSilenced && !silencedToo:
-		e.snooze(r.ID, chk, "")
-		return false
-	}
-	return true
+	return false
 }
 
 func (e *Engine) act(ctx context.Context, id string) {

@@ -8,64 +8,53 @@ import (
 )
 
 // snooze holds a reclaim while its alert is silenced or inhibited.
-func (e *Engine) snooze(id string, chk AlertCheck, by string) {
-	_, err := e.update(id, func(c *Reclaim) []Event { return []Event{e.event(c, "snoozed", chk.Reason, by)} }, func(c *Reclaim) bool {
+func (e *Engine) snooze(id string, v Verdict) {
+	chk := v.Silence
+	_, err := e.update(id, func(c *Reclaim) []Event { return []Event{e.event(c, "snoozed", chk.Reason, "")} }, func(c *Reclaim) bool {
 		if c.State != Pending && c.State != Acting && c.State != Snoozed {
 			return false
 		}
-		c.State, c.Reason = Snoozed, "the alert is silenced: "+chk.Reason
+		c.State, c.Reason = Snoozed, v.Why
 		c.SnoozedUntil, c.NextTry = chk.Until, chk.Until
 		if chk.Until.IsZero() {
 			c.NextTry = e.now().Add(inhibitedWait)
-		}
-		if by != "" {
-			c.SnoozedBy = by
 		}
 		return true
 	})
 	if err != nil {
 		e.o.Logger.Error("recording a snooze", "reclaim", id, "err", err)
-		return
 	}
-	e.o.Metrics.decide(DecisionSnoozed)
 }
 
 // unsnooze looks at a snoozed reclaim once its silence has ended: if the
 // alert still fires, the cycle starts again with a new warning and grace.
 func (e *Engine) unsnooze(ctx context.Context, id string) {
 	r := e.snapshot(id)
-	if r == nil || r.State != Snoozed {
+	if r == nil || r.State != Snoozed || e.o.Checker == nil {
 		return
 	}
-	if e.o.Checker == nil {
-		return
+	v := e.verdict(ctx, r)
+	if v.Decision != "" {
+		e.o.Metrics.decide(v.Decision)
 	}
-	chk, err := e.o.Checker.Check(ctx, r)
-	switch {
-	case err != nil:
-		e.o.Metrics.Error(ComponentAlertmanager)
-		if _, err := e.update(id, nil, func(c *Reclaim) bool { c.NextTry = e.now().Add(dependencyWait); return true }); err != nil {
+	switch v.Do {
+	case DoWait:
+		if _, err := e.update(id, nil, func(c *Reclaim) bool { c.NextTry = v.Until; return true }); err != nil {
 			e.o.Logger.Error("recording when to look at a snooze again", "reclaim", id, "err", err)
 		}
-	case chk.Status == AlertSilenced:
-		e.snooze(id, chk, "")
-	case chk.Status == AlertGone:
-		e.finish(id, Cancelled, "the alert resolved while it was snoozed", nil)
-	default:
-		p := e.policy(r)
-		if p == nil {
-			e.finish(id, Cancelled, "its policy is gone from the config", nil)
-			return
-		}
+	case DoSnooze:
+		e.snooze(id, v)
+	case DoCancel:
+		e.finish(id, Cancelled, v.Why, nil)
+	case DoWarn:
 		_, err := e.update(id, func(c *Reclaim) []Event {
 			return []Event{e.event(c, "unsnoozed", "the snooze ended and the unit is still idle", "reclaimer")}
 		}, func(c *Reclaim) bool {
 			if c.State != Snoozed {
 				return false
 			}
-			now := e.now()
-			c.State, c.ActAt, c.NextTry = Pending, now.Add(p.GraceTime()), time.Time{}
-			c.Reason = "the snooze ended and the unit is still idle: warning the owner again"
+			c.State, c.ActAt, c.NextTry = Pending, e.now().Add(v.Grace), time.Time{}
+			c.Reason = v.Why
 			c.Warning = Delivery{Refs: c.Warning.Refs}
 			c.WarningRound++
 			for k := range c.Warning.Refs {

@@ -2,9 +2,7 @@ package reclaim
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 )
@@ -70,49 +68,4 @@ func restoreData(r *Reclaim) config.RestoreData {
 		d[config.RestoreWorkloadKind], d[config.RestoreWorkloadName], d[config.RestoreWorkloadNamespace] = w.Kind, w.Name, w.Namespace
 	}
 	return d
-}
-
-// wanted asks Prometheus whether pending work wants a GPU of the target's
-// kind (config.WantedQuery).
-func (e *Engine) wanted(ctx context.Context, r *Reclaim) (bool, error) {
-	if e.o.Prometheus == nil {
-		return false, errors.New("no Prometheus is configured to ask")
-	}
-	return e.o.Prometheus.Demand(ctx, config.WantedQuery(r.Target.Kind, r.Target.MIGProfile))
-}
-
-// demandGrace is the policy's grace while GPUs of the kind are wanted,
-// when it is shorter and they are wanted now.
-func (e *Engine) demandGrace(ctx context.Context, r *Reclaim, p *config.Policy) (time.Duration, bool) {
-	if p.Demand == nil || p.Demand.Grace == nil || p.Demand.GraceTime() >= p.GraceTime() {
-		return 0, false
-	}
-	wanted, err := e.wanted(ctx, r)
-	if err != nil {
-		e.o.Metrics.Error(ComponentPrometheus)
-		e.o.Logger.Warn("cannot tell whether GPUs of the kind are wanted: the whole grace applies", "reclaim", r.ID, "err", err)
-		return 0, false
-	}
-	return p.Demand.GraceTime(), wanted
-}
-
-// awaitDemand holds a due action of a policy that requires demand until
-// GPUs of the target's kind are wanted; it says whether the action may go.
-func (e *Engine) awaitDemand(ctx context.Context, r *Reclaim, p *config.Policy) bool {
-	if p.Demand == nil || !p.Demand.Required {
-		return true
-	}
-	now := e.now()
-	wanted, err := e.wanted(ctx, r)
-	switch {
-	case err != nil:
-		e.o.Metrics.Error(ComponentPrometheus)
-		e.deferTo(r.ID, now.Add(dependencyWait), "cannot tell whether GPUs of its kind are wanted: "+err.Error())
-		return false
-	case !wanted:
-		e.deferTo(r.ID, now.Add(time.Duration(e.o.Config.Prometheus.Interval)), "waiting until a GPU of its kind is wanted: no pending work asks for one")
-		e.o.Metrics.decide(DecisionNoDemand)
-		return false
-	}
-	return true
 }

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/prometheus/alertmanager/template"
-
-	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 )
 
 // IngestResult says what a notification changed.
@@ -47,7 +45,7 @@ func (e *Engine) ingest(alerts []template.Alert) (IngestResult, []*pendingWrite)
 		return e.index[id]
 	}
 	put := func(r *Reclaim) { changed[r.ID] = r }
-	decide := e.o.Metrics.decide
+	count := e.o.Metrics.decide
 	// The newest episode seen of each alert, and the alert of each unit's
 	// open reclaim: from the index as it was, then what this notification adds.
 	latest := map[string]time.Time{}
@@ -86,7 +84,7 @@ func (e *Engine) ingest(alerts []template.Alert) (IngestResult, []*pendingWrite)
 		t, ok := TargetFrom(a.Labels)
 		if !ok {
 			res.Ignored++
-			decide(DecisionNotAUnit)
+			count(DecisionNotAUnit)
 			continue
 		}
 		fp := a.Fingerprint
@@ -103,14 +101,14 @@ func (e *Engine) ingest(alerts []template.Alert) (IngestResult, []*pendingWrite)
 			case existing == nil:
 				r := &Reclaim{ID: id, Fingerprint: fp, StartsAt: a.StartsAt, Labels: a.Labels, Target: t, State: Resolved, Reason: "resolved before it was seen firing", Created: now, Closed: now}
 				put(r)
-				decide(DecisionResolvedFirst)
+				count(DecisionResolvedFirst)
 			case existing.State == Pending || existing.State == Snoozed:
 				c := clone(existing)
 				e.cancel(c, "the alert resolved: the GPU is busy again or was released")
 				put(c)
 				events = append(events, e.event(c, "cancelled", c.Reason, "alertmanager"))
 				res.Cancelled++
-				decide(DecisionCancelled)
+				count(DecisionCancelled)
 			default:
 				res.Duplicate++
 			}
@@ -119,26 +117,26 @@ func (e *Engine) ingest(alerts []template.Alert) (IngestResult, []*pendingWrite)
 		if existing != nil && existing.State == NotReleased {
 			// Still firing after a stop its controller refused or ignored:
 			// not a repeat of a reclaim that freed the GPU.
-			decide(DecisionNotReleased)
+			count(DecisionNotReleased)
 			continue
 		}
 		if existing != nil {
 			res.Duplicate++
-			decide(DecisionDuplicate)
+			count(DecisionDuplicate)
 			continue
 		}
 		if a.StartsAt.Before(latestOf(fp)) {
 			// An older episode delivered after a newer one (an HA pair, a
 			// retry): the newer one already speaks for the alert.
 			res.Ignored++
-			decide(DecisionStale)
+			count(DecisionStale)
 			continue
 		}
 		if otherOpen(t.key(), fp) {
 			// Another alert (other labels, the same unit and holder) has
 			// the unit's reclaim open: one warning per unit.
 			res.Duplicate++
-			decide(DecisionDuplicate)
+			count(DecisionDuplicate)
 			continue
 		}
 		latest[fp] = a.StartsAt
@@ -157,30 +155,26 @@ func (e *Engine) ingest(alerts []template.Alert) (IngestResult, []*pendingWrite)
 		}
 		r := &Reclaim{ID: id, Fingerprint: fp, StartsAt: a.StartsAt, Labels: a.Labels, Annotations: a.Annotations, Target: t, Created: now}
 		p := matchPolicy(e.o.Config.Policies, a.Labels)
-		if p == nil {
-			r.State, r.Reason, r.Closed = Exempt, "no policy matches the alert", now
-			r.Warning.Sent, r.Final.Sent = true, true
-			put(r)
-			res.Ignored++
-			decide(DecisionNoPolicy)
-			continue
+		if p != nil {
+			r.Policy, r.Action, r.DryRun = p.Name, actionFor(e.o.Config, p, t), e.o.Config.DryRun || p.DryRun
 		}
-		r.Policy, r.Action, r.DryRun = p.Name, actionFor(e.o.Config, p, t), e.o.Config.DryRun || p.DryRun
-		switch exempt, why := exemptByConfig(e.o.Config, t); {
-		case exempt:
-			r.State, r.Reason, r.Closed = Exempt, why, now
+		v := decide(r, p, e.o.Config, Facts{Now: now})
+		count(v.Decision)
+		switch v.Do {
+		case DoExempt:
+			r.State, r.Reason, r.Closed = Exempt, v.Why, now
 			r.Warning.Sent, r.Final.Sent = true, true
-			decide(DecisionExempt)
-		case r.Action == config.ActionNotify:
-			r.State, r.Reason, r.Closed = Notified, "the policy only notifies", now
+		case DoNotify:
+			r.State, r.Reason, r.Closed = Notified, v.Why, now
 			r.Final.Sent = true
-			decide(DecisionNotify)
 		default:
-			r.State, r.ActAt = Pending, now.Add(p.GraceTime())
-			r.Reason = "warning the owner; reclaim after the grace period"
-			decide(DecisionPending)
+			r.State, r.ActAt, r.Reason = Pending, now.Add(v.Grace), v.Why
 		}
 		put(r)
+		if p == nil {
+			res.Ignored++
+			continue
+		}
 		if !r.State.Terminal() {
 			open[t.key()] = fp
 		}

@@ -57,26 +57,23 @@ func (e *Engine) carriedOut(ctx context.Context, id string, res *Result) {
 	}
 }
 
-// verify looks whether the action's target let go of the GPU. Released,
-// the reclaim is done; past the deadline, it ends not released with what
-// the controller said; in between it looks again (nextLook).
+// verify looks whether the action's target let go of the GPU (decide):
+// released, the reclaim is done; past the deadline, it ends not released
+// with what the controller said; in between it looks again.
 func (e *Engine) verify(ctx context.Context, r *Reclaim) {
 	now := e.now()
-	rel := e.look(ctx, r, false)
+	v := e.verdict(ctx, r)
 	kind := r.ReleaseKind()
-	switch {
-	case rel.Done:
+	switch v.Do {
+	case DoDone:
 		took := max(0, now.Sub(r.ActedAt))
 		e.o.Metrics.releaseDuration.WithLabelValues(kind).Observe(took.Seconds())
 		idle := max(0, r.ActedAt.Sub(r.IdleSince()).Seconds())
 		e.o.Metrics.idleToAction.Observe(idle)
 		why := r.Detail
-		if rel.Shared == "" && r.OnlyShare() {
-			rel.Shared = "its other holders, busy with their own work when it was warned"
-		}
-		if rel.Shared != "" {
+		if v.Shared != "" {
 			// A share freed: the GPU is not, and is not counted.
-			why = fmt.Sprintf("%s; its share was seen freed %s after the action, and the GPU stays held: %s", r.Detail, took.Round(time.Second), rel.Shared)
+			why = fmt.Sprintf("%s; its share was seen freed %s after the action, and the GPU stays held: %s", r.Detail, took.Round(time.Second), v.Shared)
 		} else {
 			e.o.Metrics.reclaimedGPUs.Add(r.Target.Size())
 			e.o.Metrics.reclaimedIdle.Add(r.Target.Size() * idle)
@@ -84,23 +81,21 @@ func (e *Engine) verify(ctx context.Context, r *Reclaim) {
 				why = fmt.Sprintf("%s; the GPU was seen released %s after the action", r.Detail, took.Round(time.Second))
 			}
 		}
-		e.finishWith(r.ID, Done, why, nil, func(c *Reclaim) { c.SharedWith = rel.Shared })
-	case now.Before(r.ReleaseBy):
+		e.finishWith(r.ID, Done, why, nil, func(c *Reclaim) { c.SharedWith = v.Shared })
+	case DoWait:
 		_, err := e.update(r.ID, nil, func(c *Reclaim) bool {
 			if c.State != Acting {
 				return false
 			}
-			c.NextTry = now.Add(nextLook(now.Sub(c.ActedAt), time.Duration(e.o.Config.Release.Interval)))
-			c.Reason = "carried out; waiting for the GPU to be released: " + rel.Why
+			c.NextTry, c.Reason = v.Until, v.Why
 			return true
 		})
 		if err != nil {
 			e.o.Logger.Error("recording a look at the release", "reclaim", r.ID, "err", err)
 		}
-	default:
+	case DoNotReleased:
 		e.o.Metrics.action(r.Action, ActionNotReleased)
-		why := fmt.Sprintf("%s, but %s later the GPU is still held: %s", r.Detail, now.Sub(r.ActedAt).Round(time.Second), rel.Why)
-		e.finish(r.ID, NotReleased, why, nil)
+		e.finish(r.ID, NotReleased, v.Why, nil)
 	}
 }
 

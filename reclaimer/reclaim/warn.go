@@ -109,61 +109,39 @@ func refsOf(r *Reclaim, notifier string) map[string]string {
 	return out
 }
 
+// warn decides on a pending reclaim before its warning (decide), records
+// the verdict, and delivers the warning or the notice.
 func (e *Engine) warn(ctx context.Context, id string) {
 	r := e.snapshot(id)
 	if r == nil || r.Warning.Sent {
 		return
 	}
-	if r.State == Pending && e.o.Inspector != nil {
-		kept, why, err := e.o.Inspector.Kept(ctx, r.Target)
-		if err != nil {
-			e.o.Metrics.Error(ComponentKubernetes)
-			e.o.Logger.Warn("looking up whether the target is kept", "reclaim", id, "err", err)
-		}
-		if kept {
-			_, err := e.update(id, func(c *Reclaim) []Event { return []Event{e.event(c, "exempt", why, "policy")} }, func(c *Reclaim) bool {
-				if c.State != Pending {
-					return false
-				}
-				c.State, c.Reason, c.Closed = Exempt, why, e.now()
-				c.Warning.Sent, c.Final.Sent = true, true
-				return true
-			})
-			if err == nil {
-				e.o.Metrics.decide(DecisionExempt)
-			}
-			return
-		}
-	}
-	if r.State == Pending && e.o.Inspector != nil {
-		if r = e.ownerAction(ctx, r); r == nil || r.State.Terminal() && r.State != Notified {
-			return
-		}
-	}
 	kind := MsgWarning
+	var v Verdict
+	if r.State == Pending {
+		if v = e.verdict(ctx, r); !e.decided(r, v) {
+			return
+		}
+		if r = e.snapshot(id); r == nil || r.Warning.Sent || r.State != Pending && r.State != Notified {
+			return
+		}
+	}
 	if r.State == Notified {
 		kind = MsgNotice
 	}
 	// The grace belongs to the owner: it runs from this warning, however
 	// late it goes out (a backlog, an outage, a restart), never from the alert.
 	var actAt time.Time
-	var grace time.Duration
-	var shortened bool
-	if kind == MsgWarning {
-		if p := e.policy(r); p != nil {
-			now := e.now()
-			grace = p.GraceTime()
-			full := now.Add(grace)
-			if g, ok := e.demandGrace(ctx, r, p); ok {
-				grace, shortened = g, true // others wait for a GPU of this kind
-			}
-			actAt = now.Add(grace)
-			if r.ActAt.After(full) {
-				actAt = r.ActAt // deferred further already (a window, a minimum runtime)
-			}
-			r.ActAt, r.Wanted = actAt, shortened
-			r.AwaitsDemand = p.Demand != nil && p.Demand.Required
+	grace, shortened := v.Grace, v.Wanted
+	if p := e.policy(r); kind == MsgWarning && p != nil {
+		now := e.now()
+		full := now.Add(p.GraceTime())
+		actAt = now.Add(grace)
+		if r.ActAt.After(full) {
+			actAt = r.ActAt // deferred further already (a window, a minimum runtime)
 		}
+		r.ActAt, r.Wanted = actAt, shortened
+		r.AwaitsDemand = p.Demand != nil && p.Demand.Required
 	}
 	d := e.delivery(id, kind, r.Warning)
 	var delivered bool
@@ -232,6 +210,73 @@ func (e *Engine) warn(ctx context.Context, id string) {
 			e.o.Logger.Error("recording that the admins were told", "reclaim", id, "err", err)
 		}
 	}
+}
+
+// decided records a verdict taken before the warning, and says whether a
+// warning or a notice is to be delivered now.
+func (e *Engine) decided(r *Reclaim, v Verdict) bool {
+	id := r.ID
+	switch v.Do {
+	case DoExempt:
+		_, err := e.update(id, func(c *Reclaim) []Event { return []Event{e.event(c, "exempt", v.Why, "policy")} }, func(c *Reclaim) bool {
+			if c.State != Pending {
+				return false
+			}
+			c.State, c.Reason, c.Closed = Exempt, v.Why, e.now()
+			c.Warning.Sent, c.Final.Sent = true, true
+			return true
+		})
+		if err == nil {
+			e.o.Metrics.decide(v.Decision)
+		}
+		return false
+	case DoWait:
+		_, err := e.update(id, nil, func(c *Reclaim) bool {
+			c.NextTry, c.Reason = v.Until, v.Why
+			return true
+		})
+		if err != nil {
+			e.o.Logger.Error("recording a deferral", "reclaim", id, "err", err)
+		}
+		return false
+	case DoWarn, DoNotify:
+	default:
+		return false
+	}
+	top := v.TopOwner
+	if top == nil {
+		return true // no top owner looked up this time: nothing more to record
+	}
+	c, err := e.update(id, func(c *Reclaim) []Event {
+		switch {
+		case v.Do == DoNotify:
+			return []Event{e.event(c, "decided", "notify: "+v.Why, "policy")}
+		case v.Action != r.Action || top.Kind != "":
+			return []Event{e.event(c, "decided", fmt.Sprintf("%s on the top owner, %s", v.Action, top), "policy")}
+		}
+		return nil // a bare pod, evicted as decided
+	}, func(c *Reclaim) bool {
+		if c.State != Pending {
+			return false
+		}
+		c.TopOwner = top
+		if v.Do == DoNotify {
+			c.State, c.Closed, c.Final.Sent, c.Reason = Notified, e.now(), true, v.Why
+			return true
+		}
+		c.Action = v.Action
+		c.Reason = "warning the owner; " + c.ActionText() + " after the grace period"
+		return true
+	})
+	if err != nil {
+		e.o.Logger.Error("recording the top owner's action", "reclaim", id, "err", err)
+		return false
+	}
+	if c.State == Notified {
+		e.o.Metrics.decide(v.Decision)
+		e.o.Logger.Info("telling the owner only", "reclaim", id, "pod", r.Target.Holder(), "top_owner", top.String(), "reason", v.Why)
+	}
+	return true
 }
 
 // restate updates a delivered warning in place with the time it acts at,
