@@ -15,6 +15,8 @@ KUBE_VERSION         := v1.37.2
 KWOK_VERSION         := v0.8.0
 HELM_VERSION         := v3.22.0
 GOLANGCI_LINT_VERSION := v2.15.0
+# controller-gen, which writes the GPUReclaim CRD from its Go types.
+CONTROLLER_TOOLS_VERSION := v0.23.0
 # A real SMTP server, with an API to read what it was sent (the e-mail notifier's tests).
 MAILPIT_VERSION      := v1.33.1
 # prometheus-operator's CRDs, for validating the chart's ServiceMonitor,
@@ -37,9 +39,9 @@ LDFLAGS  := -X github.com/prometheus/common/version.Version=$(VERSION) \
 KUBE_BINS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl
 # The workload controllers the reclaimer's stops are tested against.
 OPERATORS := $(BIN)/ray-operator $(BIN)/training-operator.v1 $(BIN)/kueue
-TOOLS := $(BIN)/promtool $(BIN)/prometheus $(BIN)/alertmanager $(BIN)/amtool $(BIN)/etcd $(KUBE_BINS) $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/helm $(BIN)/crds/.$(PROMETHEUS_OPERATOR_VERSION) $(WORKLOAD_CRDS_STAMP) $(OPERATORS) $(BIN)/golangci-lint $(BIN)/mailpit
+TOOLS := $(BIN)/promtool $(BIN)/prometheus $(BIN)/alertmanager $(BIN)/amtool $(BIN)/etcd $(KUBE_BINS) $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/helm $(BIN)/crds/.$(PROMETHEUS_OPERATOR_VERSION) $(WORKLOAD_CRDS_STAMP) $(OPERATORS) $(BIN)/golangci-lint $(BIN)/mailpit $(BIN)/controller-gen
 
-.PHONY: all build run demo test e2e soak bench bench-rules lint tools chromium rules dashboards manifests images backtest clean device-check
+.PHONY: all build run demo test e2e soak bench bench-rules lint tools chromium rules dashboards crds manifests images backtest clean device-check
 
 all: build
 
@@ -95,8 +97,13 @@ dashboards:
 	$(GO) run ./dashboards/gen -o dashboards
 	rm -f $(CHART)/files/dashboards/*.json && cp dashboards/*.json $(CHART)/files/dashboards/
 
-## manifests: render the chart with its defaults into deploy/manifests.
-manifests: $(BIN)/helm
+## crds: write the GPUReclaim CRD from its Go types (api/v1alpha1) into the chart, keeping the file's opening comment.
+CRD := $(CHART)/crds/gpureclaims.gpureclaim.io.yaml
+crds: $(BIN)/controller-gen
+	{ sed -n '/^#/!q;p' $(CRD); $(BIN)/controller-gen crd:crdVersions=v1 paths=./api/... output:stdout; } > $(CRD).tmp && mv $(CRD).tmp $(CRD)
+
+## manifests: the CRD from its types, and the chart rendered with its defaults into deploy/manifests.
+manifests: crds $(BIN)/helm
 	$(GO) run ./deploy/gen -helm $(BIN)/helm -chart $(CHART) -o deploy/manifests
 
 ## images: the exporter's and the reclaimer's container images (needs a container engine).
@@ -191,6 +198,14 @@ $(BIN)/.mailpit-$(MAILPIT_VERSION):
 	@mkdir -p $(BIN)
 	GOBIN=$(BIN) $(GO) install github.com/axllent/mailpit@$(MAILPIT_VERSION)
 	@touch $@
+
+$(BIN)/.controller-gen-$(CONTROLLER_TOOLS_VERSION):
+	@mkdir -p $(BIN)
+	GOBIN=$(BIN) $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)
+	@touch $@
+
+$(BIN)/controller-gen: $(BIN)/.controller-gen-$(CONTROLLER_TOOLS_VERSION)
+	@test -x $@ || { rm -f $< && $(MAKE) --no-print-directory $<; }
 
 $(BIN)/mailpit: $(BIN)/.mailpit-$(MAILPIT_VERSION)
 	@test -x $@ || { rm -f $< && $(MAKE) --no-print-directory $<; }

@@ -34,15 +34,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/gpureclaim/gpureclaim/api/v1alpha1"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
-// The GPUReclaim resource.
+// Labels and annotations of a GPUReclaim the reclaimer sets.
 const (
-	Group    = "gpureclaim.io"
-	Version  = "v1alpha1"
-	Kind     = "GPUReclaim"
-	Resource = "gpureclaims"
 	// StateLabel carries the state, for `kubectl get gpureclaims -l gpureclaim.io/state=pending`.
 	StateLabel = "gpureclaim.io/state"
 	// FenceAnnotation carries the writer's fencing token (its term of the
@@ -54,77 +51,7 @@ const (
 )
 
 // GVR is the GPUReclaim resource's group, version and resource.
-var GVR = schema.GroupVersionResource{Group: Group, Version: Version, Resource: Resource}
-
-// Spec is what a reclaim is about; it does not change.
-type Spec struct {
-	Target reclaim.Target `json:"target"`
-	Policy string         `json:"policy,omitempty"`
-	// Episode is the alert episode: its fingerprint and start.
-	Episode Episode `json:"episode"`
-}
-
-// Episode is one alert episode.
-type Episode struct {
-	Fingerprint string    `json:"fingerprint"`
-	StartsAt    time.Time `json:"startsAt"`
-}
-
-// Status is where the reclaim stands. Its typed fields are for people and
-// kubectl; Reclaim is the whole record, engine-only fields included, from
-// which the reclaimer resumes.
-type Status struct {
-	State   string       `json:"state"`
-	Holder  string       `json:"holder"`
-	Unit    string       `json:"unit"`
-	Action  string       `json:"action,omitempty"`
-	Reason  string       `json:"reason,omitempty"`
-	DryRun  bool         `json:"dryRun,omitempty"`
-	ActAt   *metav1.Time `json:"actAt,omitempty"`
-	ActedAt *metav1.Time `json:"actedAt,omitempty"`
-	Closed  *metav1.Time `json:"closed,omitempty"`
-	// TopOwner is what the reclaimer decided on, and how it stops it.
-	TopOwner *TopOwner `json:"topOwner,omitempty"`
-	// Warning is the owner's warning: when it was delivered, and where.
-	Warning *Delivery `json:"warning,omitempty"`
-	// ReleasedAt is when the GPU was seen free after the action.
-	ReleasedAt *metav1.Time `json:"releasedAt,omitempty"`
-	// Restored is when a restored workload ran again.
-	Restored *metav1.Time    `json:"restored,omitempty"`
-	Reclaim  json.RawMessage `json:"reclaim"`
-	Events   []reclaim.Event `json:"events,omitempty"`
-}
-
-// TopOwner is a pod's top owner as the status shows it.
-type TopOwner struct {
-	APIVersion string `json:"apiVersion,omitempty"`
-	Kind       string `json:"kind"`
-	Namespace  string `json:"namespace,omitempty"`
-	Name       string `json:"name"`
-	// Stop is how the reclaimer stops it (scale, patch, kueue, jupyterhub,
-	// none).
-	Stop string `json:"stop,omitempty"`
-}
-
-// Delivery is when and where a message went.
-type Delivery struct {
-	At       *metav1.Time `json:"at,omitempty"`
-	Channels []string     `json:"channels,omitempty"`
-}
-
-// status is what people read of a reclaim.
-func status(r *reclaim.Reclaim, raw json.RawMessage, events []reclaim.Event) Status {
-	st := Status{State: string(r.State), Holder: r.Target.Holder(), Unit: r.Target.Unit(), Action: r.Action, Reason: r.Reason, DryRun: r.DryRun,
-		ActAt: mtime(r.ActAt), ActedAt: mtime(r.ActedAt), Closed: mtime(r.Closed), ReleasedAt: mtime(r.ReleasedAt), Restored: mtime(r.Restored),
-		Reclaim: raw, Events: events}
-	if o := r.TopOwner; o != nil && o.Kind != "" {
-		st.TopOwner = &TopOwner{APIVersion: o.APIVersion, Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Stop: o.Stop}
-	}
-	if r.Warning.Sent {
-		st.Warning = &Delivery{At: mtime(r.Warning.At), Channels: r.Warning.Channels}
-	}
-	return st
-}
+var GVR = schema.GroupVersionResource{Group: v1alpha1.Group, Version: v1alpha1.Version, Resource: v1alpha1.Resource}
 
 // Store is a reclaim.Store in GPUReclaim resources of one namespace, and
 // the Slack replay guard in a ConfigMap there.
@@ -205,7 +132,7 @@ func (s *Store) Load() ([]*reclaim.Reclaim, error) {
 	for {
 		list, err := s.res.List(ctx, metav1.ListOptions{Limit: 500, Continue: cont})
 		if err != nil {
-			return nil, fmt.Errorf("listing %s in %s: %w", Resource, s.ns, err)
+			return nil, fmt.Errorf("listing %s in %s: %w", v1alpha1.Resource, s.ns, err)
 		}
 		for i := range list.Items {
 			u := &list.Items[i]
@@ -298,9 +225,9 @@ func (s *Store) put(r *reclaim.Reclaim, events []reclaim.Event) error {
 	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
 		return s.conflict(ctx, r.ID, err)
 	case strings.Contains(err.Error(), FenceAnnotation):
-		return fmt.Errorf("%w: the apiserver refused %s %s: %v", reclaim.ErrNotLeader, Kind, r.ID, err)
+		return fmt.Errorf("%w: the apiserver refused %s %s: %v", reclaim.ErrNotLeader, v1alpha1.Kind, r.ID, err)
 	default:
-		return fmt.Errorf("writing %s %s: %w", Kind, r.ID, err)
+		return fmt.Errorf("writing %s %s: %w", v1alpha1.Kind, r.ID, err)
 	}
 	s.mu.Lock()
 	s.objs[r.ID] = &object{rv: stored.GetResourceVersion(), r: &cp, events: all}
@@ -313,7 +240,7 @@ func (s *Store) put(r *reclaim.Reclaim, events []reclaim.Event) error {
 func (s *Store) conflict(ctx context.Context, id string, cause error) error {
 	u, err := s.res.Get(ctx, id, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("%s %s was written by another replica, and re-reading it failed: %v (%w)", Kind, id, err, cause)
+		return fmt.Errorf("%s %s was written by another replica, and re-reading it failed: %v (%w)", v1alpha1.Kind, id, err, cause)
 	}
 	r, evs, err := decode(u)
 	if err != nil {
@@ -327,52 +254,36 @@ func (s *Store) conflict(ctx context.Context, id string, cause error) error {
 
 // decode reads a GPUReclaim back into its reclaim and audit events.
 func decode(u *unstructured.Unstructured) (*reclaim.Reclaim, []reclaim.Event, error) {
-	var st Status
-	if err := fromUnstructured(u.Object["status"], &st); err != nil {
-		return nil, nil, fmt.Errorf("%s %s: %w", Kind, u.GetName(), err)
+	if _, old, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "reclaim"); old {
+		// Written before the public type: the whole record is there.
+		var st struct {
+			Reclaim reclaim.Reclaim `json:"reclaim"`
+			Events  []reclaim.Event `json:"events"`
+		}
+		if err := fromUnstructured(u.Object["status"], &st); err != nil {
+			return nil, nil, fmt.Errorf("%s %s: status: %w", v1alpha1.Kind, u.GetName(), err)
+		}
+		return &st.Reclaim, reclaim.Owned(&st.Reclaim, st.Events), nil
 	}
-	var r reclaim.Reclaim
-	if err := json.Unmarshal(st.Reclaim, &r); err != nil {
-		return nil, nil, fmt.Errorf("%s %s: status.reclaim: %w", Kind, u.GetName(), err)
+	var g v1alpha1.GPUReclaim
+	if err := fromUnstructured(u.Object, &g); err != nil {
+		return nil, nil, fmt.Errorf("%s %s: %w", v1alpha1.Kind, u.GetName(), err)
 	}
-	return &r, st.Events, nil
+	return reclaim.FromAPI(&g)
 }
 
 func (s *Store) render(r *reclaim.Reclaim, events []reclaim.Event) (*unstructured.Unstructured, error) {
-	raw, err := json.Marshal(r)
+	g := reclaim.ToAPI(r, events)
+	g.Namespace = s.ns
+	g.Labels = map[string]string{StateLabel: string(r.State)}
+	if r.Fence > 0 {
+		g.Annotations = map[string]string{FenceAnnotation: strconv.FormatInt(r.Fence, 10)}
+	}
+	obj, err := toUnstructured(g)
 	if err != nil {
 		return nil, err
 	}
-	st := status(r, raw, events)
-	meta := map[string]any{
-		"name":      r.ID,
-		"namespace": s.ns,
-		"labels":    map[string]any{StateLabel: string(r.State)},
-	}
-	if r.Fence > 0 {
-		meta["annotations"] = map[string]any{FenceAnnotation: strconv.FormatInt(r.Fence, 10)}
-	}
-	obj := map[string]any{
-		"apiVersion": Group + "/" + Version,
-		"kind":       Kind,
-		"metadata":   meta,
-	}
-	for k, v := range map[string]any{"spec": Spec{Target: r.Target, Policy: r.Policy, Episode: Episode{Fingerprint: r.Fingerprint, StartsAt: r.StartsAt}}, "status": st} {
-		m, err := toUnstructured(v)
-		if err != nil {
-			return nil, err
-		}
-		obj[k] = m
-	}
 	return &unstructured.Unstructured{Object: obj}, nil
-}
-
-func mtime(t time.Time) *metav1.Time {
-	if t.IsZero() {
-		return nil
-	}
-	m := metav1.NewTime(t)
-	return &m
 }
 
 func toUnstructured(v any) (map[string]any, error) {
@@ -457,7 +368,7 @@ func (s *Store) Prune(before time.Time) (int, error) {
 		defer cancel()
 		err := s.res.Delete(ctx, d.id, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &d.rv}})
 		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting %s %s: %w", Kind, d.id, err)
+			return fmt.Errorf("deleting %s %s: %w", v1alpha1.Kind, d.id, err)
 		}
 		s.mu.Lock()
 		delete(s.objs, d.id)

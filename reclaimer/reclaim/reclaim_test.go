@@ -2,10 +2,13 @@ package reclaim
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpureclaim/gpureclaim/api/v1alpha1"
 )
 
 // Clone copies everything, and shares nothing a later change could reach
@@ -33,4 +36,45 @@ func TestCloneIsDeep(t *testing.T) {
 	c.TopOwner.Name, c.Workload.Name = "changed", "changed"
 	after, _ := json.Marshal(r)
 	require.JSONEq(t, string(want), string(after), "the original is untouched")
+}
+
+// The public record holds every field of the engine's: a reclaim stored
+// and loaded (as JSON, as both stores keep it) is the same reclaim.
+func TestPublicRecordRoundTrip(t *testing.T) {
+	now := time.Date(2026, 12, 1, 9, 0, 0, 123456000, time.UTC)
+	later := now.Add(time.Minute)
+	r := &Reclaim{
+		ID: "fp-1", Fingerprint: "fp", StartsAt: now, Labels: map[string]string{"a": "b"}, Annotations: map[string]string{"c": "d"},
+		Target: Target{Alertname: "GPUIdle", UUID: "MIG-1", GPUUUID: "GPU-1", Node: "n1", Kind: "mig", MIGProfile: "1g.10gb", Namespace: "ml", Pod: "p", Container: "c",
+			User: "u", SlurmJob: "7", Keep: true, Suggested: "evict"},
+		Policy: "idle", Action: "stop", DryRun: true, State: Done, Reason: "why",
+		Created: now, Updated: later, ActAt: later, ActingSince: later, ActedAt: later, ReleaseBy: later, ReleasedAt: later, SharedWith: "pod ml/q",
+		Closed: later, NextTry: later, Wanted: true, AwaitsDemand: true,
+		Warning:      Delivery{Sent: true, At: now, FirstTry: now, Attempts: 2, Error: "e", Escalated: true, Refs: map[string]string{"slack.ts": "1"}, Channels: []string{"D0"}},
+		WarningRound: 2,
+		Final:        Delivery{Refs: map[string]string{"x": "y"}, Attempts: 1},
+		Attempts:     3, LastError: "boom", Planned: []int{1, 2}, Killed: []int{1}, Detail: "done", Fence: 7, Released: "alice",
+		TopOwner: &TopOwner{APIVersion: "ray.io/v1", Kind: "RayCluster", Namespace: "ml", Name: "rc", Replicas: 2, Stop: StopPatch, Stopped: "suspended", Why: "w",
+			Above:  &TopOwner{APIVersion: "ray.io/v1", Kind: "RayJob", Namespace: "ml", Name: "rj"},
+			Claims: []Claim{{Namespace: "ml", Name: "gpu", Shared: true, Others: []string{"ml/q"}}}},
+		Workload: &Workload{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "ml", Name: "web", Stop: StopScale, PreviousReplicas: 3, ScaledTo: 0, Via: "v", Stopped: "s", Restored: "r"},
+		Silence:  "sil", SnoozedBy: "bob", SnoozedUntil: later,
+		RestoreAsked: later, RestoreAskedBy: "carol", RestoreBy: later, Restored: later, RestoreFailed: "f",
+	}
+	events := []Event{{Time: now, Reclaim: "fp-1", Kind: "decided", Target: r.Target.Unit() + " held by " + r.Target.Holder(), Detail: "d", Actor: "policy"}}
+	b, err := json.Marshal(ToAPI(r, events))
+	require.NoError(t, err)
+	var g v1alpha1.GPUReclaim
+	require.NoError(t, json.Unmarshal(b, &g))
+	back, evs, err := FromAPI(&g)
+	require.NoError(t, err)
+	require.Equal(t, r, back)
+	require.Equal(t, events, evs)
+
+	// Every field of the engine's record is in the public one: a field
+	// added to Reclaim and not converted leaves it zero here.
+	rv := reflect.ValueOf(*back)
+	for i := range rv.NumField() {
+		require.False(t, rv.Field(i).IsZero(), "Reclaim.%s is lost in the public record", rv.Type().Field(i).Name)
+	}
 }

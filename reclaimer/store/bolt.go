@@ -1,9 +1,10 @@
 // Package store keeps the reclaimer's state in an embedded bbolt database:
-// one bucket of reclaims by id, one of audit events by time. Every write is
+// one bucket of reclaims by id (each its public record, a GPUReclaim), one of audit events by time. Every write is
 // one fsynced transaction.
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/gpureclaim/gpureclaim/api/v1alpha1"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
@@ -60,11 +62,11 @@ func (b *Bolt) Load() ([]*reclaim.Reclaim, error) {
 	var out []*reclaim.Reclaim
 	err := b.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketReclaims).ForEach(func(k, v []byte) error {
-			var r reclaim.Reclaim
-			if err := json.Unmarshal(v, &r); err != nil {
+			r, err := decode(v)
+			if err != nil {
 				return fmt.Errorf("reclaim %s: %w", k, err)
 			}
-			out = append(out, &r)
+			out = append(out, r)
 			return nil
 		})
 	})
@@ -112,7 +114,7 @@ func (b *Bolt) write(rs []*reclaim.Reclaim, events []reclaim.Event) error {
 	return b.db.Update(func(tx *bolt.Tx) error {
 		rb := tx.Bucket(bucketReclaims)
 		for _, r := range rs {
-			v, err := json.Marshal(r)
+			v, err := json.Marshal(reclaim.ToAPI(r, nil))
 			if err != nil {
 				return err
 			}
@@ -136,6 +138,21 @@ func (b *Bolt) write(rs []*reclaim.Reclaim, events []reclaim.Event) error {
 		}
 		return nil
 	})
+}
+
+// decode reads a stored reclaim: its public record (v1alpha1.GPUReclaim),
+// or the engine's own as it was stored before that (1 December 2026).
+func decode(v []byte) (*reclaim.Reclaim, error) {
+	if bytes.HasPrefix(v, []byte(`{"id":`)) {
+		var r reclaim.Reclaim
+		return &r, json.Unmarshal(v, &r)
+	}
+	var g v1alpha1.GPUReclaim
+	if err := json.Unmarshal(v, &g); err != nil {
+		return nil, err
+	}
+	r, _, err := reclaim.FromAPI(&g)
+	return r, err
 }
 
 // auditKey sorts events by time, then by the order they were written.
@@ -168,8 +185,8 @@ func (b *Bolt) Prune(before time.Time) (int, error) {
 		rb := tx.Bucket(bucketReclaims)
 		var drop [][]byte
 		err := rb.ForEach(func(k, v []byte) error {
-			var r reclaim.Reclaim
-			if err := json.Unmarshal(v, &r); err != nil {
+			r, err := decode(v)
+			if err != nil {
 				return err
 			}
 			if r.State.Terminal() && r.Final.Sent && !r.Closed.IsZero() && r.Closed.Before(before) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
@@ -176,4 +177,15 @@ func TestLoadsWhatEarlierReleasesWrote(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, events, 1)
 	require.Equal(t, "stop on the top owner, Job ml/train-7", events[0].Detail)
+
+	// Written again, it is stored as its public record, and reads back the same.
+	require.NoError(t, b.Write([]*reclaim.Reclaim{r}, nil))
+	require.NoError(t, b.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketReclaims).Get([]byte(r.ID))
+		require.Contains(t, string(v), `"apiVersion":"gpureclaim.io/v1alpha1"`)
+		return nil
+	}))
+	again, err := b.Load()
+	require.NoError(t, err)
+	require.Equal(t, rs, again)
 }

@@ -1,0 +1,158 @@
+package reclaim
+
+import (
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpureclaim/gpureclaim/api/v1alpha1"
+)
+
+// The engine keeps its own record of a reclaim (Reclaim); what it stores
+// and serves is the public one (v1alpha1.GPUReclaim), converted here, at
+// the boundary. Reclaim's JSON is the form stored before the public type,
+// read only to load old state.
+
+// ToAPI is a reclaim's public record, with its audit events.
+func ToAPI(r *Reclaim, events []Event) *v1alpha1.GPUReclaim {
+	t := r.Target
+	g := &v1alpha1.GPUReclaim{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.Group + "/" + v1alpha1.Version, Kind: v1alpha1.Kind},
+		ObjectMeta: metav1.ObjectMeta{Name: r.ID},
+		Spec: v1alpha1.GPUReclaimSpec{
+			Target: v1alpha1.Target{Alertname: t.Alertname, UUID: t.UUID, GPUUUID: t.GPUUUID, Node: t.Node, Kind: t.Kind, MIGProfile: t.MIGProfile,
+				Namespace: t.Namespace, Pod: t.Pod, Container: t.Container, User: t.User, SlurmJob: t.SlurmJob, Keep: t.Keep, SuggestedAction: t.Suggested},
+			Policy:  r.Policy,
+			Episode: v1alpha1.Episode{Fingerprint: r.Fingerprint, StartsAt: metav1.NewMicroTime(r.StartsAt), Labels: r.Labels, Annotations: r.Annotations},
+		},
+		Status: v1alpha1.GPUReclaimStatus{
+			State: v1alpha1.State(r.State), Reason: r.Reason, Holder: t.Holder(), Unit: t.Unit(), Action: r.Action, DryRun: r.DryRun,
+			Created: at(r.Created), Updated: at(r.Updated), ActAt: at(r.ActAt), ActingSince: at(r.ActingSince), ActedAt: at(r.ActedAt),
+			ReleaseBy: at(r.ReleaseBy), ReleasedAt: at(r.ReleasedAt), SharedWith: r.SharedWith, Closed: at(r.Closed), NextTry: at(r.NextTry),
+			Wanted: r.Wanted, AwaitsDemand: r.AwaitsDemand,
+			Warning: deliveryToAPI(r.Warning), WarningRound: r.WarningRound, Final: deliveryToAPI(r.Final),
+			Attempts: r.Attempts, LastError: r.LastError, Planned: r.Planned, Killed: r.Killed, Detail: r.Detail, Fence: r.Fence,
+			ReleaseAskedBy: r.Released,
+		},
+	}
+	st := &g.Status
+	if o := r.TopOwner; o != nil {
+		st.TopOwner = &v1alpha1.TopOwner{ObjectRef: ref(o.APIVersion, o.Kind, o.Namespace, o.Name), Replicas: o.Replicas, Stop: o.Stop, Stopped: o.Stopped, Why: o.Why}
+		if a := o.Above; a != nil {
+			above := ref(a.APIVersion, a.Kind, a.Namespace, a.Name)
+			st.TopOwner.Above = &above
+		}
+		for _, c := range o.Claims {
+			st.TopOwner.Claims = append(st.TopOwner.Claims, v1alpha1.Claim{Namespace: c.Namespace, Name: c.Name, Shared: c.Shared, Others: c.Others})
+		}
+	}
+	if w := r.Workload; w != nil {
+		st.Workload = &v1alpha1.Workload{ObjectRef: ref(w.APIVersion, w.Kind, w.Namespace, w.Name), Stop: w.Stop, PreviousReplicas: w.PreviousReplicas,
+			ScaledTo: w.ScaledTo, Via: w.Via, Stopped: w.Stopped, Restored: w.Restored}
+	}
+	if r.Silence != "" || r.SnoozedBy != "" || !r.SnoozedUntil.IsZero() {
+		st.Snooze = &v1alpha1.Snooze{Silence: r.Silence, By: r.SnoozedBy, Until: at(r.SnoozedUntil)}
+	}
+	if !r.RestoreAsked.IsZero() {
+		st.Restore = &v1alpha1.Restore{AskedAt: metav1.NewMicroTime(r.RestoreAsked), AskedBy: r.RestoreAskedBy, Deadline: at(r.RestoreBy),
+			RestoredAt: at(r.Restored), Failed: r.RestoreFailed}
+	}
+	for _, e := range events {
+		st.Events = append(st.Events, v1alpha1.Event{Time: metav1.NewMicroTime(e.Time), Kind: e.Kind, Detail: e.Detail, Actor: e.Actor})
+	}
+	return g
+}
+
+// FromAPI reads a reclaim and its audit events back from its public
+// record.
+func FromAPI(g *v1alpha1.GPUReclaim) (*Reclaim, []Event, error) {
+	if g.Name == "" {
+		return nil, nil, fmt.Errorf("a %s without a name", v1alpha1.Kind)
+	}
+	r := fromAPI(g)
+	var events []Event
+	for _, e := range g.Status.Events {
+		events = append(events, Event{Time: e.Time.UTC(), Kind: e.Kind, Detail: e.Detail, Actor: e.Actor})
+	}
+	return r, Owned(r, events), nil
+}
+
+// Owned gives events read from a reclaim's record the reclaim and target
+// they belong to, which the record does not repeat.
+func Owned(r *Reclaim, events []Event) []Event {
+	for i := range events {
+		events[i].Reclaim, events[i].Target = r.ID, r.Target.Unit()+" held by "+r.Target.Holder()
+	}
+	return events
+}
+
+func fromAPI(g *v1alpha1.GPUReclaim) *Reclaim {
+	t, ep, st := g.Spec.Target, g.Spec.Episode, &g.Status
+	r := &Reclaim{
+		ID: g.Name, Fingerprint: ep.Fingerprint, StartsAt: ep.StartsAt.UTC(), Labels: ep.Labels, Annotations: ep.Annotations,
+		Target: Target{Alertname: t.Alertname, UUID: t.UUID, GPUUUID: t.GPUUUID, Node: t.Node, Kind: t.Kind, MIGProfile: t.MIGProfile,
+			Namespace: t.Namespace, Pod: t.Pod, Container: t.Container, User: t.User, SlurmJob: t.SlurmJob, Keep: t.Keep, Suggested: t.SuggestedAction},
+		Policy: g.Spec.Policy, Action: st.Action, DryRun: st.DryRun, State: State(st.State), Reason: st.Reason,
+		Created: tm(st.Created), Updated: tm(st.Updated), ActAt: tm(st.ActAt), ActingSince: tm(st.ActingSince), ActedAt: tm(st.ActedAt),
+		ReleaseBy: tm(st.ReleaseBy), ReleasedAt: tm(st.ReleasedAt), SharedWith: st.SharedWith, Closed: tm(st.Closed), NextTry: tm(st.NextTry),
+		Wanted: st.Wanted, AwaitsDemand: st.AwaitsDemand,
+		Warning: deliveryFromAPI(st.Warning), WarningRound: st.WarningRound, Final: deliveryFromAPI(st.Final),
+		Attempts: st.Attempts, LastError: st.LastError, Planned: st.Planned, Killed: st.Killed, Detail: st.Detail, Fence: st.Fence,
+		Released: st.ReleaseAskedBy,
+	}
+	if o := st.TopOwner; o != nil {
+		r.TopOwner = &TopOwner{APIVersion: o.APIVersion, Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Replicas: o.Replicas, Stop: o.Stop, Stopped: o.Stopped, Why: o.Why}
+		if a := o.Above; a != nil {
+			r.TopOwner.Above = &TopOwner{APIVersion: a.APIVersion, Kind: a.Kind, Namespace: a.Namespace, Name: a.Name}
+		}
+		for _, c := range o.Claims {
+			r.TopOwner.Claims = append(r.TopOwner.Claims, Claim{Namespace: c.Namespace, Name: c.Name, Shared: c.Shared, Others: c.Others})
+		}
+	}
+	if w := st.Workload; w != nil {
+		r.Workload = &Workload{APIVersion: w.APIVersion, Kind: w.Kind, Namespace: w.Namespace, Name: w.Name, Stop: w.Stop, PreviousReplicas: w.PreviousReplicas,
+			ScaledTo: w.ScaledTo, Via: w.Via, Stopped: w.Stopped, Restored: w.Restored}
+	}
+	if s := st.Snooze; s != nil {
+		r.Silence, r.SnoozedBy, r.SnoozedUntil = s.Silence, s.By, tm(s.Until)
+	}
+	if rs := st.Restore; rs != nil {
+		r.RestoreAsked, r.RestoreAskedBy, r.RestoreBy, r.Restored, r.RestoreFailed = rs.AskedAt.UTC(), rs.AskedBy, tm(rs.Deadline), tm(rs.RestoredAt), rs.Failed
+	}
+	return r
+}
+
+func deliveryToAPI(d Delivery) *v1alpha1.Delivery {
+	if !d.Sent && d.Attempts == 0 && d.FirstTry.IsZero() && len(d.Refs) == 0 && d.Error == "" {
+		return nil
+	}
+	return &v1alpha1.Delivery{Sent: d.Sent, At: at(d.At), FirstTry: at(d.FirstTry), Attempts: d.Attempts, Error: d.Error, Escalated: d.Escalated, Channels: d.Channels, Refs: d.Refs}
+}
+
+func deliveryFromAPI(d *v1alpha1.Delivery) Delivery {
+	if d == nil {
+		return Delivery{}
+	}
+	return Delivery{Sent: d.Sent, At: tm(d.At), FirstTry: tm(d.FirstTry), Attempts: d.Attempts, Error: d.Error, Escalated: d.Escalated, Channels: d.Channels, Refs: d.Refs}
+}
+
+func ref(apiVersion, kind, namespace, name string) v1alpha1.ObjectRef {
+	return v1alpha1.ObjectRef{APIVersion: apiVersion, Kind: kind, Namespace: namespace, Name: name}
+}
+
+// at is a time as the public record holds it: none when zero.
+func at(t time.Time) *metav1.MicroTime {
+	if t.IsZero() {
+		return nil
+	}
+	m := metav1.NewMicroTime(t)
+	return &m
+}
+
+func tm(m *metav1.MicroTime) time.Time {
+	if m == nil {
+		return time.Time{}
+	}
+	return m.UTC() // metav1 reads times as local ones
+}
