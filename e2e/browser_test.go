@@ -11,7 +11,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpureclaim/gpureclaim/internal/sim/stack"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
 // statusPage loads the reclaimer's status page in headless Chromium while a
@@ -19,7 +19,7 @@ import (
 func (su *suite) statusPage(t *testing.T, chromium string) {
 	pending := su.waitState("flappy", pod("flappy", "flappy"), "pending", 60*time.Second)
 	require.Eventually(t, func() bool {
-		r, _ := su.reclaimOf(func(x stack.Reclaim) bool { return x.ID == pending.ID })
+		r, _ := su.reclaimOf(func(x *reclaim.Reclaim) bool { return x.ID == pending.ID })
 		return r.Warning.Sent
 	}, 30*time.Second, 100*time.Millisecond)
 

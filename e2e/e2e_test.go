@@ -32,6 +32,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/sim/stack"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/fakeslack"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/rules"
 )
 
@@ -210,10 +211,18 @@ func (su *suite) waitRunning() {
 	}, 60*time.Second, 200*time.Millisecond, "kwok runs the pods")
 }
 
-func (su *suite) reclaimOf(pred func(stack.Reclaim) bool) (stack.Reclaim, bool) {
-	rs, err := su.s.Reclaims(ctx)
+// reclaimOf is the oldest reclaim the API lists that pred accepts, read
+// back from the public type; an empty one if none.
+func (su *suite) reclaimOf(pred func(*reclaim.Reclaim) bool) (*reclaim.Reclaim, bool) {
+	items, err := su.s.Reclaims(ctx)
 	if err != nil {
-		return stack.Reclaim{}, false
+		return &reclaim.Reclaim{}, false
+	}
+	var rs []*reclaim.Reclaim
+	for i := range items {
+		r, _, err := reclaim.FromAPI(&items[i])
+		require.NoError(su.t, err)
+		rs = append(rs, r)
 	}
 	sort.Slice(rs, func(i, j int) bool { return rs[i].Created.Before(rs[j].Created) })
 	for _, r := range rs {
@@ -221,18 +230,18 @@ func (su *suite) reclaimOf(pred func(stack.Reclaim) bool) (stack.Reclaim, bool) 
 			return r, true
 		}
 	}
-	return stack.Reclaim{}, false
+	return &reclaim.Reclaim{}, false
 }
 
-func pod(ns, name string) func(stack.Reclaim) bool {
-	return func(r stack.Reclaim) bool { return r.Target.Namespace == ns && r.Target.Pod == name }
+func pod(ns, name string) func(*reclaim.Reclaim) bool {
+	return func(r *reclaim.Reclaim) bool { return r.Target.Namespace == ns && r.Target.Pod == name }
 }
 
-func (su *suite) waitState(what string, pred func(stack.Reclaim) bool, state string, within time.Duration) stack.Reclaim {
-	var r stack.Reclaim
+func (su *suite) waitState(what string, pred func(*reclaim.Reclaim) bool, state string, within time.Duration) *reclaim.Reclaim {
+	var r *reclaim.Reclaim
 	require.Eventually(su.t, func() bool {
 		var ok bool
-		r, ok = su.reclaimOf(func(x stack.Reclaim) bool { return pred(x) && x.State == state })
+		r, ok = su.reclaimOf(func(x *reclaim.Reclaim) bool { return pred(x) && string(x.State) == state })
 		return ok
 	}, within, 200*time.Millisecond, "%s: %s", what, state)
 	return r
@@ -324,7 +333,7 @@ func TestEndToEnd(t *testing.T) {
 	})
 
 	t.Run("an idle inference Deployment: scaled down, then restored", func(t *testing.T) {
-		r := su.waitState("chat-api", func(x stack.Reclaim) bool { return x.Target.Namespace == "serving" }, "done", 60*time.Second)
+		r := su.waitState("chat-api", func(x *reclaim.Reclaim) bool { return x.Target.Namespace == "serving" }, "done", 60*time.Second)
 		require.Equal(t, "scale_down", r.Action)
 		d, err := su.s.Admin.AppsV1().Deployments("serving").Get(ctx, "chat-api", metav1.GetOptions{})
 		require.NoError(t, err)
@@ -355,7 +364,7 @@ func TestEndToEnd(t *testing.T) {
 	t.Run("an idle InferenceService whose controller ignores the stop: not released, and said so", su.ignoredStop)
 
 	t.Run("a bare-metal process: killed through the node endpoint", func(t *testing.T) {
-		r := su.waitState("bob", func(x stack.Reclaim) bool { return x.Target.User == "bob" }, "done", 60*time.Second)
+		r := su.waitState("bob", func(x *reclaim.Reclaim) bool { return x.Target.User == "bob" }, "done", 60*time.Second)
 		require.Equal(t, "kill", r.Action)
 		uuid := su.unitUUID("gpu-a", 3, "")
 		require.Eventually(t, func() bool {
@@ -408,7 +417,7 @@ func TestEndToEnd(t *testing.T) {
 			require.False(t, found, "no reclaim for %s", p[1])
 		}
 		free := su.unitUUID("gpu-a", 5, "")
-		_, found := su.reclaimOf(func(r stack.Reclaim) bool { return r.Target.UUID == free })
+		_, found := su.reclaimOf(func(r *reclaim.Reclaim) bool { return r.Target.UUID == free })
 		require.False(t, found)
 		idle, err := su.s.Query(ctx, `uuid_owner:gpureclaim_unit_idle_held:activity{pod="keeper",keep="true"}`)
 		require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/sim/stack"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/slurmtest"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/rules"
 )
 
@@ -85,8 +86,8 @@ policies:
 `, c.RestSocket, slurmtest.APIVersion, filepath.Join(c.Bin, "scontrol"), batch)))
 	require.NoError(t, s.StartPrometheus(ctx))
 
-	job := func(id string) func(stack.Reclaim) bool {
-		return func(r stack.Reclaim) bool { return r.Target.SlurmJob == id }
+	job := func(id string) func(*reclaim.Reclaim) bool {
+		return func(r *reclaim.Reclaim) bool { return r.Target.SlurmJob == id }
 	}
 	r := su.waitState("the idle salloc", job(idle), "done", 90*time.Second)
 	require.Equal(t, "cancel", r.Action)

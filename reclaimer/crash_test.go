@@ -253,23 +253,10 @@ type reclaimState struct {
 }
 
 func reclaims(addr string) []reclaimState {
-	resp, err := http.Get("http://" + addr + "/api/v1/reclaims")
-	if err != nil {
-		return nil
-	}
-	defer resp.Body.Close()
-	var list struct {
-		Reclaims []struct {
-			State string `json:"state"`
-			Final struct {
-				Sent bool `json:"sent"`
-			} `json:"final"`
-		} `json:"reclaims"`
-	}
-	_ = json.NewDecoder(resp.Body).Decode(&list)
+	list, _ := listed(addr, "")
 	var out []reclaimState
-	for _, r := range list.Reclaims {
-		out = append(out, reclaimState{r.State, r.Final.Sent})
+	for _, r := range list {
+		out = append(out, reclaimState{string(r.State), r.Final.Sent})
 	}
 	return out
 }

@@ -19,11 +19,13 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpureclaim/gpureclaim/api/v1alpha1"
 	"github.com/gpureclaim/gpureclaim/deploy"
 	"github.com/gpureclaim/gpureclaim/internal/sim/cluster"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/amtest"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/kubetest"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
 // The Lease's timings in the failover test: short, so that a takeover
@@ -208,7 +210,7 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 
 		time.Sleep(3 * time.Second) // past the grace, several steps
 		r, ok := reclaimOfUnit(b.addr, uuids[i])
 		require.True(t, ok)
-		require.Equal(t, "snoozed", r.State, "the snooze holds on the new leader")
+		require.Equal(t, reclaim.Snoozed, r.State, "the snooze holds on the new leader")
 		log, err := os.ReadFile(filepath.Join(dir, "exporter.log"))
 		require.NoError(t, err)
 		require.Zero(t, strings.Count(string(log), "uuid="+uuids[i]+" processes=1"), "nothing was done")
@@ -293,36 +295,35 @@ func stopped(pid int) bool {
 	return len(fields) > 0 && fields[0] == "T"
 }
 
-type unitReclaim struct {
-	State   string `json:"state"`
-	Warning struct {
-		Sent bool `json:"sent"`
-	} `json:"warning"`
-	Target struct {
-		UUID string `json:"uuid"`
-	} `json:"target"`
-	Final struct {
-		Sent bool `json:"sent"`
-	} `json:"final"`
+// listed is what a replica's API lists, read back from the public type.
+func listed(addr, query string) ([]*reclaim.Reclaim, bool) {
+	resp, err := http.Get("http://" + addr + "/api/v1/reclaims" + query)
+	if err != nil {
+		return nil, false
+	}
+	defer resp.Body.Close()
+	var list v1alpha1.GPUReclaimList
+	if json.NewDecoder(resp.Body).Decode(&list) != nil {
+		return nil, false
+	}
+	var out []*reclaim.Reclaim
+	for i := range list.Items {
+		r, _, err := reclaim.FromAPI(&list.Items[i])
+		if err != nil {
+			return nil, false
+		}
+		out = append(out, r)
+	}
+	return out, true
 }
 
 // reclaimOfUnit is the reclaim of a unit, as a replica's API lists it.
-func reclaimOfUnit(addr, uuid string) (unitReclaim, bool) {
-	resp, err := http.Get("http://" + addr + "/api/v1/reclaims")
-	if err != nil {
-		return unitReclaim{}, false
-	}
-	defer resp.Body.Close()
-	var list struct {
-		Reclaims []unitReclaim `json:"reclaims"`
-	}
-	if json.NewDecoder(resp.Body).Decode(&list) != nil {
-		return unitReclaim{}, false
-	}
-	for _, r := range list.Reclaims {
+func reclaimOfUnit(addr, uuid string) (*reclaim.Reclaim, bool) {
+	rs, _ := listed(addr, "")
+	for _, r := range rs {
 		if r.Target.UUID == uuid {
 			return r, true
 		}
 	}
-	return unitReclaim{}, false
+	return &reclaim.Reclaim{}, false
 }

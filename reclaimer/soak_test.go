@@ -227,20 +227,13 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 
 		60*time.Second, 200*time.Millisecond)
 
 	states := func(r *replica) map[string]int {
-		resp, err := http.Get("http://" + r.addr + "/api/v1/reclaims?limit=5000")
-		if err != nil {
-			return nil
-		}
-		defer resp.Body.Close()
-		var list struct {
-			Reclaims []unitReclaim `json:"reclaims"`
-		}
-		if json.NewDecoder(resp.Body).Decode(&list) != nil {
+		list, ok := listed(r.addr, "?limit=5000")
+		if !ok {
 			return nil
 		}
 		out := map[string]int{}
-		for _, rc := range list.Reclaims {
-			s := rc.State
+		for _, rc := range list {
+			s := string(rc.State)
 			if s == "done" && rc.Final.Sent {
 				s = "done, told"
 			}

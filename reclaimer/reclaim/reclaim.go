@@ -179,7 +179,9 @@ func (w *Workload) RestoredText() string {
 }
 
 // Reclaim is one alert episode (fingerprint and startsAt) and what was
-// decided and done about it.
+// decided and done about it: the engine's record. The stores keep and the
+// API serves its public form (v1alpha1.GPUReclaim, record.go); its JSON
+// is how the stores kept it before that, read only to load such state.
 type Reclaim struct {
 	ID          string            `json:"id"`
 	Fingerprint string            `json:"fingerprint"`

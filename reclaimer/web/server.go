@@ -17,7 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpureclaim/gpureclaim/api/v1alpha1"
 	"github.com/gpureclaim/gpureclaim/internal/httpserver"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
@@ -140,14 +142,6 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	w.Write([]byte("ready\n"))
 }
 
-// ReclaimList is the answer of GET /api/v1/reclaims.
-type ReclaimList struct {
-	Reclaims    []*reclaim.Reclaim `json:"reclaims"`
-	BreakerOpen bool               `json:"circuit_breaker_open"`
-	// Next is the after= of the next page; absent on the last.
-	Next string `json:"next,omitempty"`
-}
-
 // Pages of the list API: limit= defaults to defaultPage, at most maxPage.
 const (
 	defaultPage = 500
@@ -157,7 +151,11 @@ const (
 )
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
-	q := reclaim.Query{States: map[reclaim.State]bool{}, Limit: defaultPage, After: r.URL.Query().Get("after")}
+	after := r.URL.Query().Get("continue")
+	if after == "" {
+		after = r.URL.Query().Get("after") // the name before the public type
+	}
+	q := reclaim.Query{States: map[reclaim.State]bool{}, Limit: defaultPage, After: after}
 	for _, st := range strings.Split(r.URL.Query().Get("state"), ",") {
 		if st != "" {
 			q.States[reclaim.State(st)] = true
@@ -173,9 +171,13 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		q.Limit = n
 	}
 	p := s.engine.Page(q)
-	out := ReclaimList{Reclaims: p.Reclaims, BreakerOpen: s.engine.BreakerOpen(), Next: p.Next}
-	if out.Reclaims == nil {
-		out.Reclaims = []*reclaim.Reclaim{}
+	out := v1alpha1.GPUReclaimList{
+		TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.Group + "/" + v1alpha1.Version, Kind: v1alpha1.Kind + "List"},
+		ListMeta: metav1.ListMeta{Continue: p.Next},
+		Items:    make([]v1alpha1.GPUReclaim, 0, len(p.Reclaims)),
+	}
+	for _, rc := range p.Reclaims {
+		out.Items = append(out.Items, *reclaim.ToAPI(rc, nil))
 	}
 	s.requests.WithLabelValues("reclaims", "200").Inc()
 	writeJSON(w, http.StatusOK, out)
@@ -187,7 +189,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, problem{Error: "no such reclaim"})
 		return
 	}
-	writeJSON(w, http.StatusOK, rc)
+	writeJSON(w, http.StatusOK, reclaim.ToAPI(rc, nil))
 }
 
 func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
@@ -209,7 +211,7 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		writeJSON(w, http.StatusBadGateway, problem{Error: err.Error()})
 	default:
-		writeJSON(w, http.StatusOK, rc)
+		writeJSON(w, http.StatusOK, reclaim.ToAPI(rc, nil))
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpureclaim/gpureclaim/api/v1alpha1"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/fakeclock"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
@@ -195,17 +196,21 @@ func TestWebhookMethodAndAPI(t *testing.T) {
 	s.post(t, payload(t), bearer("t0ken"))
 	resp, err = http.Get(s.URL + "/api/v1/reclaims?state=pending")
 	require.NoError(t, err)
-	var list web.ReclaimList
+	var list v1alpha1.GPUReclaimList
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&list))
 	resp.Body.Close()
-	require.Len(t, list.Reclaims, 1)
-	require.Equal(t, reclaim.Pending, list.Reclaims[0].State)
+	require.Equal(t, "GPUReclaimList", list.Kind, "the public type")
+	require.Len(t, list.Items, 1)
+	require.Equal(t, v1alpha1.State(reclaim.Pending), list.Items[0].Status.State)
+	got, _, err := reclaim.FromAPI(&list.Items[0])
+	require.NoError(t, err)
+	require.Equal(t, list.Items[0].Name, got.ID)
 
 	resp, err = http.Get(s.URL + "/api/v1/reclaims?state=done")
 	require.NoError(t, err)
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&list))
 	resp.Body.Close()
-	require.Empty(t, list.Reclaims)
+	require.Empty(t, list.Items)
 
 	req, _ := http.NewRequest(http.MethodPost, s.URL+"/api/v1/reclaims/x/restore", nil)
 	resp, err = http.DefaultClient.Do(req)
@@ -263,14 +268,37 @@ func TestListIsPaginated(t *testing.T) {
 	}{{"limit=1", 200}, {"limit=0", 400}, {"limit=5001", 400}, {"limit=x", 400}, {"", 200}} {
 		resp, err := http.Get(s.URL + "/api/v1/reclaims?" + tc.query)
 		require.NoError(t, err)
-		var l web.ReclaimList
+		var l v1alpha1.GPUReclaimList
 		_ = json.NewDecoder(resp.Body).Decode(&l)
 		resp.Body.Close()
 		require.Equal(t, tc.code, resp.StatusCode, tc.query)
 		if tc.code == 200 {
-			require.Len(t, l.Reclaims, 1)
-			require.Empty(t, l.Next, "one page")
+			require.Len(t, l.Items, 1)
+			require.Empty(t, l.Continue, "one page")
 		}
+	}
+
+	// A second reclaim: two pages of one, the second asked for with the
+	// first's continue (or after=, its name before).
+	second := strings.NewReplacer(`"pod": "`, `"pod": "other-`, `"fingerprint": "5e8f0a8f0c0b2a11"`, `"fingerprint": "5e8f0a8f0c0b2a12"`).Replace(string(payload(t)))
+	code, _ = s.post(t, []byte(second), bearer("t0ken"))
+	require.Equal(t, http.StatusOK, code)
+	page := func(query string) v1alpha1.GPUReclaimList {
+		resp, err := http.Get(s.URL + "/api/v1/reclaims?" + query)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var l v1alpha1.GPUReclaimList
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&l))
+		return l
+	}
+	first := page("limit=1")
+	require.Len(t, first.Items, 1)
+	require.NotEmpty(t, first.Continue)
+	for _, param := range []string{"continue", "after"} {
+		next := page("limit=1&" + param + "=" + first.Continue)
+		require.Len(t, next.Items, 1, param)
+		require.NotEqual(t, first.Items[0].Name, next.Items[0].Name, param)
+		require.Empty(t, next.Continue, param)
 	}
 }
 

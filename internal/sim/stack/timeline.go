@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"sort"
 	"time"
+
+	"github.com/gpureclaim/gpureclaim/api/v1alpha1"
 )
 
 // Timeline prints what happens, as it happens: alerts firing, owners
@@ -76,51 +78,28 @@ func (s *Stack) Query(ctx context.Context, q string) ([]map[string]string, error
 	return out, nil
 }
 
-// Reclaim is the part of a reclaim the timeline and the tests read.
-type Reclaim struct {
-	ID     string    `json:"id"`
-	State  string    `json:"state"`
-	Reason string    `json:"reason"`
-	Action string    `json:"action"`
-	Detail string    `json:"detail"`
-	ActAt  time.Time `json:"act_at"`
-	Target struct {
-		Alertname, UUID, Node, Namespace, Pod, User, Kind string
-		MIGProfile                                        string `json:"mig_profile"`
-		SlurmJob                                          string `json:"slurm_job"`
-	} `json:"target"`
-	Warning struct {
-		Sent bool              `json:"sent"`
-		At   time.Time         `json:"at"`
-		Refs map[string]string `json:"refs"`
-	} `json:"warning"`
-	ActedAt    time.Time `json:"acted_at"`
-	ReleasedAt time.Time `json:"released_at"`
-	Created    time.Time `json:"created"`
-}
-
-func (r Reclaim) owner() string {
+// holder names who holds a reclaim's unit, for the timeline.
+func holder(r *v1alpha1.GPUReclaim) string {
+	t := r.Spec.Target
 	switch {
-	case r.Target.Pod != "":
-		return r.Target.Namespace + "/" + r.Target.Pod
-	case r.Target.User != "":
-		return "user " + r.Target.User
+	case t.Pod != "":
+		return t.Namespace + "/" + t.Pod
+	case t.User != "":
+		return "user " + t.User
 	}
-	return "the tenants of " + r.Target.UUID
+	return "the tenants of " + t.UUID
 }
 
-// Reclaims lists the reclaimer's reclaims.
-func (s *Stack) Reclaims(ctx context.Context) ([]Reclaim, error) {
+// Reclaims lists the reclaimer's reclaims, as its API serves them.
+func (s *Stack) Reclaims(ctx context.Context) ([]v1alpha1.GPUReclaim, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.ReclaimerURL+"/api/v1/reclaims", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	var l struct {
-		Reclaims []Reclaim `json:"reclaims"`
-	}
-	return l.Reclaims, json.NewDecoder(resp.Body).Decode(&l)
+	var l v1alpha1.GPUReclaimList
+	return l.Items, json.NewDecoder(resp.Body).Decode(&l)
 }
 
 func (t *Timeline) poll(ctx context.Context) {
@@ -146,41 +125,47 @@ func (t *Timeline) poll(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	sort.Slice(rs, func(i, j int) bool { return rs[i].Created.Before(rs[j].Created) })
-	for _, r := range rs {
-		prev := t.states[r.ID]
-		now := r.State
-		if r.State == "pending" && !r.Warning.Sent {
+	sort.Slice(rs, func(i, j int) bool { return rs[i].Status.Created.Before(rs[j].Status.Created) })
+	for i := range rs {
+		r, st := &rs[i], &rs[i].Status
+		prev := t.states[r.Name]
+		now := string(st.State)
+		if now == "pending" && (st.Warning == nil || !st.Warning.Sent) {
 			now = "deciding"
 		}
 		if prev == now {
 			t.freedCheck(ctx, r)
 			continue
 		}
-		t.states[r.ID] = now
+		t.states[r.Name] = now
 		switch now {
 		case "pending":
-			t.say("%-20s %s: %s at %s", "owner warned:", r.owner(), r.Action, r.ActAt.Local().Format("15:04:05"))
+			actAt := ""
+			if st.ActAt != nil {
+				actAt = st.ActAt.Local().Format("15:04:05")
+			}
+			t.say("%-20s %s: %s at %s", "owner warned:", holder(r), st.Action, actAt)
 		case "notified":
-			t.say("%-20s %s told about %s", "owner notified:", r.owner(), r.Target.Alertname)
+			t.say("%-20s %s told about %s", "owner notified:", holder(r), r.Spec.Target.Alertname)
 		case "snoozed":
-			t.say("%-20s %s: %s", "snoozed:", r.owner(), r.Reason)
+			t.say("%-20s %s: %s", "snoozed:", holder(r), st.Reason)
 		case "done":
-			t.say("%-20s %s: %s", "reclaimed:", r.owner(), r.Detail)
+			t.say("%-20s %s: %s", "reclaimed:", holder(r), st.Detail)
 		case "cancelled", "exempt", "failed", "dry_run", "not_released":
-			t.say("%-20s %s: %s", now+":", r.owner(), r.Reason)
+			t.say("%-20s %s: %s", now+":", holder(r), st.Reason)
 		}
 	}
 }
 
 // freedCheck says when a reclaimed unit has no owner any more.
-func (t *Timeline) freedCheck(ctx context.Context, r Reclaim) {
-	if r.State != "done" || t.freed[r.Target.UUID] {
+func (t *Timeline) freedCheck(ctx context.Context, r *v1alpha1.GPUReclaim) {
+	u := r.Spec.Target
+	if r.Status.State != "done" || t.freed[u.UUID] {
 		return
 	}
-	owners, err := t.s.Query(ctx, fmt.Sprintf(`gpureclaim_unit_owner_info{uuid=%q}`, r.Target.UUID))
+	owners, err := t.s.Query(ctx, fmt.Sprintf(`gpureclaim_unit_owner_info{uuid=%q}`, u.UUID))
 	if err == nil && len(owners) == 0 {
-		t.freed[r.Target.UUID] = true
-		t.say("%-20s %s on %s is free for the next job", "GPU freed:", r.Target.UUID, r.Target.Node)
+		t.freed[u.UUID] = true
+		t.say("%-20s %s on %s is free for the next job", "GPU freed:", u.UUID, u.Node)
 	}
 }
