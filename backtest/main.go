@@ -12,8 +12,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/common/model"
 
 	"github.com/gpureclaim/gpureclaim/internal/cli"
 	"github.com/gpureclaim/gpureclaim/internal/names"
@@ -37,6 +40,9 @@ type backtestOptions struct {
 	dcgmHonorLabels               bool
 	restoreOnDemand               bool
 	coldStart                     time.Duration
+	bounds                        bool
+	boundDelays                   []time.Duration
+	boundColdStarts               []float64
 }
 
 func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, error) {
@@ -63,9 +69,26 @@ func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, erro
 	fs.IntVar(&o.top, "top", 20, "Owners and workloads listed, most idle first (0: all).")
 	fs.StringVar(&o.plotWorkload, "plot.workload", "", "Plot this workload's activity with the warnings and reclaims (SVG).")
 	fs.StringVar(&o.plotFile, "plot.file", "backtest.svg", "Where the plot goes.")
+	fs.BoolVar(&o.bounds, "report.bounds", false, "Print, instead of replaying rules, the most any policy could free at a cost in cold starts: one that knows how long every pause lasts, acts --bound.delays into the pauses it picks, and picks within --bound.cold-starts per workload-day. If a target is above it, no policy reaches it.")
+	delays := fs.String("bound.delays", "0s,15m,30m,60m", "With --report.bounds: how long a pause lasts before the policy acts (the idle alert's wait and the grace), comma-separated.")
+	budgets := fs.String("bound.cold-starts", "0.5,1,2,5", "With --report.bounds: cold starts per workload-day the policy may spend, comma-separated.")
 	fs.BoolVar(&o.printVersion, "version", false, "Print the version and exit.")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	for _, d := range strings.Split(*delays, ",") {
+		v, err := time.ParseDuration(strings.TrimSpace(d))
+		if err != nil || v < 0 {
+			return nil, fmt.Errorf("--bound.delays: %q is not a duration of 0 or more", d)
+		}
+		o.boundDelays = append(o.boundDelays, v)
+	}
+	for _, b := range strings.Split(*budgets, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(b), 64)
+		if err != nil || v < 0 {
+			return nil, fmt.Errorf("--bound.cold-starts: %q is not a number of 0 or more", b)
+		}
+		o.boundColdStarts = append(o.boundColdStarts, v)
 	}
 	switch {
 	case o.printVersion:
@@ -74,7 +97,7 @@ func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, erro
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	case (o.trace == "") == (o.prometheus == ""):
 		return nil, errors.New("give one history: --history.trace or --history.prometheus")
-	case len(o.rules) == 0:
+	case len(o.rules) == 0 && !o.bounds:
 		return nil, errors.New("--rules: give the rule files (e.g. rules/gpureclaim.rules.yml)")
 	case o.regret <= 0:
 		return nil, errors.New("--regret.window: must be positive")
@@ -129,6 +152,9 @@ func runBacktest(ctx context.Context, o *backtestOptions, stdout io.Writer) erro
 			return fmt.Errorf("--history.prometheus: %s: %w", o.prometheus, err)
 		}
 	}
+	if o.bounds {
+		return printBounds(stdout, h, o)
+	}
 	dir, err := os.MkdirTemp("", "gpureclaim-backtest")
 	if err != nil {
 		return err
@@ -164,6 +190,35 @@ func runBacktest(ctx context.Context, o *backtestOptions, stdout io.Writer) erro
 		return err
 	}
 	return f.Close()
+}
+
+// printBounds prints backtest.Bounds for every workload, and for the tuned
+// and held-apart ones when a share is held apart.
+func printBounds(w io.Writer, h backtest.History, o *backtestOptions) error {
+	type split struct {
+		name string
+		keep func(string) bool
+	}
+	splits := []split{{"all", func(string) bool { return true }}}
+	if o.heldApart > 0 {
+		splits = append(splits, split{"tuned", func(id string) bool { return !backtest.IsHeldApart(id, o.heldApart) }},
+			split{"held apart", func(id string) bool { return backtest.IsHeldApart(id, o.heldApart) }})
+	}
+	cols := make([][]backtest.Bound, len(splits))
+	fmt.Fprint(w, "| acts after | cold starts per workload-day |")
+	for i, s := range splits {
+		cols[i] = backtest.Bounds(h, o.threshold, o.regret, o.boundDelays, o.boundColdStarts, s.keep)
+		fmt.Fprintf(w, " freed, %s |", s.name)
+	}
+	fmt.Fprint(w, "\n| --- | --- |"+strings.Repeat(" --- |", len(splits))+"\n")
+	for row, b := range cols[0] {
+		fmt.Fprintf(w, "| %s | %g |", model.Duration(b.Delay), b.ColdStartsPerWorkloadDay)
+		for i := range splits {
+			fmt.Fprintf(w, " %.0f%% |", 100*cols[i][row].Freed)
+		}
+		fmt.Fprintln(w)
+	}
+	return nil
 }
 
 // replayedController is what runs each replayed pod: a kind the config

@@ -54,6 +54,21 @@ func TestBacktestCommand(t *testing.T) {
 	require.Contains(t, string(svg), "gone: reclaimed 1 times")
 }
 
+// The bounds need no rules: pod "gone" idles for its last three hours and
+// never works again (every idle minute is reclaimable), so acting at once
+// frees all of them but the minute it acts in, and acting an hour in two
+// of the three.
+func TestBacktestBounds(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"--history.trace=" + traceFile(t), "--report.bounds", "--bound.delays=0s,1h", "--bound.cold-starts=1"}, &out, &errb)
+	require.Zero(t, code, errb.String())
+	require.Equal(t, `| acts after | cold starts per workload-day | freed, all |
+| --- | --- | --- |
+| 0s | 1 | 99% |
+| 1h | 1 | 66% |
+`, out.String())
+}
+
 func TestBacktestBadFlags(t *testing.T) {
 	tr := traceFile(t)
 	for _, tc := range []struct {
@@ -69,6 +84,8 @@ func TestBacktestBadFlags(t *testing.T) {
 		{[]string{"--history.trace=" + tr, "--rules=/nonexistent.yml"}, 1, "nonexistent.yml"},
 		{[]string{"--history.trace=/nonexistent.csv", "--rules=r.yml"}, 1, "--history.trace"},
 		{[]string{"--history.trace=" + tr, "--rules=../rules/gpureclaim.rules.yml", "--config.file=/nonexistent.yml"}, 1, "nonexistent.yml"},
+		{[]string{"--history.trace=" + tr, "--report.bounds", "--bound.delays=15m,soon"}, 2, `--bound.delays: "soon" is not a duration of 0 or more`},
+		{[]string{"--history.trace=" + tr, "--report.bounds", "--bound.cold-starts=-1"}, 2, `--bound.cold-starts: "-1" is not a number of 0 or more`},
 		{[]string{"--history.trace=" + tr, "--rules=../rules/gpureclaim.rules.yml", "--plot.workload=nobody", "--plot.file=" + filepath.Join(t.TempDir(), "p.svg")}, 1, `no workload "nobody"`},
 	} {
 		var out, errb bytes.Buffer

@@ -79,6 +79,10 @@ frontier=$(report frontier -o "$out/frontier.svg" -title "Fixed waits (reclaim_a
 coldstarts=$(report frontier -o "$out/frontier-cold-starts.svg" -cold-starts 1 -title "Fixed waits and policies, restored on demand: freed against cold starts" "${waits[@]}" \
 	"policy:defaults=$tmp/restore.json" "policy:pause history=$tmp/pauses.json")
 
+# The most any policy could free: one that knows every pause's length.
+bounds=$("$bin" --history.trace="$trace" --history.controller=Deployment --report.held-apart="$held" \
+	--report.bounds --bound.delays=0s,15m,30m,45m,60m --bound.cold-starts=0.5,1,1.29,2,5.31)
+
 plot=${PLOT_WORKLOAD:-6ebc62069627eabf9bf6659d9a78d228}
 "$bin" --history.trace="$trace" --rules=rules/gpureclaim.rules.yml --history.controller=Deployment \
 	--format=json --plot.workload="$plot" --plot.file="$out/plot.svg" >/dev/null
@@ -102,6 +106,13 @@ plot=${PLOT_WORKLOAD:-6ebc62069627eabf9bf6659d9a78d228}
 	echo "Against cold starts per workload-day, with restore on demand ([frontier-cold-starts.svg](frontier-cold-starts.svg)):"
 	echo
 	echo "$coldstarts"
+	echo
+	echo "## The bound"
+	echo
+	echo "The most a policy that knows every pause's length frees without regret, acting a fixed delay into the"
+	echo "pauses it picks, within a budget of cold starts per workload-day (\`--report.bounds\`):"
+	echo
+	echo "$bounds"
 	echo
 	cat "$details"
 	echo "The plot ([plot.svg](plot.svg)) is workload \`$plot\` under the defaults."

@@ -1,0 +1,123 @@
+package backtest
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// Bound is the most any policy could free at a cost in cold starts: a
+// policy that knows how long every pause will last, acts Delay into the
+// ones it picks, and picks those that free the most per cold start
+// first. A policy that cannot see the future frees less; if the bound is
+// under a target, no policy reaches it.
+type Bound struct {
+	// Delay is how long a pause lasts before the policy acts: at least the
+	// idle alert's wait and the owner's grace.
+	Delay time.Duration `json:"delay"`
+	// ColdStartsPerWorkloadDay is the budget, as the replay counts it.
+	ColdStartsPerWorkloadDay float64 `json:"cold_starts_per_workload_day"`
+	// Freed is the share of the reclaimable GPU-minutes freed without regret.
+	Freed float64 `json:"freed"`
+}
+
+// pause is a run of idle steps a reclaim could take.
+type pause struct {
+	freed   int  // steps freed by acting Delay into it
+	returns bool // work comes back at its end: a restore, a cold start
+}
+
+// Bounds computes a Bound per delay and budget over the workloads keep
+// accepts, counting as Run does: a step is reclaimable when it is idle
+// and work does not come back within the regret window, a reclaim frees
+// the held steps until work comes back, and a reclaim whose work comes
+// back within the window is a regret (the policy never picks one).
+func Bounds(h History, threshold float64, regret time.Duration, delays []time.Duration, budgets []float64, keep func(id string) bool) []Bound {
+	var reclaimable, steps int
+	all := make([][]pause, len(delays)) // per delay
+	for _, w := range h.Workloads {
+		if !keep(w.ID) {
+			continue
+		}
+		steps += w.span()
+		next := nextBusy(&w, threshold)
+		for i := range w.Activity {
+			if w.idleAt(i, threshold) && (next[i] < 0 || time.Duration(next[i]-i)*h.Step > regret) {
+				reclaimable++
+			}
+		}
+		for di, d := range delays {
+			all[di] = append(all[di], pauses(&w, h.Step, threshold, regret, d, next)...)
+		}
+	}
+	days := float64(steps) * h.Step.Minutes() / (24 * 60)
+	var out []Bound
+	for di, d := range delays {
+		ps := slices.SortedFunc(slices.Values(all[di]), func(a, b pause) int { return cmp.Compare(b.freed, a.freed) })
+		for _, budget := range budgets {
+			left := budget * days
+			freed := 0
+			for _, p := range ps {
+				if p.returns {
+					if left < 1 {
+						continue
+					}
+					left--
+				}
+				freed += p.freed
+			}
+			b := Bound{Delay: d, ColdStartsPerWorkloadDay: budget}
+			if reclaimable > 0 {
+				b.Freed = float64(freed) / float64(reclaimable)
+			}
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// nextBusy is, per step, the next step with work (-1: none).
+func nextBusy(w *Workload, threshold float64) []int {
+	next, out := -1, make([]int, len(w.Activity))
+	for k := len(w.Activity) - 1; k >= 0; k-- {
+		out[k] = next
+		if w.busyAt(k, threshold) {
+			next = k
+		}
+	}
+	return out
+}
+
+// pauses lists what acting delay into each of a workload's pauses would
+// free without regret.
+func pauses(w *Workload, step time.Duration, threshold float64, regret, delay time.Duration, next []int) []pause {
+	var out []pause
+	d := int(delay / step)
+	for start := 0; start < len(w.Activity); start++ {
+		if !w.idleAt(start, threshold) {
+			continue
+		}
+		// A pause runs until work comes back: absent steps inside it do
+		// not end it.
+		at, end := start+d, next[start]
+		switch {
+		case at >= len(w.Activity) || end >= 0 && at >= end:
+			// Over before the policy may act.
+		case end >= 0 && time.Duration(end-at)*step <= regret:
+			// A regret: the policy knows better.
+		default:
+			p := pause{returns: end >= 0}
+			for k := at + 1; k < len(w.Activity) && (end < 0 || k < end); k++ {
+				if w.present(k) {
+					p.freed++
+				}
+			}
+			out = append(out, p)
+		}
+		if end < 0 {
+			break
+		}
+		start = end
+	}
+	return out
+}

@@ -1,0 +1,52 @@
+package backtest
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Two workloads, a minute a step: a pause of 100 minutes that ends with
+// work, and one of 20 (too short to free anything without regret) before
+// one of 200 that never ends.
+func TestBounds(t *testing.T) {
+	run := func(parts ...int) (activity, memory []float64) {
+		busy := true
+		for _, n := range parts {
+			for range n {
+				a := 0.0
+				if busy {
+					a = 0.9
+				}
+				activity, memory = append(activity, a), append(memory, 1)
+			}
+			busy = !busy
+		}
+		return activity, memory
+	}
+	a, am := run(10, 100, 10)
+	b, bm := run(10, 20, 10, 200)
+	h := History{Start: time.Unix(0, 0), Step: time.Minute, Workloads: []Workload{
+		{ID: "a", Activity: a, Memory: am},
+		{ID: "b", Activity: b, Memory: bm},
+		{ID: "apart", Activity: []float64{0, 0, 0, math.NaN()}, Memory: []float64{1, 1, 1, math.NaN()}},
+	}}
+	keep := func(id string) bool { return id != "apart" }
+	// Reclaimable: a's first 70 idle minutes (work comes back more than 30
+	// minutes later), none of b's short pause, all 200 of its last.
+	const reclaimable = 270.0
+	// 360 minutes in all: a quarter of a workload-day.
+	got := Bounds(h, 0.05, 30*time.Minute, []time.Duration{0, 30 * time.Minute}, []float64{1, 4}, keep)
+	require.Equal(t, []Bound{
+		// At once: b's last pause frees 199 minutes for nothing; a's pause,
+		// 99 more, costs a cold start, which a budget of one a day
+		// (a quarter here) cannot pay. b's short pause would be a regret.
+		{Delay: 0, ColdStartsPerWorkloadDay: 1, Freed: 199 / reclaimable},
+		{Delay: 0, ColdStartsPerWorkloadDay: 4, Freed: (199 + 99) / reclaimable},
+		// Half an hour in: 169 and 69.
+		{Delay: 30 * time.Minute, ColdStartsPerWorkloadDay: 1, Freed: 169 / reclaimable},
+		{Delay: 30 * time.Minute, ColdStartsPerWorkloadDay: 4, Freed: (169 + 69) / reclaimable},
+	}, got)
+}
