@@ -97,9 +97,10 @@ dashboards:
 	$(GO) run ./dashboards/gen -o dashboards
 	rm -f $(CHART)/files/dashboards/*.json && cp dashboards/*.json $(CHART)/files/dashboards/
 
-## crds: write the GPUReclaim CRD from its Go types (api/v1alpha1) into the chart, keeping the file's opening comment.
+## crds: write, from the GPUReclaim's Go types (api/v1alpha1), their deepcopy functions and the CRD into the chart (keeping the file's opening comment).
 CRD := $(CHART)/crds/gpureclaims.gpureclaim.io.yaml
 crds: $(BIN)/controller-gen
+	$(BIN)/controller-gen object paths=./api/...
 	{ sed -n '/^#/!q;p' $(CRD); $(BIN)/controller-gen crd:crdVersions=v1 paths=./api/... output:stdout; } > $(CRD).tmp && mv $(CRD).tmp $(CRD)
 
 ## manifests: the CRD from its types, and the chart rendered with its defaults into deploy/manifests.

@@ -2,9 +2,11 @@
 // GPUReclaim: what the reclaimer stores (a resource in its namespace on
 // Kubernetes, a value in its bbolt file) and what its API serves
 // (/api/v1/reclaims). Types only: the reclaimer's engine converts its own
-// record to and from them at the store's boundary, and the CRD is
-// generated from them (make manifests).
+// record to and from them at the store's boundary; their deepcopy
+// functions and the CRD are generated from them (make crds), and they
+// register in a scheme for typed clients (AddToScheme).
 //
+// +kubebuilder:object:generate=true
 // +groupName=gpureclaim.io
 package v1alpha1
 
