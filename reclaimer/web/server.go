@@ -177,10 +177,23 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		Items:    make([]v1alpha1.GPUReclaim, 0, len(p.Reclaims)),
 	}
 	for _, rc := range p.Reclaims {
-		out.Items = append(out.Items, *reclaim.ToAPI(rc, nil))
+		out.Items = append(out.Items, *served(rc))
 	}
 	s.requests.WithLabelValues("reclaims", "200").Inc()
 	writeJSON(w, http.StatusOK, out)
+}
+
+// served is a reclaim as the API answers it: its public record, without
+// the notifiers' own references to their messages (the store keeps them,
+// to update a message later).
+func served(r *reclaim.Reclaim) *v1alpha1.GPUReclaim {
+	g := reclaim.ToAPI(r, nil)
+	for _, d := range []*v1alpha1.Delivery{g.Status.Warning, g.Status.Final} {
+		if d != nil {
+			d.Refs = nil
+		}
+	}
+	return g
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
@@ -189,7 +202,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, problem{Error: "no such reclaim"})
 		return
 	}
-	writeJSON(w, http.StatusOK, reclaim.ToAPI(rc, nil))
+	writeJSON(w, http.StatusOK, served(rc))
 }
 
 func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
@@ -211,7 +224,7 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		writeJSON(w, http.StatusBadGateway, problem{Error: err.Error()})
 	default:
-		writeJSON(w, http.StatusOK, reclaim.ToAPI(rc, nil))
+		writeJSON(w, http.StatusOK, served(rc))
 	}
 }
 
