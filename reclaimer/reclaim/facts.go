@@ -3,6 +3,7 @@ package reclaim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
@@ -17,11 +18,16 @@ var errNothingToAsk = errors.New("nothing is configured to ask")
 func (e *Engine) verdict(ctx context.Context, r *Reclaim) Verdict {
 	p := e.policy(r)
 	f := Facts{Now: e.now()}
+	asked := map[Need]bool{}
 	for {
 		v := decide(r, p, e.o.Config, f)
 		if v.Do != DoGather {
 			return v
 		}
+		if asked[v.Need] {
+			panic(fmt.Sprintf("decide asked twice for the %s: gather does not look it up", v.Need))
+		}
+		asked[v.Need] = true
 		e.gather(ctx, r, v.Need, &f)
 	}
 }

@@ -2,6 +2,7 @@ package reclaim
 
 import (
 	"fmt"
+	"reflect"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -124,8 +125,8 @@ func fromAPI(g *v1alpha1.GPUReclaim) *Reclaim {
 }
 
 func deliveryToAPI(d Delivery) *v1alpha1.Delivery {
-	if !d.Sent && d.Attempts == 0 && d.FirstTry.IsZero() && len(d.Refs) == 0 && d.Error == "" {
-		return nil
+	if reflect.ValueOf(d).IsZero() {
+		return nil // no message yet
 	}
 	return &v1alpha1.Delivery{Sent: d.Sent, At: at(d.At), FirstTry: at(d.FirstTry), Attempts: d.Attempts, Error: d.Error, Escalated: d.Escalated, Channels: d.Channels, Refs: d.Refs}
 }
