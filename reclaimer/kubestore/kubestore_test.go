@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gpureclaim/gpureclaim/deploy"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/kubetest"
@@ -292,4 +295,34 @@ func TestLoadsGPUReclaimsWrittenBefore(t *testing.T) {
 	reloaded, err := s.Load()
 	require.NoError(t, err)
 	require.Equal(t, loaded[0], reloaded[0], "read back from the typed fields, the same reclaim")
+}
+
+// The CRD's list of states is the engine's: a state it lacks would be
+// refused by the apiserver, and the reclaim stuck.
+func TestCRDKnowsEveryState(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(deploy.CRDs(tooltest.Root(t)), "gpureclaims.gpureclaim.io.yaml"))
+	require.NoError(t, err)
+	type props struct {
+		Properties map[string]struct {
+			Properties map[string]struct {
+				Enum []string `json:"enum"`
+			} `json:"properties"`
+		} `json:"properties"`
+	}
+	var crd struct {
+		Spec struct {
+			Versions []struct {
+				Schema struct {
+					OpenAPIV3Schema props `json:"openAPIV3Schema"`
+				} `json:"schema"`
+			} `json:"versions"`
+		} `json:"spec"`
+	}
+	require.NoError(t, yaml.Unmarshal(b, &crd))
+	enum := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["status"].Properties["state"].Enum
+	var states []string
+	for _, s := range append(slices.Clone(reclaim.States), reclaim.Resolved) {
+		states = append(states, string(s))
+	}
+	require.ElementsMatch(t, states, enum)
 }
