@@ -47,6 +47,7 @@ const (
 // Need names a fact decide reads.
 type Need int
 
+// The facts, in the order decide may ask for them.
 const (
 	NeedKept Need = iota + 1
 	NeedTopOwner
@@ -130,8 +131,9 @@ type Verdict struct {
 //   - new (no state yet): exempt, notify only, or pending a warning;
 //   - pending, not warned: exempt by a keep mark, notify only when its top
 //     owner cannot be stopped, or warn of the action on the top owner;
-//   - pending, warned and due, or acting again after a failed attempt: wait (breaker, windows, minimum runtime, rate
-//     limits, demand, an unreachable dependency), cancel, snooze, or act;
+//   - pending, warned and due, or acting again after a failed attempt:
+//     wait (breaker, windows, minimum runtime, rate limits, demand, an
+//     unreachable dependency), cancel, snooze, or act;
 //   - snoozed, the silence over: snooze again, cancel, or warn again;
 //   - carried out: done once the world shows the GPU released, not
 //     released past the kind's deadline, else look again.
