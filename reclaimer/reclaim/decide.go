@@ -47,7 +47,7 @@ const (
 // Need names a fact decide reads.
 type Need int
 
-// The facts, in the order decide may ask for them.
+// The facts decide may ask for.
 const (
 	NeedKept Need = iota + 1
 	NeedTopOwner
