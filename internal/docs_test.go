@@ -15,7 +15,7 @@ import (
 // repository's own generators and scripts.
 var otherTools = map[string]string{
 	"create-namespace": "helm install", "set": "helm install", "strict": "helm lint",
-	"from-literal":   "kubectl create secret",
+	"from-literal": "kubectl create secret", "server-side": "kubectl apply", "reuse-values": "helm upgrade",
 	"data-urlencode": "curl",
 	"details":        "scontrol show job", "nodelist": "sbatch", "exclusive": "srun", "pty": "srun", "comment": "sbatch", "gres": "sbatch",
 	"metric-labels-allowlist": "kube-state-metrics",

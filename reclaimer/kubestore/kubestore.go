@@ -64,6 +64,9 @@ type Store struct {
 	timeout   time.Duration
 	base      atomic.Pointer[context.Context] // set by Lead
 
+	// schemaOK: a write kept the current CRD's fields; stale: one did not.
+	schemaOK, stale atomic.Bool
+
 	mu sync.Mutex
 	// objs mirrors what this replica wrote or loaded: only the leader
 	// writes, so reads need no round trip.
@@ -105,6 +108,9 @@ func (s *Store) Ready() error {
 	defer cancel()
 	if _, err := s.res.List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
 		return fmt.Errorf("the store's API server does not answer: %w", err)
+	}
+	if s.stale.Load() {
+		return errStaleCRD
 	}
 	return nil
 }
@@ -232,6 +238,29 @@ func (s *Store) put(r *reclaim.Reclaim, events []reclaim.Event) error {
 	s.mu.Lock()
 	s.objs[r.ID] = &object{rv: stored.GetResourceVersion(), r: &cp, events: all}
 	s.mu.Unlock()
+	return s.checkSchema(stored, r) // written, but maybe not whole: then written again
+}
+
+// errStaleCRD says the cluster's GPUReclaim CRD is older than the
+// reclaimer: the apiserver prunes the fields it writes (Helm installs a
+// chart's CRDs but never upgrades them).
+var errStaleCRD = errors.New("the GPUReclaim CRD in the cluster is older than this reclaimer, and the apiserver drops the fields it writes: " +
+	"apply this release's CRD (kubectl apply --server-side -f deploy/helm/gpureclaim/crds/gpureclaims.gpureclaim.io.yaml)")
+
+// checkSchema looks, on the first write, whether the apiserver kept a
+// field only the current CRD declares; until one is kept, every write is
+// refused and the replica is not ready, so that nothing is carried out on
+// a record the next leader could not read back whole.
+func (s *Store) checkSchema(stored *unstructured.Unstructured, r *reclaim.Reclaim) error {
+	if s.schemaOK.Load() || r.Created.IsZero() {
+		return nil
+	}
+	if _, kept, _ := unstructured.NestedString(stored.Object, "status", "created"); !kept {
+		s.stale.Store(true)
+		return fmt.Errorf("writing %s %s: %w", v1alpha1.Kind, r.ID, errStaleCRD)
+	}
+	s.stale.Store(false)
+	s.schemaOK.Store(true)
 	return nil
 }
 

@@ -326,3 +326,31 @@ func TestCRDKnowsEveryState(t *testing.T) {
 	}
 	require.ElementsMatch(t, states, enum)
 }
+
+// Helm never upgrades a chart's CRDs. Under the CRD of an earlier release
+// the apiserver would drop the fields this one writes: every write is
+// refused, saying how to mend it, and the replica is not ready, until the
+// current CRD is applied.
+func TestRefusesAStaleCRD(t *testing.T) {
+	cl, root := apiserver(t)
+	cl.InstallCRDs(t, "testdata/crd-18e61f6.yaml")
+	st, err := kubestore.New(cl.RESTConfig(kubetest.ReclaimerToken), deploy.Namespace, "gpureclaim-reclaimer-replays")
+	require.NoError(t, err)
+	r := reclaimOf("fp1-1", "p1", reclaim.Pending)
+	require.Eventually(t, func() bool {
+		err = st.Write([]*reclaim.Reclaim{r}, nil)
+		return err != nil
+	}, 30*time.Second, 200*time.Millisecond, "the old schema takes effect")
+	require.ErrorContains(t, err, "the GPUReclaim CRD in the cluster is older than this reclaimer")
+	require.ErrorContains(t, err, "kubectl apply --server-side -f deploy/helm/gpureclaim/crds/gpureclaims.gpureclaim.io.yaml")
+	require.ErrorContains(t, st.Ready(), "older than this reclaimer")
+
+	cl.InstallCRDs(t, deploy.CRDs(root))
+	require.Eventually(t, func() bool { return st.Write([]*reclaim.Reclaim{r}, nil) == nil }, 30*time.Second, 200*time.Millisecond,
+		"written whole once the current CRD is applied")
+	require.NoError(t, st.Ready())
+	loaded, err := st.Load()
+	require.NoError(t, err)
+	require.Len(t, loaded, 1)
+	require.Equal(t, r.Created, loaded[0].Created)
+}
