@@ -76,18 +76,6 @@ func Bounds(h History, threshold float64, regret time.Duration, delays []time.Du
 	return out
 }
 
-// nextBusy is, per step, the next step with work (-1: none).
-func nextBusy(w *Workload, threshold float64) []int {
-	next, out := -1, make([]int, len(w.Activity))
-	for k := len(w.Activity) - 1; k >= 0; k-- {
-		out[k] = next
-		if w.busyAt(k, threshold) {
-			next = k
-		}
-	}
-	return out
-}
-
 // pauses lists what acting delay into each of a workload's pauses would
 // free without regret.
 func pauses(w *Workload, step time.Duration, threshold float64, regret, delay time.Duration, next []int) []pause {

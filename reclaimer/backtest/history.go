@@ -215,6 +215,18 @@ func (w *Workload) busyAt(i int, threshold float64) bool {
 	return i < len(w.Activity) && !math.IsNaN(w.Activity[i]) && w.Activity[i] > threshold
 }
 
+// nextBusy is, per step, the next step with work (-1: none).
+func nextBusy(w *Workload, threshold float64) []int {
+	next, out := -1, make([]int, len(w.Activity))
+	for k := len(w.Activity) - 1; k >= 0; k-- {
+		out[k] = next
+		if w.busyAt(k, threshold) {
+			next = k
+		}
+	}
+	return out
+}
+
 // IdleMinutes counts the steps at which a workload held its unit with
 // activity at or below the threshold: the idle-held time in the history.
 func IdleMinutes(h History, threshold float64) (idle, held int) {

@@ -137,14 +137,7 @@ func Run(ctx context.Context, h History, o Options) (*Result, error) {
 	b.states = make([]workloadState, len(h.Workloads))
 	b.nextBusy = make([][]int, len(h.Workloads))
 	for i, w := range h.Workloads {
-		next := -1
-		b.nextBusy[i] = make([]int, len(w.Activity))
-		for k := len(w.Activity) - 1; k >= 0; k-- {
-			b.nextBusy[i][k] = next
-			if w.busyAt(k, o.IdleThreshold) {
-				next = k
-			}
-		}
+		b.nextBusy[i] = nextBusy(&w, o.IdleThreshold)
 		b.byKey[w.key] = i
 		uuid, _, _ := strings.Cut(w.key, "\xff")
 		b.byUUID[uuid] = append(b.byUUID[uuid], i)

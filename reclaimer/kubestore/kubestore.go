@@ -29,7 +29,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -51,7 +50,7 @@ const (
 )
 
 // GVR is the GPUReclaim resource's group, version and resource.
-var GVR = schema.GroupVersionResource{Group: v1alpha1.Group, Version: v1alpha1.Version, Resource: v1alpha1.Resource}
+var GVR = v1alpha1.SchemeGroupVersion.WithResource(v1alpha1.Resource)
 
 // Store is a reclaim.Store in GPUReclaim resources of one namespace, and
 // the Slack replay guard in a ConfigMap there.

@@ -212,7 +212,7 @@ func (e *Engine) kubeEvent(ctx context.Context, r *Reclaim, reason, message stri
 }
 
 func (e *Engine) event(r *Reclaim, kind, detail, actor string) Event {
-	return Event{Time: e.now(), Reclaim: r.ID, Kind: kind, Target: r.Target.Unit() + " held by " + r.Target.Holder(), Detail: detail, Actor: actor}
+	return Event{Time: e.now(), Reclaim: r.ID, Kind: kind, Target: r.Target.UnitAndHolder(), Detail: detail, Actor: actor}
 }
 
 // Kick makes Run take a step now rather than at its next tick.

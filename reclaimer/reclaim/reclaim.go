@@ -108,6 +108,10 @@ func (t Target) Holder() string {
 	return "the tenants of " + t.UUID
 }
 
+// UnitAndHolder names the unit and who holds it, for people: what an
+// audit event is about.
+func (t Target) UnitAndHolder() string { return t.Unit() + " held by " + t.Holder() }
+
 // Unit names the unit, for people.
 func (t Target) Unit() string {
 	if t.Kind == names.KindMIG {

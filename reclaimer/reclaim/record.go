@@ -19,7 +19,7 @@ import (
 func ToAPI(r *Reclaim, events []Event) *v1alpha1.GPUReclaim {
 	t := r.Target
 	g := &v1alpha1.GPUReclaim{
-		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.Group + "/" + v1alpha1.Version, Kind: v1alpha1.Kind},
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.Kind},
 		ObjectMeta: metav1.ObjectMeta{Name: r.ID},
 		Spec: v1alpha1.GPUReclaimSpec{
 			Target: v1alpha1.Target{Alertname: t.Alertname, UUID: t.UUID, GPUUUID: t.GPUUUID, Node: t.Node, Kind: t.Kind, MIGProfile: t.MIGProfile,
@@ -83,7 +83,7 @@ func FromAPI(g *v1alpha1.GPUReclaim) (*Reclaim, []Event, error) {
 // they belong to, which the record does not repeat.
 func Owned(r *Reclaim, events []Event) []Event {
 	for i := range events {
-		events[i].Reclaim, events[i].Target = r.ID, r.Target.Unit()+" held by "+r.Target.Holder()
+		events[i].Reclaim, events[i].Target = r.ID, r.Target.UnitAndHolder()
 	}
 	return events
 }

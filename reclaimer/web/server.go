@@ -172,7 +172,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	}
 	p := s.engine.Page(q)
 	out := v1alpha1.GPUReclaimList{
-		TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.Group + "/" + v1alpha1.Version, Kind: v1alpha1.Kind + "List"},
+		TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.Kind + "List"},
 		ListMeta: metav1.ListMeta{Continue: p.Next},
 		Items:    make([]v1alpha1.GPUReclaim, 0, len(p.Reclaims)),
 	}
