@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 )
 
 // BenchmarkNotification100k posts one Alertmanager notification of
@@ -37,19 +37,7 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: notify}]
 `), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	alerts := make([]map[string]any, n)
-	startsAt := time.Now().Add(-time.Hour).UTC().Truncate(time.Second)
-	for i := range alerts {
-		labels := map[string]string{"alertname": "GPUIdle", "audience": "reclaimer", "uuid": fmt.Sprintf("GPU-%08d", i), "gpu_uuid": fmt.Sprintf("GPU-%08d", i),
-			"node": fmt.Sprintf("node-%d", i/8), "kind": "gpu", "namespace": fmt.Sprintf("ns-%d", i%50), "pod": fmt.Sprintf("pod-%d", i), "container": "c",
-			"keep": "false", "action": "evict", "signal": "sm_active", "severity": "warning"}
-		alerts[i] = map[string]any{"status": "firing", "labels": labels, "annotations": map[string]string{"summary": "idle", "description": "the GPU has been idle for 1h"},
-			"startsAt": startsAt, "endsAt": time.Time{}, "fingerprint": fmt.Sprintf("%016x", i)}
-	}
-	body, err := json.Marshal(map[string]any{"version": "4", "status": "firing", "receiver": "gpureclaim", "groupKey": "{}:{}", "alerts": alerts})
-	if err != nil {
-		b.Fatal(err)
-	}
+	body := reclaimtest.Notification(b, n, time.Now().Add(-time.Hour).UTC().Truncate(time.Second))
 	var answered time.Duration
 	var peak int
 	run := 0

@@ -19,9 +19,9 @@ type Webhook struct {
 	// Alertmanager sends; the others wait for a turn. Default 4.
 	MaxConcurrent int `yaml:"max_concurrent"`
 	// AnswerWithin bounds how long a notification waits for its decisions
-	// to be written on a store with a journal (kubernetes): then it is
-	// journaled and answered while they are still written (Alertmanager
-	// would time out and retry). Default 1s.
+	// to be written: then it is kept in the store's journal and answered
+	// while they are still written (Alertmanager would time out and
+	// retry). 0 waits for the write. Default 1s.
 	AnswerWithin Duration `yaml:"answer_within"`
 
 	BearerToken string `yaml:"-"`

@@ -17,6 +17,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -435,29 +437,33 @@ func parallel(n int, f func(i int) error) error {
 func (s *Store) Close() error { return nil }
 
 // The journal: a notification answered before its reclaims were all
-// written is kept in ConfigMaps labelled JournalLabel (its entry), the
-// alerts as gzipped JSON in binaryData, split so that each stays under
-// maxJournalBytes (the apiserver takes objects up to about 1.5 MB).
+// written is kept in ConfigMaps labelled JournalLabel (its entry): the
+// notification gzipped in binaryData, cut into parts of maxJournalBytes
+// (the apiserver takes objects up to about 1.5 MB).
 const (
 	JournalLabel    = "gpureclaim.io/journal"
 	journalKey      = "alerts.json.gz"
 	maxJournalBytes = 900 << 10
 )
 
-// Journal records a notification's alerts in one ConfigMap, or several
-// when they do not fit in one, and returns the entry's name.
-func (s *Store) Journal(alerts []template.Alert) (string, error) {
-	chunks, err := journalChunks(alerts)
-	if err != nil {
+// Journal records a notification in one ConfigMap, or several when it
+// does not fit in one, and returns the entry's name.
+func (s *Store) Journal(notification []byte) (string, error) {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if _, err := zw.Write(notification); err != nil {
+		return "", err
+	}
+	if err := zw.Close(); err != nil {
 		return "", err
 	}
 	id := fmt.Sprintf("gpureclaim-journal-%d", time.Now().UnixNano())
 	ctx, cancel := s.ctx()
 	defer cancel()
-	for i, c := range chunks {
+	for i, part := range slices.Collect(slices.Chunk(buf.Bytes(), maxJournalBytes)) {
 		cm := &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", id, i), Namespace: s.ns, Labels: map[string]string{JournalLabel: id}},
-			BinaryData: map[string][]byte{journalKey: c},
+			BinaryData: map[string][]byte{journalKey: part},
 		}
 		if _, err := s.cm.CoreV1().ConfigMaps(s.ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 			return "", fmt.Errorf("writing journal entry %s: %w", cm.Name, err)
@@ -466,33 +472,7 @@ func (s *Store) Journal(alerts []template.Alert) (string, error) {
 	return id, nil
 }
 
-// journalChunks gzips the alerts' JSON, halving the list until each part
-// fits.
-func journalChunks(alerts []template.Alert) ([][]byte, error) {
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	if err := json.NewEncoder(zw).Encode(alerts); err != nil {
-		return nil, err
-	}
-	if err := zw.Close(); err != nil {
-		return nil, err
-	}
-	if buf.Len() <= maxJournalBytes {
-		return [][]byte{buf.Bytes()}, nil
-	}
-	if len(alerts) == 1 {
-		return nil, fmt.Errorf("one alert of %d bytes gzipped does not fit in a journal entry", buf.Len())
-	}
-	half := len(alerts) / 2
-	a, err := journalChunks(alerts[:half])
-	if err != nil {
-		return nil, err
-	}
-	b, err := journalChunks(alerts[half:])
-	return append(a, b...), err
-}
-
-// Replay reads every entry of the journal, oldest first.
+// Replay returns the entries oldest first, each its parts put together.
 func (s *Store) Replay() ([]reclaim.Journaled, error) {
 	ctx, cancel := s.ctx()
 	defer cancel()
@@ -501,24 +481,51 @@ func (s *Store) Replay() ([]reclaim.Journaled, error) {
 		return nil, fmt.Errorf("listing the journal: %w", err)
 	}
 	sort.Slice(list.Items, func(i, j int) bool { return journalOrder(list.Items[i].Name) < journalOrder(list.Items[j].Name) })
-	var out []reclaim.Journaled
+	var ids []string
+	gzipped := map[string][]byte{}
 	for _, cm := range list.Items {
 		id := cm.Labels[JournalLabel]
-		zr, err := gzip.NewReader(bytes.NewReader(cm.BinaryData[journalKey]))
+		if _, ok := gzipped[id]; !ok {
+			ids = append(ids, id)
+		}
+		gzipped[id] = append(gzipped[id], cm.BinaryData[journalKey]...)
+	}
+	out := make([]reclaim.Journaled, 0, len(ids))
+	for _, id := range ids {
+		n, err := unzipEntry(gzipped[id])
 		if err != nil {
-			return nil, fmt.Errorf("journal entry %s: %w", cm.Name, err)
+			return nil, fmt.Errorf("journal entry %s: %w", id, err)
 		}
-		var alerts []template.Alert
-		if err := json.NewDecoder(zr).Decode(&alerts); err != nil {
-			return nil, fmt.Errorf("journal entry %s: %w", cm.Name, err)
-		}
-		if n := len(out); n > 0 && out[n-1].ID == id {
-			out[n-1].Alerts = append(out[n-1].Alerts, alerts...)
-			continue
-		}
-		out = append(out, reclaim.Journaled{ID: id, Alerts: alerts})
+		out = append(out, reclaim.Journaled{ID: id, Notification: n})
 	}
 	return out, nil
+}
+
+// unzipEntry reads an entry's parts. Entries written before 2 December
+// 2026 are arrays of alerts, one gzip stream a part; they are given back
+// as one notification of their alerts.
+func unzipEntry(gzipped []byte) ([]byte, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(gzipped))
+	if err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(zr)
+	if err != nil {
+		return nil, err
+	}
+	if b = bytes.TrimSpace(b); !bytes.HasPrefix(b, []byte("[")) {
+		return b, nil
+	}
+	var alerts []template.Alert
+	dec := json.NewDecoder(bytes.NewReader(b))
+	for dec.More() {
+		var part []template.Alert
+		if err := dec.Decode(&part); err != nil {
+			return nil, err
+		}
+		alerts = append(alerts, part...)
+	}
+	return (&reclaim.Notification{Data: &template.Data{Alerts: alerts}, Version: "4"}).Body()
 }
 
 // journalOrder sorts entries by time and parts by number: names are

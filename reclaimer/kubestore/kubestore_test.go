@@ -1,7 +1,10 @@
 package kubestore_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	"encoding/json"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -16,9 +19,11 @@ import (
 	"github.com/prometheus/alertmanager/template"
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpureclaim/gpureclaim/deploy"
@@ -207,43 +212,74 @@ func kubestoreAdmin(cl *kubetest.Cluster) (dynamic.Interface, error) {
 }
 
 // The journal on a real apiserver, with the reclaimer's Role: a
-// notification too large for one ConfigMap is split, replayed whole and in
-// order after a smaller one written before it, and retired.
+// notification too large for one ConfigMap is cut into parts, given back
+// whole and in order after a smaller one written before it, and retired;
+// an entry as the reclaimer wrote it before 2 December 2026 (gzipped
+// arrays of alerts) is given back as a notification of its alerts.
 func TestJournal(t *testing.T) {
 	cl, _ := apiserver(t)
 	st, err := kubestore.New(cl.RESTConfig(kubetest.ReclaimerToken), deploy.Namespace, "gpureclaim-reclaimer-replays")
 	require.NoError(t, err)
-	small := []template.Alert{reclaimtest.IdlePod("firing", t0, "ml", "nb-0")}
-	// Labels that do not repeat, so that gzip cannot fold them into one part.
-	var large []template.Alert
-	for i := range 20000 {
-		large = append(large, reclaimtest.IdlePod("firing", t0, fmt.Sprintf("ns-%x", sha256.Sum256([]byte(fmt.Sprint(i)))), fmt.Sprintf("pod-%d", i)))
+	body := func(alerts []template.Alert) []byte {
+		b, err := (&reclaim.Notification{Data: &template.Data{Alerts: alerts}, Version: "4"}).Body()
+		require.NoError(t, err)
+		return b
 	}
+	small := body([]template.Alert{reclaimtest.IdlePod("firing", t0, "ml", "nb-0")})
+	// Labels that do not repeat, so that gzip cannot fold them into one part.
+	var alerts []template.Alert
+	for i := range 20000 {
+		alerts = append(alerts, reclaimtest.IdlePod("firing", t0, fmt.Sprintf("ns-%x", sha256.Sum256([]byte(fmt.Sprint(i)))), fmt.Sprintf("pod-%d", i)))
+	}
+	large := body(alerts)
+	admin := cl.Client(t, kubetest.AdminToken)
+	legacy := legacyJournalEntry(t, admin, alerts[:3])
 	first, err := st.Journal(small)
 	require.NoError(t, err)
 	second, err := st.Journal(large)
 	require.NoError(t, err)
 
-	admin := cl.Client(t, kubetest.AdminToken)
 	parts, err := admin.CoreV1().ConfigMaps(deploy.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: kubestore.JournalLabel + "=" + second})
 	require.NoError(t, err)
-	require.Greater(t, len(parts.Items), 1, "split into parts that fit")
+	require.Greater(t, len(parts.Items), 1, "cut into parts that fit")
 
 	entries, err := st.Replay()
 	require.NoError(t, err)
-	require.Len(t, entries, 2)
-	require.Equal(t, first, entries[0].ID, "oldest first")
-	require.Equal(t, second, entries[1].ID)
-	require.Len(t, entries[1].Alerts, len(large))
-	for i, a := range entries[1].Alerts {
-		require.Equal(t, large[i].Labels["pod"], a.Labels["pod"], "the parts in order")
-	}
+	require.Len(t, entries, 3)
+	require.Equal(t, legacy, entries[0].ID, "oldest first")
+	n, err := reclaim.DecodeNotification(entries[0].Notification)
+	require.NoError(t, err)
+	require.Len(t, n.Alerts, 3, "both parts of the old entry")
+	require.Equal(t, "pod-2", n.Alerts[2].Labels["pod"])
+	require.Equal(t, first, entries[1].ID)
+	require.Equal(t, small, entries[1].Notification)
+	require.Equal(t, second, entries[2].ID)
+	require.True(t, bytes.Equal(large, entries[2].Notification), "the parts in order")
 
 	require.NoError(t, st.Retire(second))
+	require.NoError(t, st.Retire(legacy))
 	entries, err = st.Replay()
 	require.NoError(t, err)
 	require.Len(t, entries, 1)
 	require.Equal(t, first, entries[0].ID)
+}
+
+// legacyJournalEntry writes a journal entry as the reclaimer did before 2
+// December 2026: the alerts in two parts, each a gzipped JSON array.
+func legacyJournalEntry(t *testing.T, admin kubernetes.Interface, alerts []template.Alert) string {
+	id := "gpureclaim-journal-1"
+	for i, part := range [][]template.Alert{alerts[:1], alerts[1:]} {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		require.NoError(t, json.NewEncoder(zw).Encode(part))
+		require.NoError(t, zw.Close())
+		_, err := admin.CoreV1().ConfigMaps(deploy.Namespace).Create(context.Background(), &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", id, i), Labels: map[string]string{kubestore.JournalLabel: id}},
+			BinaryData: map[string][]byte{"alerts.json.gz": buf.Bytes()},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	return id
 }
 
 // A GPUReclaim as the reclaimer of commit 7bdcb6d wrote it (its status

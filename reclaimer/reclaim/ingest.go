@@ -13,20 +13,26 @@ type IngestResult struct {
 	New, Duplicate, Cancelled, Ignored int
 }
 
-// Ingest decides on the alerts of one Alertmanager notification. When it
-// returns nil every decision is in the store, or the notification is in the
-// store's journal and its decisions are still being written (writes.go); an
-// error means the notification should be retried: the retry waits for what
-// this one began to write.
-func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
+// IngestNotification decides on the alerts of one Alertmanager
+// notification. When it returns nil every decision is in the store, or the
+// notification is in the store's journal and its decisions are still being
+// written (writes.go); an error means the notification should be retried:
+// the retry waits for what this one began to write.
+func (e *Engine) IngestNotification(n *Notification) (IngestResult, error) {
 	arrived := time.Now()
 	if err := e.fenced(FencedWrite); err != nil {
 		return IngestResult{}, err
 	}
 	e.mu.Lock()
-	res, deps := e.ingest(alerts)
+	res, deps := e.ingest(n.Alerts)
 	e.mu.Unlock()
-	return res, e.await(deps, alerts, arrived)
+	return res, e.await(deps, n, arrived)
+}
+
+// Ingest decides on alerts as IngestNotification does, for callers that
+// build them (the backtest, tests).
+func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
+	return e.IngestNotification(&Notification{Data: &template.Data{Alerts: alerts}, Version: "4"})
 }
 
 // ingest decides and queues the writes; it returns the writes the answer

@@ -3,8 +3,6 @@ package reclaim
 import (
 	"sort"
 	"time"
-
-	"github.com/prometheus/alertmanager/template"
 )
 
 func sortStrings(s []string) { sort.Strings(s) }
@@ -26,12 +24,13 @@ type Store interface {
 }
 
 // Journal is a store's log of notifications answered before all their
-// decisions were written (a kubernetes store writes a reclaim per
-// request). A store without one is waited for: its answer comes when the
-// decisions are written.
+// decisions were written (a kubernetes store writes a reclaim per request;
+// bbolt takes seconds for 100,000). A store without one is waited for: its
+// answer comes when the decisions are written.
 type Journal interface {
-	// Journal durably records a notification's alerts and names the entry.
-	Journal(alerts []template.Alert) (string, error)
+	// Journal durably records a notification, its body as it came, and
+	// names the entry.
+	Journal(notification []byte) (string, error)
 	// Replay returns the entries not yet retired, oldest first.
 	Replay() ([]Journaled, error)
 	// Retire deletes an entry whose decisions are all written.
@@ -40,8 +39,8 @@ type Journal interface {
 
 // Journaled is a notification in the journal.
 type Journaled struct {
-	ID     string
-	Alerts []template.Alert
+	ID           string
+	Notification []byte
 }
 
 // Event is one line of the audit trail.

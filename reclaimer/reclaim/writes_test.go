@@ -3,6 +3,7 @@ package reclaim_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -10,10 +11,12 @@ import (
 	"time"
 
 	"github.com/prometheus/alertmanager/template"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/store"
 )
 
 // gatedStore holds every write until the gate opens, as a kubernetes
@@ -39,12 +42,12 @@ type memJournal struct {
 	seq     int
 }
 
-func (m *memJournal) Journal(alerts []template.Alert) (string, error) {
+func (m *memJournal) Journal(notification []byte) (string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.seq++
 	id := fmt.Sprint(m.seq)
-	m.entries = append(m.entries, reclaim.Journaled{ID: id, Alerts: alerts})
+	m.entries = append(m.entries, reclaim.Journaled{ID: id, Notification: notification})
 	return id, nil
 }
 
@@ -163,4 +166,57 @@ func TestRetryWaitsForTheFirstWrite(t *testing.T) {
 	require.NoError(t, <-first)
 	require.Equal(t, 1, (<-retry).Duplicate)
 	require.Equal(t, int64(1), g.writes.Load(), "written once")
+}
+
+// slowBolt is the bbolt store with its reclaim writes held until the gate
+// opens, as 100,000 reclaims hold it for seconds; its journal is bbolt's.
+type slowBolt struct {
+	*store.Bolt
+	gate chan struct{}
+}
+
+func (s *slowBolt) Write(rs []*reclaim.Reclaim, evs []reclaim.Event) error {
+	<-s.gate
+	return s.Bolt.Write(rs, evs)
+}
+
+// On bbolt a notification whose reclaims take longer than
+// webhook.answer_within to write is answered from the journal in the same
+// file; a reclaimer that stops before writing them decides the alerts
+// again from the journal at its next start, writes them and retires the
+// entry.
+func TestTheBboltJournalIsReplayedAfterAStop(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	cfg := reclaimtest.Config(t, "webhook: {bearer_token_file: token, answer_within: 100ms}\n")
+	engine := func(st reclaim.Store) *reclaim.Engine {
+		eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &reclaimtest.Actor{}, Clock: reclaimtest.NewClock().Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
+		require.NoError(t, err)
+		return eng
+	}
+	b, err := store.Open(path, time.Second)
+	require.NoError(t, err)
+	slow := &slowBolt{Bolt: b, gate: make(chan struct{})}
+	_, err = engine(slow).Ingest([]template.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"), reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-1")})
+	require.NoError(t, err, "answered from the journal")
+	entries, err := b.Replay()
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	n, err := reclaim.DecodeNotification(entries[0].Notification)
+	require.NoError(t, err)
+	require.Len(t, n.Alerts, 2)
+	// The reclaimer stops: its write never ends.
+	require.NoError(t, b.Close())
+	close(slow.gate)
+
+	b, err = store.Open(path, time.Second)
+	require.NoError(t, err)
+	defer b.Close()
+	eng := engine(b)
+	require.NoError(t, eng.Flush())
+	stored, err := b.Load()
+	require.NoError(t, err)
+	require.Len(t, stored, 2, "decided from the journal and written")
+	entries, err = b.Replay()
+	require.NoError(t, err)
+	require.Empty(t, entries, "retired once written")
 }

@@ -5,6 +5,7 @@ package reclaimtest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -67,6 +68,24 @@ func IdlePod(status string, startsAt time.Time, ns, pod string, extra ...string)
 func IdleProcess(status string, startsAt time.Time, user string, extra ...string) template.Alert {
 	return Alert(status, startsAt, append([]string{"alertname", "GPUIdle", "uuid", "GPU-" + user, "gpu_uuid", "GPU-" + user, "node", "n1", "kind", "gpu",
 		"user", user, "keep", "false", "action", "kill", "signal", "sm_active", "severity", "warning"}, extra...)...)
+}
+
+// Notification is the body of one Alertmanager webhook notification
+// (payload version 4) of n firing GPUIdle alerts, each for its own pod,
+// eight GPUs to a node and fifty namespaces, as the large-notification
+// benchmarks send it.
+func Notification(tb testing.TB, n int, startsAt time.Time) []byte {
+	alerts := make([]map[string]any, n)
+	for i := range alerts {
+		labels := map[string]string{"alertname": "GPUIdle", "audience": "reclaimer", "uuid": fmt.Sprintf("GPU-%08d", i), "gpu_uuid": fmt.Sprintf("GPU-%08d", i),
+			"node": fmt.Sprintf("node-%d", i/8), "kind": "gpu", "namespace": fmt.Sprintf("ns-%d", i%50), "pod": fmt.Sprintf("pod-%d", i), "container": "c",
+			"keep": "false", "action": "evict", "signal": "sm_active", "severity": "warning"}
+		alerts[i] = map[string]any{"status": "firing", "labels": labels, "annotations": map[string]string{"summary": "idle", "description": "the GPU has been idle for 1h"},
+			"startsAt": startsAt, "endsAt": time.Time{}, "fingerprint": fmt.Sprintf("%016x", i)}
+	}
+	body, err := json.Marshal(map[string]any{"version": "4", "status": "firing", "receiver": "gpureclaim", "groupKey": "{}:{}", "alerts": alerts})
+	require.NoError(tb, err)
+	return body
 }
 
 // Notifier records messages; Fail makes it fail.

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"compress/gzip"
 	"fmt"
 	"io"
@@ -188,4 +189,40 @@ func TestLoadsWhatEarlierReleasesWrote(t *testing.T) {
 	again, err := b.Load()
 	require.NoError(t, err)
 	require.Equal(t, rs, again)
+}
+
+// The journal keeps notifications, as they came, across a reopen, gives
+// them back oldest first, and forgets a retired one.
+func TestJournalAcrossReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	b := open(t, path)
+	small := []byte(`{"version":"4","alerts":[]}`)
+	large := bytes.Repeat([]byte("x"), 10<<20) // overflow pages
+	first, err := b.Journal(small)
+	require.NoError(t, err)
+	second, err := b.Journal(large)
+	require.NoError(t, err)
+	require.NotEqual(t, first, second)
+	require.NoError(t, b.Close())
+
+	b = open(t, path)
+	defer b.Close()
+	entries, err := b.Replay()
+	require.NoError(t, err)
+	require.Len(t, entries, 2)
+	require.Equal(t, reclaim.Journaled{ID: first, Notification: small}, entries[0], "oldest first")
+	require.Equal(t, second, entries[1].ID)
+	require.True(t, bytes.Equal(large, entries[1].Notification), "as it came")
+
+	require.NoError(t, b.Retire(first))
+	entries, err = b.Replay()
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	require.Equal(t, second, entries[0].ID)
+	third, err := b.Journal(small)
+	require.NoError(t, err)
+	entries, err = b.Replay()
+	require.NoError(t, err)
+	require.Equal(t, []string{second, third}, []string{entries[0].ID, entries[1].ID}, "a new entry after the ones left")
+	require.ErrorContains(t, b.Retire("x"), `journal entry "x"`)
 }

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/alertmanager/template"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -27,7 +26,7 @@ import (
 
 // Engine is what the server needs of the lifecycle.
 type Engine interface {
-	Ingest(alerts []template.Alert) (reclaim.IngestResult, error)
+	IngestNotification(n *reclaim.Notification) (reclaim.IngestResult, error)
 	List() []*reclaim.Reclaim
 	Page(q reclaim.Query) reclaim.Page
 	Get(id string) (*reclaim.Reclaim, bool)

@@ -133,7 +133,11 @@ func TestWebhookBadInputChangesNothing(t *testing.T) {
 		{"wrong password", good, basic("am", "guess"), 401, ""},
 		{"not JSON", []byte("alerts!"), bearer("t0ken"), 400, "not an Alertmanager notification"},
 		{"truncated", good[:100], bearer("t0ken"), 400, "not an Alertmanager notification"},
-		{"trailing data", append(append([]byte{}, good...), []byte("{}")...), bearer("t0ken"), 400, "trailing data"},
+		{"trailing data", append(append([]byte{}, good...), []byte("{}")...), bearer("t0ken"), 400, "after top-level value"},
+		// A label named twice could say one thing to a matcher and another
+		// to the record.
+		{"a label named twice", bytes.Replace(good, []byte(`"alertname": "GPUIdle"`), []byte(`"alertname": "GPUIdle", "alertname": "Other"`), 1), bearer("t0ken"), 400, "duplicate object member name"},
+		{"a label value not a string", bytes.Replace(good, []byte(`"alertname": "GPUIdle"`), []byte(`"alertname": ["GPUIdle"]`), 1), bearer("t0ken"), 400, `the value of "alertname" is not a string`},
 		{"wrong version", mutate(func(m map[string]any) { m["version"] = "3" }), bearer("t0ken"), 400, `payload version "3" is not supported`},
 		{"no alerts", mutate(func(m map[string]any) { m["alerts"] = []any{} }), bearer("t0ken"), 400, "has no alerts"},
 		{"bad status", mutate(func(m map[string]any) { m["alerts"].([]any)[0].(map[string]any)["status"] = "burning" }), bearer("t0ken"), 400, `alerts[0].status "burning"`},
@@ -235,14 +239,14 @@ func TestStatusPage(t *testing.T) {
 	require.Contains(t, page, "evict")
 }
 
-func FuzzDecodeMessage(f *testing.F) {
+func FuzzDecodeNotification(f *testing.F) {
 	good, _ := os.ReadFile("testdata/firing.json")
 	f.Add(good)
 	f.Add([]byte(`{"version":"4","alerts":[{"status":"resolved","labels":{"alertname":"GPUIdle"},"startsAt":"2026-01-01T00:00:00Z","endsAt":"2026-01-01T01:00:00Z"}]}`))
 	f.Add([]byte(`{"version":"4","alerts":null}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := web.DecodeMessage(bytes.NewReader(b))
+		m, err := reclaim.DecodeNotification(b)
 		if err != nil {
 			return
 		}

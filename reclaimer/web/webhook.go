@@ -3,15 +3,13 @@
 package web
 
 import (
+	"bytes"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
-
-	"github.com/prometheus/alertmanager/template"
 
 	"github.com/gpureclaim/gpureclaim/internal/httpserver"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
@@ -35,52 +33,19 @@ func authorized(r *http.Request, bearer string, basic *config.BasicAuth) bool {
 
 func eq(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
 
-// Message is Alertmanager's webhook payload, version 4, as its docs define
-// it. It is declared here rather than taken from Alertmanager's notify
-// package, which would link every notifier integration and the gossip
-// cluster into the reclaimer.
-type Message struct {
-	*template.Data
-	Version         string `json:"version"`
-	GroupKey        string `json:"groupKey"`
-	TruncatedAlerts uint64 `json:"truncatedAlerts"`
-}
-
-// DecodeMessage reads and validates an Alertmanager webhook notification
-// (payload version 4). It reads at most limit bytes.
-func DecodeMessage(r io.Reader) (*Message, error) {
-	var m Message
-	dec := json.NewDecoder(r)
-	if err := dec.Decode(&m); err != nil {
-		return nil, fmt.Errorf("not an Alertmanager notification: %w", err)
+// readBody reads a request's body, at most limit bytes, into one buffer of
+// its announced length: a notification of 46 MB is read without the copies
+// of a growing buffer.
+func readBody(w http.ResponseWriter, r *http.Request, limit config.Bytes) ([]byte, error) {
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(min(r.ContentLength, int64(limit))) + bytes.MinRead)
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("trailing data after the notification")
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, int64(limit)))
+	if err != nil {
+		return nil, fmt.Errorf("reading the notification: %w", err)
 	}
-	if m.Version != "4" {
-		return nil, fmt.Errorf("payload version %q is not supported (want 4, Alertmanager 0.x)", m.Version)
-	}
-	if m.Data == nil || len(m.Alerts) == 0 {
-		return nil, errors.New("the notification has no alerts")
-	}
-	for i, a := range m.Alerts {
-		if a.Status != "firing" && a.Status != "resolved" {
-			return nil, fmt.Errorf("alerts[%d].status %q is neither firing nor resolved", i, a.Status)
-		}
-		if a.StartsAt.IsZero() {
-			return nil, fmt.Errorf("alerts[%d].startsAt is missing", i)
-		}
-		if a.Status == "resolved" && a.EndsAt.Before(a.StartsAt) {
-			return nil, fmt.Errorf("alerts[%d] is resolved before it started", i)
-		}
-		if len(a.Labels) == 0 || a.Labels["alertname"] == "" {
-			return nil, fmt.Errorf("alerts[%d] has no alertname label", i)
-		}
-		if a.StartsAt.After(time.Now().Add(24 * time.Hour)) {
-			return nil, fmt.Errorf("alerts[%d].startsAt %s is in the future", i, a.StartsAt.Format(time.RFC3339))
-		}
-	}
-	return &m, nil
+	return buf.Bytes(), nil
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -126,19 +91,22 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusServiceUnavailable, "the request ended while waiting for a turn")
 		return
 	}
-	body := http.MaxBytesReader(w, r.Body, int64(s.cfg.Webhook.MaxBodyBytes))
-	m, err := DecodeMessage(body)
+	body, err := readBody(w, r, s.cfg.Webhook.MaxBodyBytes)
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		fail(http.StatusRequestEntityTooLarge, fmt.Sprintf("the notification is over %d bytes (webhook.max_body_bytes)", s.cfg.Webhook.MaxBodyBytes))
+		return
+	}
+	var n *reclaim.Notification
+	if err == nil {
+		n, err = reclaim.DecodeNotification(body)
+	}
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			fail(http.StatusRequestEntityTooLarge, fmt.Sprintf("the notification is over %d bytes (webhook.max_body_bytes)", s.cfg.Webhook.MaxBodyBytes))
-			return
-		}
 		// 4xx: Alertmanager does not retry what it cannot fix.
 		fail(http.StatusBadRequest, err.Error())
 		return
 	}
-	res, err := s.engine.Ingest(m.Alerts)
+	res, err := s.engine.IngestNotification(n)
 	if errors.Is(err, reclaim.ErrNotLeader) {
 		w.Header().Set("Retry-After", "5")
 		fail(http.StatusServiceUnavailable, "this replica may no longer lead: retry on the leader")
