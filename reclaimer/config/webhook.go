@@ -21,7 +21,7 @@ type Webhook struct {
 	// AnswerWithin bounds how long a notification waits for its decisions
 	// to be written: then it is kept in the store's journal and answered
 	// while they are still written (Alertmanager would time out and
-	// retry). 0 waits for the write. Default 1s.
+	// retry). Default 1s.
 	AnswerWithin Duration `yaml:"answer_within"`
 
 	BearerToken string `yaml:"-"`

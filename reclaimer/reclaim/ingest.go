@@ -19,7 +19,10 @@ type IngestResult struct {
 // written (writes.go); an error means the notification should be retried:
 // the retry waits for what this one began to write.
 func (e *Engine) IngestNotification(n *Notification) (IngestResult, error) {
-	arrived := time.Now()
+	arrived := n.Received
+	if arrived.IsZero() {
+		arrived = time.Now()
+	}
 	if err := e.fenced(FencedWrite); err != nil {
 		return IngestResult{}, err
 	}

@@ -21,6 +21,10 @@ type Notification struct {
 	GroupKey        string `json:"groupKey"`
 	TruncatedAlerts uint64 `json:"truncatedAlerts"`
 
+	// Received is when its request began: webhook.answer_within counts
+	// from there, as Alertmanager's timeout does.
+	Received time.Time `json:"-"`
+
 	// body is the notification as it came, which the journal keeps: nil
 	// when it was built here, and then encoded for the journal.
 	body []byte

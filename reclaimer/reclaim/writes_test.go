@@ -114,6 +114,29 @@ func TestAnswerBeforeTheWriteEnds(t *testing.T) {
 	require.Empty(t, g.ids(), "the journal entry retired once written")
 }
 
+// webhook.answer_within counts from when the request began, as
+// Alertmanager's timeout does: a notification that waited its whole
+// answer_within for a turn is journaled as soon as it is decided.
+func TestAnswerWithinCountsFromTheRequest(t *testing.T) {
+	f := newFixture(t, "webhook: {bearer_token_file: token, answer_within: 30s}\n")
+	g := &gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: &memJournal{}}
+	defer close(g.gate)
+	f.with(func(o *reclaim.Options) { o.Store = g })
+	answered := make(chan error, 1)
+	go func() {
+		_, err := f.eng.IngestNotification(&reclaim.Notification{Data: &template.Data{Alerts: []template.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")}},
+			Version: "4", Received: time.Now().Add(-time.Hour)})
+		answered <- err
+	}()
+	select {
+	case err := <-answered:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second): // short of the 30 s answer_within
+		t.Fatal("the answer waited for the write, past answer_within from the request")
+	}
+	require.Len(t, g.ids(), 1, "in the journal")
+}
+
 // A replica that answered a notification from the journal and stopped
 // before writing its decisions: the next one replays the journal, decides
 // the alerts and writes them, and retires the entry.

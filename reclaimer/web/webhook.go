@@ -65,6 +65,7 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		code = c
 		writeJSON(w, c, problem{Error: msg})
 	}
+	received := time.Now()
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
 		fail(http.StatusMethodNotAllowed, "POST an Alertmanager notification")
@@ -106,6 +107,7 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusBadRequest, err.Error())
 		return
 	}
+	n.Received = received
 	res, err := s.engine.IngestNotification(n)
 	if errors.Is(err, reclaim.ErrNotLeader) {
 		w.Header().Set("Retry-After", "5")
