@@ -375,7 +375,7 @@ func (s *Store) Prune(before time.Time) (int, error) {
 	s.mu.Lock()
 	for id, o := range s.objs {
 		r := o.r
-		if r.State.Terminal() && r.Final.Sent && !r.Closed.IsZero() && r.Closed.Before(before) {
+		if r.EndedBefore(before) {
 			deletes = append(deletes, gone{id, o.rv})
 			continue
 		}

@@ -1,6 +1,7 @@
 package reclaim_test
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"runtime"
@@ -99,4 +100,145 @@ func BenchmarkIngestOneAlertBeside100k(b *testing.B) {
 			b.Fatalf("%+v %v", res, err)
 		}
 	}
+}
+
+// signalActor notes when its first action came.
+type signalActor struct {
+	reclaimtest.Actor
+	acted chan time.Time
+}
+
+func (a *signalActor) Act(ctx context.Context, action string, r *reclaim.Reclaim) (reclaim.Result, error) {
+	select {
+	case a.acted <- time.Now():
+	default:
+	}
+	return a.Actor.Act(ctx, action, r)
+}
+
+// pacedNotifier takes 100 µs a message, as a real one takes longer.
+type pacedNotifier struct{ *reclaimtest.Notifier }
+
+func (n pacedNotifier) Send(ctx context.Context, m reclaim.Message, refs map[string]string) (map[string]string, []string, error) {
+	time.Sleep(100 * time.Microsecond)
+	return n.Notifier.Send(ctx, m, refs)
+}
+
+// BenchmarkDueActionBehindABurst is the delay of an action due when a
+// notification of 10,000 new alerts has just come, all to be warned:
+// act-ms from the step's start to the action, step-s the whole step. In
+// the order of ids it would wait for the 10,000 warnings (about a second
+// at 100 µs each).
+func BenchmarkDueActionBehindABurst(b *testing.B) {
+	cfg := reclaimtest.Config(b, "circuit_breaker: {max_pending: 0}\npolicies: [{name: idle, matchers: ['alertname=\"GPUIdle\"'], action: evict, grace: 5m, min_runtime: 0s}]\n")
+	var burst []template.Alert
+	for i := range 10000 {
+		burst = append(burst, reclaimtest.IdlePod("firing", reclaimtest.T0.Add(10*time.Minute), fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("aa-%05d", i)))
+	}
+	var act, step time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		st, err := store.Open(filepath.Join(b.TempDir(), "s.db"), time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		clock := reclaimtest.NewClock()
+		actor := &signalActor{acted: make(chan time.Time, 1)}
+		eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: actor, Clock: clock.Now, Notifiers: []reclaim.Notifier{pacedNotifier{reclaimtest.NewNotifier("paced")}},
+			Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx := context.Background()
+		// "zz" sorts after every pod of the burst.
+		if _, err := eng.Ingest([]template.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "zz-due")}); err != nil {
+			b.Fatal(err)
+		}
+		eng.Step(ctx) // warned
+		clock.Advance(10 * time.Minute)
+		if _, err := eng.Ingest(burst); err != nil {
+			b.Fatal(err)
+		}
+		if err := eng.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		start := time.Now()
+		eng.Step(ctx)
+		b.StopTimer()
+		step += time.Since(start)
+		select {
+		case at := <-actor.acted:
+			act += at.Sub(start)
+		default:
+			b.Fatal("the due action was not taken")
+		}
+		st.Close()
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(act.Microseconds())/1000/float64(b.N), "act-ms")
+	b.ReportMetric(step.Seconds()/float64(b.N), "step-s")
+}
+
+// BenchmarkPrune10k prunes 10,000 ended reclaims from a bbolt store of
+// 20,000 while one-alert notifications keep coming: ns/op the prune,
+// ingest-max-ms the slowest notification meanwhile (prune does not hold
+// the engine while the store deletes).
+func BenchmarkPrune10k(b *testing.B) {
+	cfg := reclaimtest.Config(b, "circuit_breaker: {max_pending: 0}\npolicies: [{name: idle, matchers: ['alertname=\"GPUIdle\"'], action: notify}, {name: evict, matchers: ['alertname=\"GPUWasted\"'], action: evict}]\n")
+	var slowest time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		st, err := store.Open(filepath.Join(b.TempDir(), "s.db"), time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		clock := reclaimtest.NewClock()
+		eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &reclaimtest.Actor{}, Clock: clock.Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var ended, open []template.Alert
+		for i := range 10000 {
+			ended = append(ended, reclaimtest.IdlePod("firing", reclaimtest.T0, fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("ended-%d", i)))
+			a := reclaimtest.IdlePod("firing", reclaimtest.T0, fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("open-%d", i))
+			a.Labels["alertname"] = "GPUWasted"
+			a.Fingerprint = reclaim.Fingerprint(a.Labels)
+			open = append(open, a)
+		}
+		for _, alerts := range [][]template.Alert{ended, open} {
+			if _, err := eng.Ingest(alerts); err != nil {
+				b.Fatal(err)
+			}
+		}
+		clock.Advance(time.Hour)
+		done := make(chan struct{})
+		b.StartTimer()
+		go func() {
+			defer close(done)
+			if n, err := eng.Prune(clock.Now()); err != nil || n != 10000 {
+				b.Errorf("pruned %d: %v", n, err)
+			}
+		}()
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+			default:
+				start := time.Now()
+				if _, err := eng.Ingest([]template.Alert{reclaimtest.IdlePod("firing", clock.Now(), "new", fmt.Sprintf("new-%d", i))}); err != nil {
+					b.Fatal(err)
+				}
+				slowest = max(slowest, time.Since(start))
+				continue
+			}
+			break
+		}
+		b.StopTimer()
+		if got := len(eng.List()); got != 10000+1 && got < 10000 {
+			b.Fatalf("%d left", got)
+		}
+		st.Close()
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(slowest.Microseconds())/1000, "ingest-max-ms")
 }

@@ -58,6 +58,12 @@ func (s State) Terminal() bool {
 	return s != Pending && s != Acting && s != Snoozed
 }
 
+// EndedBefore says a reclaim may be pruned: it ended, its owner was told,
+// and it closed before t.
+func (r *Reclaim) EndedBefore(t time.Time) bool {
+	return r.State.Terminal() && r.Final.Sent && !r.Closed.IsZero() && r.Closed.Before(t)
+}
+
 // Target is what an alert is about: a unit and who holds it.
 type Target struct {
 	Alertname  string `json:"alertname"`

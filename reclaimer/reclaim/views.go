@@ -101,7 +101,7 @@ func (e *Engine) Prune(before time.Time) (int, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for id, r := range e.index {
-		if r.State.Terminal() && r.Final.Sent && !r.Closed.IsZero() && r.Closed.Before(before) {
+		if r.EndedBefore(before) {
 			e.remove(id)
 		}
 	}

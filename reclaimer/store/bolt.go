@@ -15,6 +15,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpureclaim/gpureclaim/api/v1alpha1"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
@@ -185,40 +186,94 @@ func (b *Bolt) Audit(limit int) ([]reclaim.Event, error) {
 	return out, err
 }
 
+// Prune reads what has ended in one read transaction, reading of each
+// reclaim only what says so, then deletes in transactions of pruneBatch:
+// a notification's write waits for one batch, not for the whole prune.
 func (b *Bolt) Prune(before time.Time) (int, error) {
-	n := 0
-	err := b.db.Update(func(tx *bolt.Tx) error {
-		rb := tx.Bucket(bucketReclaims)
-		var drop [][]byte
-		err := rb.ForEach(func(k, v []byte) error {
-			r, err := decode(v)
+	var drop [][]byte
+	err := b.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketReclaims).ForEach(func(k, v []byte) error {
+			r, err := decodeEnd(v)
 			if err != nil {
-				return err
+				return fmt.Errorf("reclaim %s: %w", k, err)
 			}
-			if r.State.Terminal() && r.Final.Sent && !r.Closed.IsZero() && r.Closed.Before(before) {
-				drop = append(drop, k)
+			if r.EndedBefore(before) {
+				drop = append(drop, bytes.Clone(k))
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for batch := range slices.Chunk(drop, pruneBatch) {
+		err := b.db.Update(func(tx *bolt.Tx) error {
+			rb := tx.Bucket(bucketReclaims)
+			for _, k := range batch {
+				if err := rb.Delete(k); err != nil {
+					return err
+				}
 			}
 			return nil
 		})
 		if err != nil {
-			return err
+			return n, err
 		}
-		for _, k := range drop {
-			if err := rb.Delete(k); err != nil {
-				return err
+		n += len(batch)
+	}
+	limit := auditKey(before, 0)
+	for more := true; more; {
+		err := b.db.Update(func(tx *bolt.Tx) error {
+			c := tx.Bucket(bucketAudit).Cursor()
+			k, _ := c.First()
+			for i := 0; k != nil && bytes.Compare(k, limit) < 0; i++ {
+				if i == pruneBatch {
+					return nil
+				}
+				if err := c.Delete(); err != nil {
+					return err
+				}
+				k, _ = c.First()
 			}
+			more = false
+			return nil
+		})
+		if err != nil {
+			return n, err
 		}
-		n = len(drop)
-		c := tx.Bucket(bucketAudit).Cursor()
-		limit := auditKey(before, 0)
-		for k, _ := c.First(); k != nil && string(k) < string(limit); k, _ = c.First() {
-			if err := c.Delete(); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	return n, err
+	}
+	return n, nil
+}
+
+// pruneBatch bounds the deletes of one transaction.
+const pruneBatch = 1000
+
+// decodeEnd reads of a stored reclaim only its state, when it closed and
+// whether its final message went: what Prune asks.
+func decodeEnd(v []byte) (*reclaim.Reclaim, error) {
+	if bytes.HasPrefix(v, []byte(`{"id":`)) {
+		var r reclaim.Reclaim
+		return &r, json.Unmarshal(v, &r)
+	}
+	var g struct {
+		Status struct {
+			State  reclaim.State      `json:"state"`
+			Closed *metav1.MicroTime  `json:"closed"`
+			Final  *v1alpha1.Delivery `json:"final"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal(v, &g); err != nil {
+		return nil, err
+	}
+	r := &reclaim.Reclaim{State: g.Status.State}
+	if g.Status.Closed != nil {
+		r.Closed = g.Status.Closed.Time
+	}
+	if g.Status.Final != nil {
+		r.Final.Sent = g.Status.Final.Sent
+	}
+	return r, nil
 }
 
 // Journal records a notification as one entry, keyed by a sequence so

@@ -99,6 +99,34 @@ func TestPruneDropsOnlyWhatEndedAndWasTold(t *testing.T) {
 	require.Equal(t, "new", evs[0].Kind)
 }
 
+// A prune larger than one transaction deletes all it should, batch after
+// batch, reclaims and events.
+func TestPruneInBatches(t *testing.T) {
+	b := open(t, filepath.Join(t.TempDir(), "state.db"))
+	defer b.Close()
+	cut := t0.Add(24 * time.Hour)
+	var rs []*reclaim.Reclaim
+	var evs []reclaim.Event
+	for i := range 2*pruneBatch + 500 {
+		rs = append(rs, &reclaim.Reclaim{ID: fmt.Sprintf("old-%d", i), State: reclaim.Notified, Closed: t0, Final: reclaim.Delivery{Sent: true}})
+		evs = append(evs, reclaim.Event{Time: t0.Add(time.Duration(i) * time.Second), Kind: "old"})
+	}
+	rs = append(rs, &reclaim.Reclaim{ID: "open", State: reclaim.Pending})
+	evs = append(evs, reclaim.Event{Time: cut, Kind: "new"})
+	require.NoError(t, b.Write(rs, evs))
+	n, err := b.Prune(cut)
+	require.NoError(t, err)
+	require.Equal(t, 2*pruneBatch+500, n)
+	left, err := b.Load()
+	require.NoError(t, err)
+	require.Len(t, left, 1)
+	require.Equal(t, "open", left[0].ID)
+	kept, err := b.Audit(10)
+	require.NoError(t, err)
+	require.Len(t, kept, 1)
+	require.Equal(t, "new", kept[0].Kind)
+}
+
 func TestFirstSightRefusesAReplayUntilItExpires(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
 	b := open(t, path)
