@@ -1,7 +1,6 @@
 package reclaim
 
 import (
-	"fmt"
 	"slices"
 	"time"
 
@@ -45,7 +44,9 @@ func (e *Engine) ingest(alerts []template.Alert) (IngestResult, []*pendingWrite)
 	now := e.now()
 	var deps []*pendingWrite
 
-	changed := map[string]*Reclaim{}
+	// Sized for the notification: growing them cost a tenth of the time
+	// of one of 100,000 alerts.
+	changed := make(map[string]*Reclaim, len(alerts))
 	var events []Event
 	get := func(id string) *Reclaim {
 		if r, ok := changed[id]; ok {
@@ -57,7 +58,7 @@ func (e *Engine) ingest(alerts []template.Alert) (IngestResult, []*pendingWrite)
 	count := e.o.Metrics.decide
 	// The newest episode seen of each alert, and the alert of each unit's
 	// open reclaim: from the index as it was, then what this notification adds.
-	latest := map[string]time.Time{}
+	latest := make(map[string]time.Time, len(alerts))
 	latestOf := func(fp string) time.Time {
 		if t, ok := latest[fp]; ok {
 			return t
@@ -71,7 +72,7 @@ func (e *Engine) ingest(alerts []template.Alert) (IngestResult, []*pendingWrite)
 		latest[fp] = t
 		return t
 	}
-	open := map[targetKey]string{}
+	open := make(map[targetKey]string, len(alerts))
 	otherOpen := func(k targetKey, fp string) bool {
 		if other, ok := open[k]; ok {
 			return other != fp
@@ -187,7 +188,7 @@ func (e *Engine) ingest(alerts []template.Alert) (IngestResult, []*pendingWrite)
 		if !r.State.Terminal() {
 			open[t.key()] = fp
 		}
-		events = append(events, e.event(r, "decided", fmt.Sprintf("%s: policy %s, action %s", r.State, r.Policy, r.Action), "alertmanager"))
+		events = append(events, e.event(r, "decided", string(r.State)+": policy "+r.Policy+", action "+r.Action, "alertmanager"))
 		res.New++
 	}
 	if len(changed) == 0 {

@@ -82,7 +82,7 @@ func (n *Notification) Body() ([]byte, error) {
 // would anyway.
 type interner map[string]string
 
-const internLimit = 1 << 16
+const internLimit = 1 << 10
 
 func (in interner) string(dec *jsontext.Decoder, s *string) error {
 	if dec.PeekKind() != '"' {

@@ -11,6 +11,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/gpureclaim/gpureclaim/internal/names"
@@ -121,9 +122,9 @@ func (t Target) UnitAndHolder() string { return t.Unit() + " held by " + t.Holde
 // Unit names the unit, for people.
 func (t Target) Unit() string {
 	if t.Kind == names.KindMIG {
-		return fmt.Sprintf("MIG %s %s on %s", t.MIGProfile, t.UUID, t.Node)
+		return "MIG " + t.MIGProfile + " " + t.UUID + " on " + t.Node
 	}
-	return fmt.Sprintf("GPU %s on %s", t.UUID, t.Node)
+	return "GPU " + t.UUID + " on " + t.Node
 }
 
 var gpuSlices = regexp.MustCompile(`(?:^|\.)(\d)g\.`)
@@ -328,7 +329,7 @@ func ID(fingerprint string, startsAt time.Time) string {
 	if fingerprint == "" {
 		return ""
 	}
-	return fmt.Sprintf("%s-%d", fingerprint, startsAt.Unix())
+	return fingerprint + "-" + strconv.FormatInt(startsAt.Unix(), 10)
 }
 
 // Fingerprint stands in for Alertmanager's when a payload lacks one.
