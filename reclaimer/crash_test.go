@@ -21,6 +21,8 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/testkit/amtest"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/notify"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 )
 
 // receiver counts the notifier's messages by idempotency key.
@@ -279,4 +281,62 @@ func waitExit(t *testing.T, cmd *exec.Cmd, d time.Duration) string {
 		t.Fatalf("the reclaimer did not reach its failpoint")
 		return ""
 	}
+}
+
+// TestCrashAfterTheJournal kills the reclaimer on bbolt (SIGKILL) once a
+// notification of 5,000 alerts is in its journal and before its reclaims
+// are all written: the next start decides them from the journal, with no
+// retry from Alertmanager, and the retry that comes is a duplicate.
+func TestCrashAfterTheJournal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the reclaimer")
+	}
+	dir := t.TempDir()
+	bin := tooltest.Build(t, dir, "./reclaimer", "gpureclaim-reclaimer")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "webhook.token"), []byte("am-token\n"), 0o600))
+	cfg := filepath.Join(dir, "reclaimer.yml")
+	// answer_within 1ms: 5,000 reclaims take longer to write, so the
+	// notification goes into the journal.
+	require.NoError(t, os.WriteFile(cfg, []byte(`webhook: {bearer_token_file: webhook.token, answer_within: 1ms}
+web: {auth: {none: true}}
+alertmanager: {url: "http://127.0.0.1:1"}
+kubernetes: {enabled: false}
+circuit_breaker: {max_pending: 0}
+policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: notify}]
+`), 0o600))
+	state := filepath.Join(dir, "state.db")
+	addr := tooltest.FreeAddr(t)
+	start := func(failpoint string) *exec.Cmd {
+		cmd := exec.Command(bin, "--config.file="+cfg, "--storage.path="+state, "--web.listen-address="+addr)
+		cmd.Env = append(os.Environ(), "GPURECLAIM_FAILPOINT="+failpoint)
+		log, err := os.OpenFile(filepath.Join(dir, "reclaimer.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		require.NoError(t, err)
+		cmd.Stdout, cmd.Stderr = log, log
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		require.Eventually(t, func() bool { return (&replica{addr: addr}).ready() }, 10*time.Second, 20*time.Millisecond)
+		return cmd
+	}
+	notification := reclaimtest.Notification(t, 5000, time.Now().Add(-time.Hour).UTC().Truncate(time.Second))
+
+	cmd := start("journaled")
+	require.Zero(t, post(addr, notification), "killed before it answered")
+	require.Equal(t, "signal: killed", waitExit(t, cmd, 20*time.Second))
+
+	start("")
+	require.Eventually(t, func() bool {
+		rs, ok := listed(addr, "?limit=5000")
+		return ok && len(rs) == 5000 && unwritten(addr) == 0
+	}, 30*time.Second, 100*time.Millisecond, "decided from the journal: %s", readFile(filepath.Join(dir, "reclaimer.log")))
+	require.Contains(t, readFile(filepath.Join(dir, "reclaimer.log")), "replayed a notification from the journal")
+
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/webhook", bytes.NewReader(notification))
+	req.Header.Set("Authorization", "Bearer am-token")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	var res reclaim.IngestResult
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&res))
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, reclaim.IngestResult{Duplicate: 5000}, res, "Alertmanager's retry changes nothing")
 }

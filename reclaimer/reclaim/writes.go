@@ -180,6 +180,7 @@ func (e *Engine) await(ws []*pendingWrite, n *Notification, arrived time.Time) e
 				e.o.Metrics.Error(ComponentStore)
 				return fmt.Errorf("recording the notification in the journal: %w", err)
 			}
+			e.o.Failpoint("journaled")
 			e.retireWhenWritten(ws[len(ws)-1], id) // the last is written after the others
 			return nil
 		}
