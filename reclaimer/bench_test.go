@@ -68,7 +68,7 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: notify}]
 		}
 		resp.Body.Close()
 		answered += time.Since(start)
-		for unwritten(addr) != 0 {
+		for !settled(addr, n) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		b.StopTimer()
@@ -81,25 +81,45 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: notify}]
 	b.ReportMetric(float64(peak)/1024, "peak-rss-MiB")
 }
 
+// settled says the reclaimer holds n reclaims, all of them in the store.
+func settled(addr string, n int) bool {
+	return unwritten(addr) == 0 && held(addr) == n
+}
+
 // unwritten reads how many decided reclaims are not yet in the store.
 func unwritten(addr string) int {
+	return int(sumOf(addr, "gpureclaim_reclaimer_unwritten_reclaims"))
+}
+
+// held reads how many reclaims the reclaimer holds, in any state.
+func held(addr string) int {
+	return int(sumOf(addr, "gpureclaim_reclaimer_reclaims{"))
+}
+
+// sumOf adds up the series of the reclaimer's metrics whose line starts
+// with prefix; -1 when it cannot read them.
+func sumOf(addr, prefix string) float64 {
 	if !(&replica{addr: addr}).ready() {
 		return -1
 	}
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
-		return 0
+		return -1
 	}
 	defer resp.Body.Close()
 	var buf bytes.Buffer
 	_, _ = buf.ReadFrom(resp.Body)
+	sum, found := 0.0, false
 	for _, line := range strings.Split(buf.String(), "\n") {
-		if strings.HasPrefix(line, "gpureclaim_reclaimer_unwritten_reclaims ") {
-			v, _ := strconv.ParseFloat(strings.Fields(line)[1], 64)
-			return int(v)
+		if strings.HasPrefix(line, prefix) {
+			v, _ := strconv.ParseFloat(strings.Fields(line)[len(strings.Fields(line))-1], 64)
+			sum, found = sum+v, true
 		}
 	}
-	return -1
+	if !found {
+		return -1
+	}
+	return sum
 }
 
 // vmHWM is a process's peak resident memory in KiB.

@@ -54,7 +54,7 @@ func benchmarkIngest(b *testing.B, n int) {
 			err = eng.Flush()
 		}
 		b.StopTimer()
-		if err != nil || res.New != len(alerts) {
+		if err != nil || res.New+res.Journaled != len(alerts) {
 			b.Fatalf("%+v %v", res, err)
 		}
 		var after runtime.MemStats

@@ -68,6 +68,9 @@ type Engine struct {
 	unwritten map[string]*pendingWrite
 	queue     []*pendingWrite
 	writing   bool
+	// deciding counts the notifications answered from the journal and
+	// not yet decided (ingest.go).
+	deciding sync.WaitGroup
 
 	// The sorted view readers share, rebuilt when the index has changed,
 	// outside the engine's lock: a status page over 60,000 reclaims does

@@ -1,22 +1,30 @@
 package reclaim
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
 	"github.com/prometheus/alertmanager/template"
 )
 
-// IngestResult says what a notification changed.
+// IngestResult says what a notification changed. Journaled counts the
+// alerts of a notification put in the journal to be decided after the
+// answer.
 type IngestResult struct {
-	New, Duplicate, Cancelled, Ignored int
+	New, Duplicate, Cancelled, Ignored, Journaled int
 }
+
+// JournalFirst is the size of notification that is put in the store's
+// journal and answered before it is decided: deciding 20,000 alerts takes
+// about as long as webhook.answer_within's second.
+const JournalFirst = 20000
 
 // IngestNotification decides on the alerts of one Alertmanager
 // notification. When it returns nil every decision is in the store, or the
 // notification is in the store's journal and its decisions are still being
-// written (writes.go); an error means the notification should be retried:
-// the retry waits for what this one began to write.
+// made or written (writes.go); an error means the notification should be
+// retried: the retry waits for what this one began to write.
 func (e *Engine) IngestNotification(n *Notification) (IngestResult, error) {
 	arrived := n.Received
 	if arrived.IsZero() {
@@ -25,10 +33,48 @@ func (e *Engine) IngestNotification(n *Notification) (IngestResult, error) {
 	if err := e.fenced(FencedWrite); err != nil {
 		return IngestResult{}, err
 	}
+	if j, ok := e.o.Store.(Journal); ok && len(n.Alerts) > JournalFirst {
+		return e.journalThenDecide(j, n)
+	}
 	e.mu.Lock()
 	res, deps := e.ingest(n.Alerts)
 	e.mu.Unlock()
 	return res, e.await(deps, n, arrived)
+}
+
+// journalThenDecide puts a large notification in the journal, then
+// decides it in the background as a replay does, and retires the entry
+// once its decisions are written. A replica that stops, or stops leading,
+// before then leaves the entry to the next start or leader.
+func (e *Engine) journalThenDecide(j Journal, n *Notification) (IngestResult, error) {
+	body, err := n.Body()
+	if err != nil {
+		return IngestResult{}, fmt.Errorf("encoding the notification for the journal: %w", err)
+	}
+	id, err := j.Journal(body)
+	if err != nil {
+		e.o.Metrics.Error(ComponentStore)
+		return IngestResult{}, fmt.Errorf("recording the notification in the journal: %w", err)
+	}
+	e.o.Failpoint("journaled")
+	e.deciding.Add(1)
+	go func() {
+		defer e.deciding.Done()
+		if err := e.fenced(FencedWrite); err != nil {
+			e.o.Logger.Warn("a journaled notification is left to the next leader", "entry", id, "err", err)
+			return
+		}
+		e.mu.Lock()
+		res, ws := e.ingest(n.Alerts)
+		e.mu.Unlock()
+		e.o.Logger.Info("decided a notification answered from the journal", "entry", id, "alerts", len(n.Alerts), "new", res.New)
+		if len(ws) == 0 {
+			e.retire(id)
+			return
+		}
+		e.retireWhenWritten(ws[len(ws)-1], id)
+	}()
+	return IngestResult{Journaled: len(n.Alerts)}, nil
 }
 
 // Ingest decides on alerts as IngestNotification does, for callers that

@@ -11,10 +11,11 @@ import (
 // store in the background, one notification after another. The answer
 // waits for the write; on a store with a Journal (both have one) it waits
 // at most webhook.answer_within, then records the notification, as it
-// came, in the journal and answers: 10,000 alerts on kubernetes, or
-// 100,000 on bbolt, are answered while their reclaims are still written,
-// and a replica that stops before the end is replayed from the journal by
-// the next. Either way a 200 means the notification is durable.
+// came, in the journal and answers: 10,000 alerts on kubernetes are
+// answered while their reclaims are still written, and a replica that
+// stops before the end is replayed from the journal by the next. A
+// notification of more than JournalFirst alerts goes into the journal
+// before it is decided (ingest.go). Either way a 200 means the notification is durable.
 // Nothing is warned, acted on or changed by a command before its decision
 // is written.
 
@@ -272,6 +273,7 @@ const writeWait = 30 * time.Second
 
 // Flush waits until every decision taken so far is in the store.
 func (e *Engine) Flush() error {
+	e.deciding.Wait()
 	e.mu.Lock()
 	ws := append([]*pendingWrite(nil), e.queue...)
 	e.mu.Unlock()

@@ -137,6 +137,31 @@ func TestAnswerWithinCountsFromTheRequest(t *testing.T) {
 	require.Len(t, g.ids(), 1, "in the journal")
 }
 
+// A notification larger than deciding takes within answer_within is put
+// in the journal and answered first, then decided and written; the entry
+// is retired once it is.
+func TestALargeNotificationIsJournaledFirst(t *testing.T) {
+	f := newFixture(t, "")
+	g := &gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: &memJournal{}}
+	f.with(func(o *reclaim.Options) { o.Store = g })
+	var alerts []template.Alert
+	for i := range reclaim.JournalFirst + 1 {
+		alerts = append(alerts, reclaimtest.IdlePod("firing", reclaimtest.T0, fmt.Sprint("ns-", i%50), fmt.Sprint("nb-", i)))
+	}
+	res, err := f.eng.Ingest(alerts)
+	require.NoError(t, err)
+	require.Equal(t, reclaim.IngestResult{Journaled: len(alerts)}, res, "answered before it is decided")
+	require.Equal(t, []string{"1"}, g.ids(), "in the journal when answered")
+
+	close(g.gate)
+	require.NoError(t, f.eng.Flush(), "decided, then written")
+	stored, err := f.st.Load()
+	require.NoError(t, err)
+	require.Len(t, stored, len(alerts))
+	require.Empty(t, g.ids(), "retired once written")
+	require.Len(t, f.eng.List(), len(alerts))
+}
+
 // A replica that answered a notification from the journal and stopped
 // before writing its decisions: the next one replays the journal, decides
 // the alerts and writes them, and retires the entry.
@@ -243,3 +268,51 @@ func TestTheBboltJournalIsReplayedAfterAStop(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, entries, "retired once written")
 }
+
+// losingJournal loses the lease as it journals: the replica may stop
+// leading between its answer and its decisions.
+type losingJournal struct {
+	*memJournal
+	lease *lease
+}
+
+func (l *losingJournal) Journal(notification []byte) (string, error) {
+	defer l.lease.lose()
+	return l.memJournal.Journal(notification)
+}
+
+// A large notification answered from the journal by a replica that then
+// stops leading is decided by none of its writes: the entry stays for the
+// next leader, which decides it.
+func TestAJournaledNotificationIsLeftToTheNextLeader(t *testing.T) {
+	f := newFixture(t, "")
+	journal := &memJournal{}
+	l := &lease{token: 1}
+	f.with(func(o *reclaim.Options) {
+		o.Store = &struct {
+			reclaim.Store
+			*losingJournal
+		}{f.st, &losingJournal{journal, l}}
+		o.Leadership = l
+	})
+	var alerts []template.Alert
+	for i := range reclaim.JournalFirst + 1 {
+		alerts = append(alerts, reclaimtest.IdlePod("firing", reclaimtest.T0, fmt.Sprint("ns-", i%50), fmt.Sprint("nb-", i)))
+	}
+	res, err := f.eng.Ingest(alerts)
+	require.NoError(t, err, "durable in the journal")
+	require.Equal(t, len(alerts), res.Journaled)
+	require.NoError(t, f.eng.Flush())
+	require.Empty(t, f.eng.List(), "not decided by a replica that may no longer lead")
+	require.Len(t, journal.ids(), 1, "left in the journal")
+
+	f.with(func(o *reclaim.Options) {
+		o.Store = &gatedStore{Store: f.st, gate: closedGate(), memJournal: journal}
+		o.Leadership = &lease{token: 2}
+	})
+	require.NoError(t, f.eng.Flush())
+	require.Len(t, f.eng.List(), len(alerts), "decided by the next leader")
+	require.Empty(t, journal.ids())
+}
+
+func closedGate() chan struct{} { c := make(chan struct{}); close(c); return c }

@@ -101,7 +101,7 @@ func TestWebhookAcceptsAnAlertmanagerNotification(t *testing.T) {
 	s := newServer(t, false)
 	code, body := s.post(t, payload(t), bearer("t0ken"))
 	require.Equal(t, http.StatusOK, code, body)
-	require.JSONEq(t, `{"New":1,"Duplicate":0,"Cancelled":0,"Ignored":0}`, body)
+	require.JSONEq(t, `{"New":1,"Duplicate":0,"Cancelled":0,"Ignored":0,"Journaled":0}`, body)
 	rs := s.engine.List()
 	require.Len(t, rs, 1)
 	require.Equal(t, "5e8f0a8f0c0b2a11-1772445600", rs[0].ID)
