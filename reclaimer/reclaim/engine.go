@@ -69,8 +69,11 @@ type Engine struct {
 	queue     []*pendingWrite
 	writing   bool
 	// deciding counts the notifications answered from the journal and
-	// not yet decided (ingest.go).
-	deciding sync.WaitGroup
+	// not yet decided (ingest.go); decideTurn lets one at a time be
+	// decided, and holds the next before it is journaled: a flood of large
+	// notifications waits rather than piling up in memory.
+	deciding   sync.WaitGroup
+	decideTurn chan struct{}
 
 	// The sorted view readers share, rebuilt when the index has changed,
 	// outside the engine's lock: a status page over 60,000 reclaims does
@@ -96,7 +99,8 @@ func New(o Options) (*Engine, error) {
 		return nil, fmt.Errorf("loading the store: %w", err)
 	}
 	e := &Engine{o: o, index: make(map[string]*Reclaim, len(rs)), byAlert: map[string][]string{}, openUnit: map[targetKey][]string{},
-		counts: map[State]int{}, inflight: map[string]bool{}, unrecorded: map[string]Delivery{}, unwritten: map[string]*pendingWrite{}, wake: make(chan struct{}, 1)}
+		counts: map[State]int{}, inflight: map[string]bool{}, unrecorded: map[string]Delivery{}, unwritten: map[string]*pendingWrite{}, wake: make(chan struct{}, 1),
+		decideTurn: make(chan struct{}, 1)}
 	resumed := 0
 	for _, r := range rs {
 		e.set(r)

@@ -44,22 +44,25 @@ func (e *Engine) IngestNotification(n *Notification) (IngestResult, error) {
 
 // journalThenDecide puts a large notification in the journal, then
 // decides it in the background as a replay does, and retires the entry
-// once its decisions are written. A replica that stops, or stops leading,
+// once its decisions are written; one at a time. A replica that stops, or stops leading,
 // before then leaves the entry to the next start or leader.
 func (e *Engine) journalThenDecide(j Journal, n *Notification) (IngestResult, error) {
+	e.decideTurn <- struct{}{}
 	body, err := n.Body()
 	if err != nil {
+		<-e.decideTurn
 		return IngestResult{}, fmt.Errorf("encoding the notification for the journal: %w", err)
 	}
 	id, err := j.Journal(body)
 	if err != nil {
+		<-e.decideTurn
 		e.o.Metrics.Error(ComponentStore)
 		return IngestResult{}, fmt.Errorf("recording the notification in the journal: %w", err)
 	}
 	e.o.Failpoint("journaled")
 	e.deciding.Add(1)
 	go func() {
-		defer e.deciding.Done()
+		defer func() { <-e.decideTurn; e.deciding.Done() }()
 		if err := e.fenced(FencedWrite); err != nil {
 			e.o.Logger.Warn("a journaled notification is left to the next leader", "entry", id, "err", err)
 			return

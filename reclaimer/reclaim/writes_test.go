@@ -316,3 +316,50 @@ func TestAJournaledNotificationIsLeftToTheNextLeader(t *testing.T) {
 }
 
 func closedGate() chan struct{} { c := make(chan struct{}); close(c); return c }
+
+// listingJournal notes, at each entry, how many reclaims the engine held.
+type listingJournal struct {
+	*memJournal
+	eng  func() *reclaim.Engine
+	held []int
+}
+
+func (l *listingJournal) Journal(notification []byte) (string, error) {
+	l.held = append(l.held, len(l.eng().List()))
+	return l.memJournal.Journal(notification)
+}
+
+// Large notifications are decided one at a time, and the next is not
+// journaled (nor held in memory) before the last is decided.
+func TestLargeNotificationsAreDecidedOneAtATime(t *testing.T) {
+	f := newFixture(t, "")
+	j := &listingJournal{memJournal: &memJournal{}, eng: func() *reclaim.Engine { return f.eng }}
+	f.with(func(o *reclaim.Options) {
+		o.Store = &struct {
+			reclaim.Store
+			*listingJournal
+		}{f.st, j}
+	})
+	// As the webhook gives it: the body is journaled as it came, at once.
+	body := journalFirstPlusOne(t)
+	var ns []*reclaim.Notification
+	for range 2 { // the second Alertmanager's retry of the first, say
+		n, err := reclaim.DecodeNotification(body)
+		require.NoError(t, err)
+		ns = append(ns, n)
+	}
+	for _, n := range ns {
+		res, err := f.eng.IngestNotification(n)
+		require.NoError(t, err)
+		require.Equal(t, reclaim.JournalFirst+1, res.Journaled)
+	}
+	require.NoError(t, f.eng.Flush())
+	require.Equal(t, []int{0, reclaim.JournalFirst + 1}, j.held, "the second journaled once the first was decided")
+	require.Len(t, f.eng.List(), reclaim.JournalFirst+1)
+}
+
+// journalFirstPlusOne is a notification of one alert more than is
+// journaled first.
+func journalFirstPlusOne(t *testing.T) []byte {
+	return reclaimtest.Notification(t, reclaim.JournalFirst+1, reclaimtest.T0)
+}
