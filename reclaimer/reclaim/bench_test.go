@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/alertmanager/template"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gpureclaim/gpureclaim/internal/testkit/fakeclock"
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/store"
@@ -102,6 +104,25 @@ func BenchmarkIngestOneAlertBeside100k(b *testing.B) {
 	}
 }
 
+// benchEngine starts an engine on a new bbolt store, with a clock at T0
+// and what with changes of its options.
+func benchEngine(b *testing.B, cfg *config.Config, with func(*reclaim.Options)) (*reclaim.Engine, *store.Bolt, *fakeclock.Clock) {
+	st, err := store.Open(filepath.Join(b.TempDir(), "s.db"), time.Second)
+	if err != nil {
+		b.Fatal(err)
+	}
+	clock := reclaimtest.NewClock()
+	o := reclaim.Options{Config: cfg, Store: st, Actor: &reclaimtest.Actor{}, Clock: clock.Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())}
+	if with != nil {
+		with(&o)
+	}
+	eng, err := reclaim.New(o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return eng, st, clock
+}
+
 // signalActor notes when its first action came.
 type signalActor struct {
 	reclaimtest.Actor
@@ -138,17 +159,10 @@ func BenchmarkDueActionBehindABurst(b *testing.B) {
 	var act, step time.Duration
 	for b.Loop() {
 		b.StopTimer()
-		st, err := store.Open(filepath.Join(b.TempDir(), "s.db"), time.Second)
-		if err != nil {
-			b.Fatal(err)
-		}
-		clock := reclaimtest.NewClock()
 		actor := &signalActor{acted: make(chan time.Time, 1)}
-		eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: actor, Clock: clock.Now, Notifiers: []reclaim.Notifier{pacedNotifier{reclaimtest.NewNotifier("paced")}},
-			Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
-		if err != nil {
-			b.Fatal(err)
-		}
+		eng, st, clock := benchEngine(b, cfg, func(o *reclaim.Options) {
+			o.Actor, o.Notifiers = actor, []reclaim.Notifier{pacedNotifier{reclaimtest.NewNotifier("paced")}}
+		})
 		ctx := context.Background()
 		// "zz" sorts after every pod of the burst.
 		if _, err := eng.Ingest([]template.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "zz-due")}); err != nil {
@@ -189,15 +203,7 @@ func BenchmarkPrune10k(b *testing.B) {
 	var slowest time.Duration
 	for b.Loop() {
 		b.StopTimer()
-		st, err := store.Open(filepath.Join(b.TempDir(), "s.db"), time.Second)
-		if err != nil {
-			b.Fatal(err)
-		}
-		clock := reclaimtest.NewClock()
-		eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &reclaimtest.Actor{}, Clock: clock.Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
-		if err != nil {
-			b.Fatal(err)
-		}
+		eng, st, clock := benchEngine(b, cfg, nil)
 		var ended, open []template.Alert
 		for i := range 10000 {
 			ended = append(ended, reclaimtest.IdlePod("firing", reclaimtest.T0, fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("ended-%d", i)))
