@@ -43,9 +43,10 @@ func (e *Engine) IngestNotification(n *Notification) (IngestResult, error) {
 }
 
 // journalThenDecide puts a large notification in the journal, then
-// decides it in the background as a replay does, and retires the entry
-// once its decisions are written; one at a time. A replica that stops, or stops leading,
-// before then leaves the entry to the next start or leader.
+// decides it in the background as a replay does, one at a time, and
+// retires the entry once its decisions are written. A replica that stops,
+// or stops leading, before then leaves the entry to the next start or
+// leader.
 func (e *Engine) journalThenDecide(j Journal, n *Notification) (IngestResult, error) {
 	e.decideTurn <- struct{}{}
 	body, err := n.Body()
