@@ -73,11 +73,7 @@ func (e *Engine) journalThenDecide(j Journal, n *Notification) (IngestResult, er
 		res, ws := e.ingest(alerts)
 		e.mu.Unlock()
 		e.o.Logger.Info("decided a notification answered from the journal", "entry", id, "alerts", len(alerts), "new", res.New)
-		if len(ws) == 0 {
-			e.retire(id)
-			return
-		}
-		e.retireWhenWritten(ws[len(ws)-1], id)
+		e.retireWhenWritten(ws, id)
 	}()
 	return IngestResult{Journaled: len(n.Alerts)}, nil
 }

@@ -15,7 +15,8 @@ import (
 // answered while their reclaims are still written, and a replica that
 // stops before the end is replayed from the journal by the next. A
 // notification of more than JournalFirst alerts goes into the journal
-// before it is decided (ingest.go). Either way a 200 means the notification is durable.
+// before it is decided (ingest.go). Either way a 200 means the
+// notification is durable.
 // Nothing is warned, acted on or changed by a command before its decision
 // is written.
 
@@ -182,7 +183,7 @@ func (e *Engine) await(ws []*pendingWrite, n *Notification, arrived time.Time) e
 				return fmt.Errorf("recording the notification in the journal: %w", err)
 			}
 			e.o.Failpoint("journaled")
-			e.retireWhenWritten(ws[len(ws)-1], id) // the last is written after the others
+			e.retireWhenWritten(ws, id)
 			return nil
 		}
 	}
@@ -223,18 +224,20 @@ func (e *Engine) replay() error {
 		}
 		res, ws := e.ingest(n.Alerts)
 		e.o.Logger.Info("replayed a notification from the journal", "entry", entry.ID, "alerts", len(n.Alerts), "new", res.New)
-		if len(ws) == 0 {
-			e.retire(entry.ID)
-			continue
-		}
-		e.retireWhenWritten(ws[len(ws)-1], entry.ID)
+		e.retireWhenWritten(ws, entry.ID)
 	}
 	return nil
 }
 
-// retireWhenWritten retires a journal entry once w is written: at once if
-// its writer has already finished, else by the writer when it does.
-func (e *Engine) retireWhenWritten(w *pendingWrite, id string) {
+// retireWhenWritten retires a journal entry once the last of ws (written
+// after the others) is written: at once if there is none or its writer has
+// already finished, else by the writer when it does.
+func (e *Engine) retireWhenWritten(ws []*pendingWrite, id string) {
+	if len(ws) == 0 {
+		e.retire(id)
+		return
+	}
+	w := ws[len(ws)-1]
 	w.mu.Lock()
 	written := w.written
 	if !written {
