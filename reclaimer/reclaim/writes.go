@@ -87,6 +87,7 @@ func (e *Engine) writeQueued() {
 		err := e.writeOut(w)
 
 		e.mu.Lock()
+		e.queue[0] = nil // its reclaims and events can go once written
 		e.queue = e.queue[1:]
 		for _, r := range w.rs {
 			if e.unwritten[r.ID] == w {
