@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/alertmanager/template"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpureclaim/gpureclaim/internal/testkit/promtest"
@@ -83,7 +82,7 @@ policies:
 		return nil
 	}
 
-	_, err = eng.Ingest([]template.Alert{reclaimtest.IdlePod("firing", time.Now(), "lab", "nb-0")})
+	_, err = eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", time.Now(), "lab", "nb-0")})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		eng.Step(ctx)
@@ -112,7 +111,7 @@ policies:
 	require.Equal(t, []string{"evict lab/nb-0"}, actor.Calls)
 
 	// A GPU is wanted now: the policy's 1h grace shortens to nothing.
-	_, err = eng.Ingest([]template.Alert{reclaimtest.IdlePod("firing", time.Now(), "web", "serve-0")})
+	_, err = eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", time.Now(), "web", "serve-0")})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		eng.Step(ctx)

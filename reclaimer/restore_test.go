@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/alertmanager/template"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -95,7 +94,7 @@ policies:
 	})
 	require.NoError(t, err)
 
-	_, err = eng.Ingest([]template.Alert{reclaimtest.IdlePod("firing", time.Now(), ns, pod)})
+	_, err = eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", time.Now(), ns, pod)})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		eng.Step(ctx)
@@ -132,7 +131,7 @@ policies:
 	// The workload is back before the engine records it.
 	require.Eventually(t, func() bool {
 		kinds := owner.Kinds()
-		return !eng.List()[0].Restored.IsZero() && kinds[len(kinds)-1] == reclaim.MsgRestored
+		return eng.List()[0].Restore != nil && !eng.List()[0].Restore.RestoredAt.IsZero() && kinds[len(kinds)-1] == reclaim.MsgRestored
 	}, 10*time.Second, 20*time.Millisecond, "recorded and told")
 	last := owner.Sent[len(owner.Sent)-1]
 	require.Equal(t, reclaim.MsgRestored, last.Kind)

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/alertmanager/template"
 	"github.com/prometheus/common/model"
 
 	"github.com/gpureclaim/gpureclaim/internal/names"
@@ -133,7 +132,7 @@ func Run(ctx context.Context, h History, o Options) (*Result, error) {
 	}
 	defer rp.Close()
 
-	b := &bench{h: &h, o: o, byKey: map[string]int{}, byUUID: map[string][]int{}, firing: map[string]template.Alert{}}
+	b := &bench{h: &h, o: o, byKey: map[string]int{}, byUUID: map[string][]int{}, firing: map[string]reclaim.Alert{}}
 	b.states = make([]workloadState, len(h.Workloads))
 	b.nextBusy = make([][]int, len(h.Workloads))
 	for i, w := range h.Workloads {
@@ -199,7 +198,7 @@ type bench struct {
 	mu     sync.Mutex
 	step   int
 	clock  time.Time
-	firing map[string]template.Alert // by fingerprint: what Alertmanager holds as firing
+	firing map[string]reclaim.Alert // by fingerprint: what Alertmanager holds as firing
 }
 
 func (b *bench) now() time.Time {
@@ -243,7 +242,7 @@ func (b *bench) account(i int) {
 // of the alerts that started firing, and of those that stopped.
 func (b *bench) notify(eng *reclaim.Engine, alerts []ruleeval.Alert) error {
 	now := b.now()
-	current := map[string]template.Alert{}
+	current := map[string]reclaim.Alert{}
 	for _, a := range alerts {
 		if !a.Firing {
 			continue
@@ -251,11 +250,10 @@ func (b *bench) notify(eng *reclaim.Engine, alerts []ruleeval.Alert) error {
 		if aud := a.Labels.Get(names.LabelAudience); aud != "" && aud != names.AudienceReclaimer {
 			continue
 		}
-		ls := a.Labels.Map()
-		fp := model.LabelSet(toLabelSet(ls)).Fingerprint().String()
-		current[fp] = template.Alert{Status: "firing", Labels: ls, Annotations: a.Annotations.Map(), StartsAt: a.ActiveAt, Fingerprint: fp}
+		fp := model.LabelSet(toLabelSet(a.Labels.Map())).Fingerprint().String()
+		current[fp] = reclaim.Alert{Status: "firing", Labels: a.Labels, Annotations: a.Annotations, StartsAt: a.ActiveAt, Fingerprint: fp}
 	}
-	var send []template.Alert
+	var send []reclaim.Alert
 	b.mu.Lock()
 	for fp, a := range current {
 		if old, ok := b.firing[fp]; !ok || !old.StartsAt.Equal(a.StartsAt) {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/alertmanager/template"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -262,7 +261,7 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 
 				return false
 			}, 3*time.Minute, 500*time.Millisecond, "%s runs a GPU pod", tc.controller)
 
-			_, err := eng.Ingest([]template.Alert{reclaimtest.IdlePod("firing", time.Now(), ns, pod, "node", gpuNode, "uuid", "GPU-"+ns, "gpu_uuid", "GPU-"+ns)})
+			_, err := eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", time.Now(), ns, pod, "node", gpuNode, "uuid", "GPU-"+ns, "gpu_uuid", "GPU-"+ns)})
 			require.NoError(t, err)
 			r := endedReclaim(t, eng, func(r *reclaim.Reclaim) bool { return r.Target.Namespace == ns }, 4*time.Minute)
 			require.Equal(t, tc.want, r.State, r.Reason)
@@ -281,12 +280,12 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 
 			require.NoError(t, err)
 			require.Eventually(t, func() bool {
 				r, _ = eng.Get(r.ID)
-				return !r.Restored.IsZero() || r.RestoreFailed != ""
+				return r.Restore != nil && !r.Restore.Pending()
 			}, 3*time.Minute, 500*time.Millisecond, "the restore ends")
-			require.Empty(t, r.RestoreFailed)
+			require.Empty(t, r.Restore.Failed)
 			require.NotEmpty(t, gpuPods(t, admin, ns, true), "restored: a GPU pod runs again")
 			t.Logf("%s (%s): done, released %s after the action; restored %s after asking", tc.name, tc.controller,
-				released.Round(100*time.Millisecond), r.Restored.Sub(r.RestoreAsked).Round(100*time.Millisecond))
+				released.Round(100*time.Millisecond), r.Restore.RestoredAt.Sub(r.Restore.AskedAt).Round(100*time.Millisecond))
 		})
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/alertmanager/template"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -154,7 +153,7 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 
 		device := allocated(claim)
 		require.NotEmpty(t, device)
 
-		_, err = eng.Ingest([]template.Alert{reclaimtest.IdlePod("firing", time.Now(), ns, trainPod, "node", gpuNode, "uuid", "GPU-dra-"+device, "gpu_uuid", "GPU-dra-"+device)})
+		_, err = eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", time.Now(), ns, trainPod, "node", gpuNode, "uuid", "GPU-dra-"+device, "gpu_uuid", "GPU-dra-"+device)})
 		require.NoError(t, err)
 		r := ended(trainPod)
 		require.Equal(t, reclaim.Done, r.State, r.Reason)
@@ -167,7 +166,7 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 
 	})
 
 	t.Run("a shared claim: the owner is told, its share is freed, and the GPU stays with the other pod", func(t *testing.T) {
-		_, err = eng.Ingest([]template.Alert{reclaimtest.IdlePod("firing", time.Now(), ns, servePod, "node", gpuNode, "uuid", "GPU-shared", "gpu_uuid", "GPU-shared")})
+		_, err = eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", time.Now(), ns, servePod, "node", gpuNode, "uuid", "GPU-shared", "gpu_uuid", "GPU-shared")})
 		require.NoError(t, err)
 		r := ended(servePod)
 		require.Equal(t, reclaim.Done, r.State, r.Reason)

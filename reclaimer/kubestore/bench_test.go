@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/alertmanager/template"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpureclaim/gpureclaim/deploy"
@@ -71,7 +70,7 @@ func BenchmarkIngest10kAlerts(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		alerts := make([]template.Alert, 10000)
+		alerts := make([]reclaim.Alert, 10000)
 		for i := range alerts {
 			alerts[i] = reclaimtest.IdlePod("firing", reclaimtest.T0.Add(time.Duration(run)*time.Hour), fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("pod-%d", i))
 		}

@@ -26,7 +26,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/alertmanager/template"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -516,16 +515,16 @@ func unzipEntry(gzipped []byte) ([]byte, error) {
 	if b = bytes.TrimSpace(b); !bytes.HasPrefix(b, []byte("[")) {
 		return b, nil
 	}
-	var alerts []template.Alert
+	var alerts []reclaim.Alert
 	dec := json.NewDecoder(bytes.NewReader(b))
 	for dec.More() {
-		var part []template.Alert
+		var part []reclaim.Alert
 		if err := dec.Decode(&part); err != nil {
 			return nil, err
 		}
 		alerts = append(alerts, part...)
 	}
-	return (&reclaim.Notification{Data: &template.Data{Alerts: alerts}, Version: "4"}).Body()
+	return (&reclaim.Notification{Alerts: alerts, Version: "4"}).Body()
 }
 
 // journalOrder sorts entries by time and parts by number: names are

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/alertmanager/template"
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -40,7 +40,7 @@ func reclaimOf(id, pod string, st reclaim.State) *reclaim.Reclaim {
 	return &reclaim.Reclaim{
 		ID: id, Fingerprint: strings.Split(id, "-")[0], StartsAt: t0, Policy: "idle", Action: "scale_down", State: st, Created: t0, Updated: t0,
 		ActAt:  t0.Add(15 * time.Minute),
-		Labels: map[string]string{"alertname": "GPUIdle", "namespace": "ml", "pod": pod},
+		Labels: labels.FromStrings("alertname", "GPUIdle", "namespace", "ml", "pod", pod),
 		Target: reclaim.Target{Alertname: "GPUIdle", UUID: "GPU-" + pod, Node: "n1", Kind: "gpu", Namespace: "ml", Pod: pod},
 	}
 }
@@ -220,14 +220,14 @@ func TestJournal(t *testing.T) {
 	cl, _ := apiserver(t)
 	st, err := kubestore.New(cl.RESTConfig(kubetest.ReclaimerToken), deploy.Namespace, "gpureclaim-reclaimer-replays")
 	require.NoError(t, err)
-	body := func(alerts []template.Alert) []byte {
-		b, err := (&reclaim.Notification{Data: &template.Data{Alerts: alerts}, Version: "4"}).Body()
+	body := func(alerts []reclaim.Alert) []byte {
+		b, err := (&reclaim.Notification{Alerts: alerts, Version: "4"}).Body()
 		require.NoError(t, err)
 		return b
 	}
-	small := body([]template.Alert{reclaimtest.IdlePod("firing", t0, "ml", "nb-0")})
+	small := body([]reclaim.Alert{reclaimtest.IdlePod("firing", t0, "ml", "nb-0")})
 	// Labels that do not repeat, so that gzip cannot fold them into one part.
-	var alerts []template.Alert
+	var alerts []reclaim.Alert
 	for i := range 20000 {
 		alerts = append(alerts, reclaimtest.IdlePod("firing", t0, fmt.Sprintf("ns-%x", sha256.Sum256([]byte(fmt.Sprint(i)))), fmt.Sprintf("pod-%d", i)))
 	}
@@ -250,7 +250,7 @@ func TestJournal(t *testing.T) {
 	n, err := reclaim.DecodeNotification(entries[0].Notification)
 	require.NoError(t, err)
 	require.Len(t, n.Alerts, 3, "both parts of the old entry")
-	require.Equal(t, "pod-2", n.Alerts[2].Labels["pod"])
+	require.Equal(t, "pod-2", n.Alerts[2].Labels.Get("pod"))
 	require.Equal(t, first, entries[1].ID)
 	require.Equal(t, small, entries[1].Notification)
 	require.Equal(t, second, entries[2].ID)
@@ -266,9 +266,9 @@ func TestJournal(t *testing.T) {
 
 // legacyJournalEntry writes a journal entry as the reclaimer did before 2
 // December 2026: the alerts in two parts, each a gzipped JSON array.
-func legacyJournalEntry(t *testing.T, admin kubernetes.Interface, alerts []template.Alert) string {
+func legacyJournalEntry(t *testing.T, admin kubernetes.Interface, alerts []reclaim.Alert) string {
 	id := "gpureclaim-journal-1"
-	for i, part := range [][]template.Alert{alerts[:1], alerts[1:]} {
+	for i, part := range [][]reclaim.Alert{alerts[:1], alerts[1:]} {
 		var buf bytes.Buffer
 		zw := gzip.NewWriter(&buf)
 		require.NoError(t, json.NewEncoder(zw).Encode(part))

@@ -15,7 +15,7 @@ func (e *Engine) snooze(id string, v Verdict) {
 			return false
 		}
 		c.State, c.Reason = Snoozed, v.Why
-		c.SnoozedUntil, c.NextTry = chk.Until, chk.Until
+		c.Snooze, c.NextTry = &Snooze{Until: chk.Until}, chk.Until
 		if chk.Until.IsZero() {
 			c.NextTry = e.now().Add(inhibitedWait)
 		}
@@ -103,8 +103,7 @@ func (e *Engine) restore(ctx context.Context, id, by string) (*Reclaim, error) {
 		if !c.Restorable() {
 			return false
 		}
-		c.RestoreAsked, c.RestoreAskedBy, claimed = now, by, true
-		c.RestoreBy = now.Add(e.o.Config.Release.TimeoutFor(c.ReleaseKind()))
+		c.Restore, claimed = &Restore{AskedAt: now, AskedBy: by, Deadline: now.Add(e.o.Config.Release.TimeoutFor(c.ReleaseKind()))}, true
 		return true
 	})
 	if err != nil || !claimed {
@@ -116,7 +115,7 @@ func (e *Engine) restore(ctx context.Context, id, by string) (*Reclaim, error) {
 	if err := rs.Restore(ctx, r); err != nil {
 		e.o.Metrics.Error(ComponentKubernetes)
 		if _, uerr := e.update(id, nil, func(c *Reclaim) bool {
-			c.RestoreAsked, c.RestoreAskedBy, c.RestoreBy = time.Time{}, "", time.Time{}
+			c.Restore = nil
 			return true
 		}); uerr != nil {
 			e.o.Logger.Error("recording a restore that failed", "reclaim", id, "err", uerr)
@@ -144,14 +143,14 @@ func (e *Engine) Snooze(ctx context.Context, id, by string, until time.Time, sil
 		if c.State != Pending && c.State != Snoozed {
 			return false
 		}
-		c.State, c.SnoozedBy, c.SnoozedUntil, c.Silence = Snoozed, by, until, silence
+		c.State, c.Snooze = Snoozed, &Snooze{Silence: silence, By: by, Until: until}
 		c.NextTry, c.Reason = until, "snoozed by "+by+" until "+until.UTC().Format(time.RFC3339)
 		return true
 	})
 	if err != nil {
 		return nil, err
 	}
-	if r.State != Snoozed || r.Silence != silence {
+	if r.State != Snoozed || r.Snooze.Silence != silence {
 		return r, ErrNotPending
 	}
 	e.o.Metrics.decide(DecisionSnoozed)
@@ -168,14 +167,14 @@ func (e *Engine) Keep(ctx context.Context, id, by string, until time.Time, silen
 			return false
 		}
 		c.State, c.Reason, c.Closed = Exempt, "kept by "+by, e.now()
-		c.SnoozedBy, c.SnoozedUntil, c.Silence = by, until, silence
+		c.Snooze = &Snooze{Silence: silence, By: by, Until: until}
 		c.Final.Sent = true // the kept message says it all
 		return true
 	})
 	if err != nil {
 		return nil, err
 	}
-	if r.State != Exempt || r.Silence != silence {
+	if r.State != Exempt || r.Snooze == nil || r.Snooze.Silence != silence {
 		return r, ErrNotPending
 	}
 	e.o.Metrics.decide(DecisionKept)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
@@ -75,13 +76,13 @@ policies:
 		r.State = Snoozed
 		return r
 	}
-	carriedOut := func(labels map[string]string) *Reclaim {
+	carriedOut := func(labels labels.Labels) *Reclaim {
 		r := due("stop")
 		r.State, r.Labels, r.Detail = Acting, labels, "Job ml/train suspended"
 		r.ActedAt, r.ReleaseBy = now.Add(-3*time.Second), now.Add(5*time.Minute)
 		return r
 	}
-	pastDeadline := carriedOut(nil)
+	pastDeadline := carriedOut(labels.EmptyLabels())
 	pastDeadline.ActedAt, pastDeadline.ReleaseBy = now.Add(-5*time.Minute), now.Add(-time.Second)
 	silence := AlertCheck{Status: AlertSilenced, Reason: "bob: until the demo", Until: now.Add(time.Hour)}
 	grace := 30 * time.Minute
@@ -232,17 +233,17 @@ policies:
 			Verdict{Do: DoWarn, Grace: grace, Why: "the snooze ended and the unit is still idle: warning the owner again"}},
 
 		// Carried out: done only once the world shows the GPU free.
-		{"carried out, not looked at yet", carriedOut(nil), "stop", fine(),
+		{"carried out, not looked at yet", carriedOut(labels.EmptyLabels()), "stop", fine(),
 			Verdict{Do: DoGather, Need: NeedRelease}},
-		{"carried out, released", carriedOut(nil), "stop", with(func(f *Facts) { f.Release = &Fact[Release]{Value: Release{Done: true}} }),
+		{"carried out, released", carriedOut(labels.EmptyLabels()), "stop", with(func(f *Facts) { f.Release = &Fact[Release]{Value: Release{Done: true}} }),
 			Verdict{Do: DoDone}},
-		{"carried out, its share of a shared claim freed", carriedOut(nil), "stop",
+		{"carried out, its share of a shared claim freed", carriedOut(labels.EmptyLabels()), "stop",
 			with(func(f *Facts) { f.Release = &Fact[Release]{Value: Release{Done: true, Shared: "pod ml/other"}} }),
 			Verdict{Do: DoDone, Shared: "pod ml/other"}},
-		{"carried out, one holder of several: a share", carriedOut(map[string]string{"signal": "holder_sm_utilization"}), "stop",
+		{"carried out, one holder of several: a share", carriedOut(labels.FromStrings("signal", "holder_sm_utilization")), "stop",
 			with(func(f *Facts) { f.Release = &Fact[Release]{Value: Release{Done: true}} }),
 			Verdict{Do: DoDone, Shared: "its other holders, busy with their own work when it was warned"}},
-		{"carried out, still held: look again soon", carriedOut(nil), "stop",
+		{"carried out, still held: look again soon", carriedOut(labels.EmptyLabels()), "stop",
 			with(func(f *Facts) { f.Release = &Fact[Release]{Value: Release{Why: "held by pod ml/train-0 (Running)"}} }),
 			Verdict{Do: DoWait, Until: now.Add(3 * time.Second), Why: "carried out; waiting for the GPU to be released: held by pod ml/train-0 (Running)"}},
 		{"carried out, still held past the deadline", pastDeadline, "stop",

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/prometheus/prometheus/model/labels"
+
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 )
 
@@ -61,9 +63,7 @@ func (e *Engine) RestoreOnDemand(ctx context.Context, q DemandQuerier) []*Reclai
 // restoreData is what a restore_when template reads of a reclaim.
 func restoreData(r *Reclaim) config.RestoreData {
 	d := config.RestoreData{}
-	for k, v := range r.Labels {
-		d[k] = v
-	}
+	r.Labels.Range(func(l labels.Label) { d[l.Name] = l.Value })
 	if w := r.Workload; w != nil {
 		d[config.RestoreWorkloadKind], d[config.RestoreWorkloadName], d[config.RestoreWorkloadNamespace] = w.Kind, w.Name, w.Namespace
 	}

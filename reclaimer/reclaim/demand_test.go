@@ -80,7 +80,7 @@ gpureclaim_reclaimer_errors_total{component="prometheus"} 1
 	f.clock.Set(reclaimtest.T0.Add(20 * time.Minute))
 	restored := f.eng.RestoreOnDemand(context.Background(), d)
 	require.Len(t, restored, 1)
-	require.Equal(t, reclaimtest.T0.Add(20*time.Minute), restored[0].Restored)
+	require.Equal(t, reclaimtest.T0.Add(20*time.Minute), restored[0].Restore.RestoredAt)
 	require.Equal(t, []string{"scale_down serve/api-0", "restore serve/api-0"}, f.actor.Calls)
 	require.Equal(t, reclaim.MsgRestored, f.notifier.Sent[len(f.notifier.Sent)-1].Kind)
 	require.Contains(t, f.notifier.Sent[len(f.notifier.Sent)-1].Text, "scaled back to 1 replicas by restore_when ("+query+")")

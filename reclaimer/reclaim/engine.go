@@ -291,8 +291,8 @@ func (e *Engine) step(ctx context.Context, budget time.Duration) {
 			due = append(due, work{id, workUnsnooze, r.NextTry})
 		case r.State.Terminal() && !r.Final.Sent:
 			due = append(due, work{id, workFinal, later(r.Closed, r.NextTry)})
-		case r.State == Done && !r.RestoreAsked.IsZero() && r.Restored.IsZero() && r.RestoreFailed == "":
-			due = append(due, work{id, workRestore, later(r.RestoreAsked, r.NextTry)})
+		case r.State == Done && r.Restore.Pending():
+			due = append(due, work{id, workRestore, later(r.Restore.AskedAt, r.NextTry)})
 		}
 	}
 	for _, w := range due {

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/alertmanager/template"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
@@ -94,7 +93,7 @@ func (f *fixture) restart() {
 	f.open()
 }
 
-func (f *fixture) ingest(alerts ...template.Alert) reclaim.IngestResult {
+func (f *fixture) ingest(alerts ...reclaim.Alert) reclaim.IngestResult {
 	f.t.Helper()
 	res, err := f.eng.Ingest(alerts)
 	require.NoError(f.t, err)
@@ -327,7 +326,7 @@ func TestRateLimits(t *testing.T) {
 
 func TestCircuitBreaker(t *testing.T) {
 	f := newFixture(t, "circuit_breaker: {max_pending: 3}\n")
-	var burst []template.Alert
+	var burst []reclaim.Alert
 	for i := range 4 {
 		burst = append(burst, reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", fmt.Sprint("p", i)))
 	}
@@ -867,13 +866,13 @@ func TestDueActionGoesBeforeABurstOfWarnings(t *testing.T) {
 	var err error
 
 	// "zz" sorts after every burst pod: an order by id would act last.
-	_, err = eng.Ingest([]template.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "zz-old")})
+	_, err = eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "zz-old")})
 	require.NoError(t, err)
 	eng.Step(ctx)
 	require.Equal(t, []int{0}, n.actsBefore, "warned")
 
 	clock.Advance(6 * time.Minute)
-	var burst []template.Alert
+	var burst []reclaim.Alert
 	for i := range 50 {
 		burst = append(burst, reclaimtest.IdlePod("firing", clock.Now(), "ml", fmt.Sprintf("aa-%02d", i)))
 	}
@@ -954,7 +953,7 @@ func TestGraceRunsFromASlowDelivery(t *testing.T) {
 	f.with(func(o *reclaim.Options) { o.Notifiers = []reclaim.Notifier{n} })
 	eng := f.eng
 	ctx := context.Background()
-	_, err := eng.Ingest([]template.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")})
+	_, err := eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")})
 	require.NoError(t, err)
 	eng.Step(ctx)
 	r := eng.List()[0]
@@ -1011,7 +1010,7 @@ func TestNoActionWriteOrMessageOnceLeadershipIsInDoubt(t *testing.T) {
 	f.at(5 * time.Minute)
 	require.Zero(t, f.actor.Count(), "no action")
 	require.Len(t, f.notifier.Kinds(), 2, "no message")
-	_, err := f.eng.Ingest([]template.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-2")})
+	_, err := f.eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-2")})
 	require.ErrorIs(t, err, reclaim.ErrNotLeader, "no write: Alertmanager retries on the leader")
 	require.Equal(t, 3.0, f.metric("gpureclaim_reclaimer_fenced_total", "what", "write"), "two acting records and the notification")
 
@@ -1123,7 +1122,7 @@ func TestAConflictGoesOnFromTheStore(t *testing.T) {
 	require.Zero(t, f.actor.Count(), "nothing acted twice")
 
 	// Both reclaims of one notification come back from one refused write.
-	_, err := f.eng.Ingest([]template.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-2"), reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-3")})
+	_, err := f.eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-2"), reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-3")})
 	var conflict *reclaim.ConflictError
 	require.ErrorAs(t, err, &conflict)
 	require.Len(t, f.eng.List(), 4)

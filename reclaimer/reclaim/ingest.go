@@ -5,7 +5,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/prometheus/alertmanager/template"
 )
 
 // IngestResult says what a notification changed. Journaled counts the
@@ -65,28 +64,56 @@ func (e *Engine) journalThenDecide(j Journal, n *Notification) (IngestResult, er
 	alerts := n.Alerts // not n: its body (46 MB for 100,000 alerts) can go
 	go func() {
 		defer func() { <-e.decideTurn; e.deciding.Done() }()
-		if err := e.fenced(FencedWrite); err != nil {
-			e.o.Logger.Warn("a journaled notification is left to the next leader", "entry", id, "err", err)
-			return
+		// Newest episode first across the whole notification, as ingest
+		// orders one part; each part then finds the parts before it in
+		// the index, and is decided as if they came in one.
+		slices.SortStableFunc(alerts, newestFirst)
+		var res IngestResult
+		var ws []*pendingWrite
+		for part := range slices.Chunk(alerts, decidePart) {
+			if err := e.fenced(FencedWrite); err != nil {
+				// What was decided is written or refused; the entry stays,
+				// and the next leader decides the rest.
+				e.o.Logger.Warn("a journaled notification is left to the next leader", "entry", id, "decided", res.New, "err", err)
+				return
+			}
+			e.mu.Lock()
+			r, w := e.ingest(part)
+			e.mu.Unlock()
+			res.add(r)
+			ws = append(ws, w...)
 		}
-		e.mu.Lock()
-		res, ws := e.ingest(alerts)
-		e.mu.Unlock()
 		e.o.Logger.Info("decided a notification answered from the journal", "entry", id, "alerts", len(alerts), "new", res.New)
 		e.retireWhenWritten(ws, id)
 	}()
 	return IngestResult{Journaled: len(n.Alerts)}, nil
 }
 
+// decidePart is how many alerts of a journaled notification are decided
+// under the engine's lock at once: what one part holds while it is decided
+// and written (its maps, its audit events) is a twentieth of what 100,000
+// alerts would, and a webhook or a read waits for one part, not all.
+const decidePart = 5000
+
+func newestFirst(a, b Alert) int { return b.StartsAt.Compare(a.StartsAt) }
+
+func (r *IngestResult) add(o IngestResult) {
+	r.New += o.New
+	r.Duplicate += o.Duplicate
+	r.Cancelled += o.Cancelled
+	r.Ignored += o.Ignored
+	r.Journaled += o.Journaled
+}
+
 // Ingest decides on alerts as IngestNotification does, for callers that
 // build them (the backtest, tests).
-func (e *Engine) Ingest(alerts []template.Alert) (IngestResult, error) {
-	return e.IngestNotification(&Notification{Data: &template.Data{Alerts: alerts}, Version: "4"})
+func (e *Engine) Ingest(alerts []Alert) (IngestResult, error) {
+	return e.IngestNotification(&Notification{Alerts: alerts, Version: "4"})
 }
 
 // ingest decides and queues the writes; it returns the writes the answer
 // waits for. The caller holds e.mu.
-func (e *Engine) ingest(alerts []template.Alert) (IngestResult, []*pendingWrite) {
+func (e *Engine) ingest(alerts []Alert) (IngestResult, []*pendingWrite) {
 	var res IngestResult
 	now := e.now()
 	var deps []*pendingWrite
@@ -133,8 +160,10 @@ func (e *Engine) ingest(alerts []template.Alert) (IngestResult, []*pendingWrite)
 	}
 	// Newest episode first: an older one in the same notification is then
 	// stale, and never warned only to be cancelled.
-	alerts = slices.Clone(alerts)
-	slices.SortStableFunc(alerts, func(a, b template.Alert) int { return b.StartsAt.Compare(a.StartsAt) })
+	if !slices.IsSortedFunc(alerts, newestFirst) {
+		alerts = slices.Clone(alerts)
+		slices.SortStableFunc(alerts, newestFirst)
+	}
 
 	for _, a := range alerts {
 		e.o.Metrics.alertsReceived.WithLabelValues(a.Status).Inc()

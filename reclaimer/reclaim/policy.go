@@ -5,16 +5,15 @@ import (
 	"time"
 
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 )
 
 // matchPolicy finds the first policy whose matchers match the labels.
-func matchPolicy(ps []config.Policy, labels map[string]string) *config.Policy {
-	ls := make(model.LabelSet, len(labels))
-	for k, v := range labels {
-		ls[model.LabelName(k)] = model.LabelValue(v)
-	}
+func matchPolicy(ps []config.Policy, lset labels.Labels) *config.Policy {
+	ls := make(model.LabelSet, lset.Len())
+	lset.Range(func(l labels.Label) { ls[model.LabelName(l.Name)] = model.LabelValue(l.Value) })
 	for i := range ps {
 		if ps[i].Matches(ls) {
 			return &ps[i]

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/prometheus/model/labels"
+
 	"github.com/gpureclaim/gpureclaim/internal/names"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
@@ -84,12 +86,13 @@ type Target struct {
 }
 
 // TargetFrom reads a target from an alert's labels; false when the alert
-// is not about a unit (exporter health alerts).
-func TargetFrom(l map[string]string) (Target, bool) {
+// is not about a unit (exporter health alerts). Its strings are the
+// labels' own: a target costs nothing beside them.
+func TargetFrom(l labels.Labels) (Target, bool) {
 	t := Target{
-		Alertname: l["alertname"], UUID: l[names.LabelUUID], GPUUUID: l[names.LabelGPUUUID], Node: l[names.LabelNode], Kind: l[names.LabelKind],
-		MIGProfile: l[names.LabelMIGProfile], Namespace: l[names.LabelNamespace], Pod: l[names.LabelPod], Container: l[names.LabelContainer],
-		User: l[names.LabelUser], SlurmJob: l[names.LabelSlurmJob], Keep: l[names.LabelKeep] == "true", Suggested: l[names.LabelAction],
+		Alertname: l.Get("alertname"), UUID: l.Get(names.LabelUUID), GPUUUID: l.Get(names.LabelGPUUUID), Node: l.Get(names.LabelNode), Kind: l.Get(names.LabelKind),
+		MIGProfile: l.Get(names.LabelMIGProfile), Namespace: l.Get(names.LabelNamespace), Pod: l.Get(names.LabelPod), Container: l.Get(names.LabelContainer),
+		User: l.Get(names.LabelUser), SlurmJob: l.Get(names.LabelSlurmJob), Keep: l.Get(names.LabelKeep) == "true", Suggested: l.Get(names.LabelAction),
 	}
 	return t, t.UUID != "" && t.Node != ""
 }
@@ -141,18 +144,18 @@ func (t Target) Size() float64 {
 
 // OnlyShare says whether the rules found the holder idle on a unit the
 // others keep busy: stopping it frees its share, not the unit.
-func (r *Reclaim) OnlyShare() bool { return r.Labels[names.LabelSignal] == names.SignalHolder }
+func (r *Reclaim) OnlyShare() bool { return r.Labels.Get(names.LabelSignal) == names.SignalHolder }
 
 // Delivery is the state of one message to the owner.
 type Delivery struct {
-	Sent     bool      `json:"sent"`
-	At       time.Time `json:"at,omitzero"`
-	Attempts int       `json:"attempts,omitempty"`
-	Error    string    `json:"error,omitempty"`
-	// FirstTry is the first attempt; Escalated says the admins were told
-	// it did not go out within the warning deadline.
-	FirstTry  time.Time `json:"first_try,omitzero"`
+	Sent bool `json:"sent"`
+	// Escalated says the admins were told it did not go out within the
+	// warning deadline; FirstTry is the first attempt.
 	Escalated bool      `json:"escalated,omitempty"`
+	At        time.Time `json:"at,omitzero"`
+	Attempts  int       `json:"attempts,omitempty"`
+	Error     string    `json:"error,omitempty"`
+	FirstTry  time.Time `json:"first_try,omitzero"`
 	// Refs lets a notifier update its message later (a Slack channel and ts).
 	Refs map[string]string `json:"refs,omitempty"`
 	// Channels says where it went (a DM, a channel, the log).
@@ -197,13 +200,18 @@ type Reclaim struct {
 	ID          string            `json:"id"`
 	Fingerprint string            `json:"fingerprint"`
 	StartsAt    time.Time         `json:"starts_at"`
-	Labels      map[string]string `json:"labels"`
-	Annotations map[string]string `json:"annotations,omitempty"`
+	Labels      labels.Labels `json:"labels"`
+	Annotations labels.Labels `json:"annotations,omitzero"`
 	Target      Target            `json:"target"`
 
 	Policy string `json:"policy,omitempty"`
 	Action string `json:"action,omitempty"`
 	DryRun bool   `json:"dry_run,omitempty"`
+	// Wanted: GPUs of the unit's kind were wanted when the owner was warned,
+	// and the policy's shorter demand grace applied. AwaitsDemand: the
+	// policy acts only while they are (config.Demand).
+	Wanted       bool `json:"wanted,omitempty"`
+	AwaitsDemand bool `json:"awaits_demand,omitempty"`
 
 	State  State  `json:"state"`
 	Reason string `json:"reason,omitempty"`
@@ -222,11 +230,6 @@ type Reclaim struct {
 	// SharedWith, once released, says who still holds the GPU: the action
 	// freed the target's share of a shared ResourceClaim, not the GPU.
 	SharedWith string `json:"shared_with,omitempty"`
-	// Wanted: GPUs of the unit's kind were wanted when the owner was warned,
-	// and the policy's shorter demand grace applied. AwaitsDemand: the
-	// policy acts only while they are (config.Demand).
-	Wanted       bool `json:"wanted,omitempty"`
-	AwaitsDemand bool `json:"awaits_demand,omitempty"`
 	// ActingSince is when the action began, until its outcome is recorded:
 	// after a restart it says the action may have taken effect.
 	ActingSince time.Time `json:"acting_since,omitzero"`
@@ -250,19 +253,11 @@ type Reclaim struct {
 	// Fence is the fencing token of the leader that last wrote it.
 	Fence  int64  `json:"fence,omitempty"`
 	Detail string `json:"detail,omitempty"`
-	// RestoreAsked is when a restore was asked of the controller, and by
-	// whom; RestoreBy the deadline for the workload to run again; Restored
-	// when it was seen running; RestoreFailed why it was not by then.
-	RestoreAsked   time.Time `json:"restore_asked,omitzero"`
-	RestoreAskedBy string    `json:"restore_asked_by,omitempty"`
-	RestoreBy      time.Time `json:"restore_by,omitzero"`
-	Restored       time.Time `json:"restored,omitzero"`
-	RestoreFailed  string    `json:"restore_failed,omitempty"`
-	// Silence is the Alertmanager silence a snooze or keep created.
-	Silence string `json:"silence,omitempty"`
-	// SnoozedBy and SnoozedUntil say who snoozed or kept it, and until when.
-	SnoozedBy    string    `json:"snoozed_by,omitempty"`
-	SnoozedUntil time.Time `json:"snoozed_until,omitzero"`
+	// Restore is a restore of what the action stopped, once asked; Snooze
+	// a snooze, a keep or a silence that mutes the alert. Most reclaims
+	// have neither, so each is kept only when there is one.
+	Restore *Restore `json:"-"`
+	Snooze  *Snooze  `json:"-"`
 	// Released is who released the unit from the message: act at once.
 	Released string `json:"released,omitempty"`
 	// WarningRound counts the warnings due: one more each time a snooze
@@ -271,11 +266,33 @@ type Reclaim struct {
 	WarningRound int `json:"warning_round,omitempty"`
 }
 
+// Restore is a restore asked of the workload's controller.
+type Restore struct {
+	// AskedAt is when it was asked, and AskedBy by whom; Deadline is when
+	// the workload must run again, RestoredAt when it was seen running,
+	// Failed why it did not by the deadline.
+	AskedAt    time.Time
+	AskedBy    string
+	Deadline   time.Time
+	RestoredAt time.Time
+	Failed     string
+}
+
+// Pending says the restore was asked and its outcome not seen yet.
+func (rs *Restore) Pending() bool { return rs != nil && rs.RestoredAt.IsZero() && rs.Failed == "" }
+
+// Snooze is why an alert is muted: a snooze or keep pressed (By, and the
+// Silence it created) or a silence or inhibition found in Alertmanager,
+// until Until (zero: an inhibition, looked at again later).
+type Snooze struct {
+	Silence string
+	By      string
+	Until   time.Time
+}
+
 // Clone deep-copies the reclaim.
 func (r *Reclaim) Clone() *Reclaim {
 	c := *r
-	c.Labels = maps.Clone(r.Labels)
-	c.Annotations = maps.Clone(r.Annotations)
 	c.Warning, c.Final = r.Warning.clone(), r.Final.clone()
 	c.Killed = slices.Clone(r.Killed)
 	c.Planned = slices.Clone(r.Planned)
@@ -295,6 +312,14 @@ func (r *Reclaim) Clone() *Reclaim {
 		w := *r.Workload
 		c.Workload = &w
 	}
+	if r.Restore != nil {
+		rs := *r.Restore
+		c.Restore = &rs
+	}
+	if r.Snooze != nil {
+		s := *r.Snooze
+		c.Snooze = &s
+	}
 	return &c
 }
 
@@ -307,7 +332,7 @@ func (d Delivery) clone() Delivery {
 // Restorable says whether a restore may still be asked: a done stop or
 // scale-down that nobody has asked to restore yet.
 func (r *Reclaim) Restorable() bool {
-	return r.State == Done && r.Workload != nil && r.RestoreAsked.IsZero() && r.Restored.IsZero() && !r.DryRun
+	return r.State == Done && r.Workload != nil && r.Restore == nil && !r.DryRun
 }
 
 // ActionText says what the action will do or did, for people: the action,
@@ -333,16 +358,9 @@ func ID(fingerprint string, startsAt time.Time) string {
 }
 
 // Fingerprint stands in for Alertmanager's when a payload lacks one.
-func Fingerprint(labels map[string]string) string {
-	keys := make([]string, 0, len(labels))
-	for k := range labels {
-		keys = append(keys, k)
-	}
-	sortStrings(keys)
+func Fingerprint(ls labels.Labels) string {
 	h := sha256.New()
-	for _, k := range keys {
-		fmt.Fprintf(h, "%s\xff%s\xff", k, labels[k])
-	}
+	ls.Range(func(l labels.Label) { fmt.Fprintf(h, "%s\xff%s\xff", l.Name, l.Value) })
 	return fmt.Sprintf("%x", h.Sum(nil))[:16]
 }
 
@@ -350,7 +368,7 @@ func Fingerprint(labels map[string]string) string {
 // when its condition first holds, which for GPUIdle is after the rules'
 // lookback of idleness (the alert's idle_for annotation).
 func (r *Reclaim) IdleSince() time.Time {
-	if d, err := time.ParseDuration(r.Annotations["idle_for"]); err == nil {
+	if d, err := time.ParseDuration(r.Annotations.Get("idle_for")); err == nil {
 		return r.StartsAt.Add(-d)
 	}
 	return r.StartsAt

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpureclaim/gpureclaim/api/v1alpha1"
@@ -16,7 +17,7 @@ import (
 func TestCloneIsDeep(t *testing.T) {
 	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	r := &Reclaim{
-		ID: "fp-1", Fingerprint: "fp", StartsAt: now, Labels: map[string]string{"a": "b"}, Annotations: map[string]string{"c": "d"},
+		ID: "fp-1", Fingerprint: "fp", StartsAt: now, Labels: labels.FromStrings("a", "b"), Annotations: labels.FromStrings("c", "d"),
 		Target: Target{UUID: "GPU-1", Node: "n1", Namespace: "ml", Pod: "p"}, Policy: "idle", Action: "stop", State: Done,
 		Created: now, ActAt: now, ActedAt: now, ActingSince: now,
 		Warning:  Delivery{Sent: true, At: now, Refs: map[string]string{"slack.ts": "1"}, Channels: []string{"D0"}},
@@ -24,18 +25,22 @@ func TestCloneIsDeep(t *testing.T) {
 		TopOwner: &TopOwner{Kind: "Job", Name: "train"},
 		Workload: &Workload{Kind: "Job", Name: "train", Stop: StopPatch},
 		Killed:   []int{1, 2},
+		Snooze:   &Snooze{By: "bob", Until: now},
+		Restore:  &Restore{AskedAt: now, AskedBy: "carol"},
 	}
+	want := *r
+	want.Snooze, want.Restore = &Snooze{By: "bob", Until: now}, &Restore{AskedAt: now, AskedBy: "carol"}
+	want.Warning.Refs, want.Final.Refs = map[string]string{"slack.ts": "1"}, map[string]string{"x": "y"}
+	want.Warning.Channels, want.Killed = []string{"D0"}, []int{1, 2}
+	want.TopOwner, want.Workload = &TopOwner{Kind: "Job", Name: "train"}, &Workload{Kind: "Job", Name: "train", Stop: StopPatch}
 	c := r.Clone()
-	want, _ := json.Marshal(r)
-	got, _ := json.Marshal(c)
-	require.JSONEq(t, string(want), string(got), "every field copied")
+	require.Equal(t, &want, c, "every field copied")
 
-	c.Labels["a"], c.Annotations["c"] = "changed", "changed"
 	c.Warning.Refs["slack.ts"], c.Final.Refs["x"] = "changed", "changed"
 	c.Warning.Channels[0], c.Killed[0] = "changed", 99
 	c.TopOwner.Name, c.Workload.Name = "changed", "changed"
-	after, _ := json.Marshal(r)
-	require.JSONEq(t, string(want), string(after), "the original is untouched")
+	c.Snooze.By, c.Restore.AskedBy = "changed", "changed"
+	require.Equal(t, &want, r, "the original is untouched")
 }
 
 // The public record holds every field of the engine's: a reclaim stored
@@ -44,7 +49,7 @@ func TestPublicRecordRoundTrip(t *testing.T) {
 	now := time.Date(2026, 12, 1, 9, 0, 0, 123456000, time.UTC)
 	later := now.Add(time.Minute)
 	r := &Reclaim{
-		ID: "fp-1", Fingerprint: "fp", StartsAt: now, Labels: map[string]string{"a": "b"}, Annotations: map[string]string{"c": "d"},
+		ID: "fp-1", Fingerprint: "fp", StartsAt: now, Labels: labels.FromStrings("a", "b"), Annotations: labels.FromStrings("c", "d"),
 		Target: Target{Alertname: "GPUIdle", UUID: "MIG-1", GPUUUID: "GPU-1", Node: "n1", Kind: "mig", MIGProfile: "1g.10gb", Namespace: "ml", Pod: "p", Container: "c",
 			User: "u", SlurmJob: "7", Keep: true, Suggested: "evict"},
 		Policy: "idle", Action: "stop", DryRun: true, State: Done, Reason: "why",
@@ -58,8 +63,8 @@ func TestPublicRecordRoundTrip(t *testing.T) {
 			Above:  &TopOwner{APIVersion: "ray.io/v1", Kind: "RayJob", Namespace: "ml", Name: "rj"},
 			Claims: []Claim{{Namespace: "ml", Name: "gpu", Shared: true, Others: []string{"ml/q"}}}},
 		Workload: &Workload{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "ml", Name: "web", Stop: StopScale, PreviousReplicas: 3, ScaledTo: 0, Via: "v", Stopped: "s", Restored: "r"},
-		Silence:  "sil", SnoozedBy: "bob", SnoozedUntil: later,
-		RestoreAsked: later, RestoreAskedBy: "carol", RestoreBy: later, Restored: later, RestoreFailed: "f",
+		Snooze:   &Snooze{Silence: "sil", By: "bob", Until: later},
+		Restore:  &Restore{AskedAt: later, AskedBy: "carol", Deadline: later, RestoredAt: later, Failed: "f"},
 	}
 	events := []Event{{Time: now, Reclaim: "fp-1", Kind: "decided", Target: r.Target.Unit() + " held by " + r.Target.Holder(), Detail: "d", Actor: "policy"}}
 	b, err := json.Marshal(ToAPI(r, events))
@@ -77,4 +82,23 @@ func TestPublicRecordRoundTrip(t *testing.T) {
 	for i := range rv.NumField() {
 		require.False(t, rv.Field(i).IsZero(), "Reclaim.%s is lost in the public record", rv.Type().Field(i).Name)
 	}
+}
+
+// A record kept before the public type, with its snooze and restore as
+// fields of their own, loads into the groups that hold them now.
+func TestLegacyRecordLoadsItsSnoozeAndRestore(t *testing.T) {
+	var r Reclaim
+	require.NoError(t, json.Unmarshal([]byte(`{"id":"fp-1","fingerprint":"fp","state":"done","labels":{"pod":"p"},
+		"silence":"sil","snoozed_by":"bob","snoozed_until":"2026-12-01T09:00:00Z",
+		"restore_asked":"2026-12-01T10:00:00Z","restore_asked_by":"carol","restore_by":"2026-12-01T10:05:00Z","restored":"2026-12-01T10:01:00Z"}`), &r))
+	at := func(s string) time.Time { v, _ := time.Parse(time.RFC3339, s); return v }
+	require.Equal(t, &Snooze{Silence: "sil", By: "bob", Until: at("2026-12-01T09:00:00Z")}, r.Snooze)
+	require.Equal(t, &Restore{AskedAt: at("2026-12-01T10:00:00Z"), AskedBy: "carol", Deadline: at("2026-12-01T10:05:00Z"), RestoredAt: at("2026-12-01T10:01:00Z")}, r.Restore)
+	require.Equal(t, "p", r.Labels.Get("pod"))
+	require.Equal(t, Done, r.State)
+
+	var plain Reclaim
+	require.NoError(t, json.Unmarshal([]byte(`{"id":"fp-2","state":"pending"}`), &plain))
+	require.Nil(t, plain.Snooze, "none when it had none")
+	require.Nil(t, plain.Restore)
 }

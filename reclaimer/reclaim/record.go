@@ -1,10 +1,12 @@
 package reclaim
 
 import (
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"time"
 
+	"github.com/prometheus/prometheus/model/labels"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpureclaim/gpureclaim/api/v1alpha1"
@@ -25,7 +27,7 @@ func ToAPI(r *Reclaim, events []Event) *v1alpha1.GPUReclaim {
 			Target: v1alpha1.Target{Alertname: t.Alertname, UUID: t.UUID, GPUUUID: t.GPUUUID, Node: t.Node, Kind: t.Kind, MIGProfile: t.MIGProfile,
 				Namespace: t.Namespace, Pod: t.Pod, Container: t.Container, User: t.User, SlurmJob: t.SlurmJob, Keep: t.Keep, SuggestedAction: t.Suggested},
 			Policy:  r.Policy,
-			Episode: v1alpha1.Episode{Fingerprint: r.Fingerprint, StartsAt: metav1.NewMicroTime(r.StartsAt), Labels: r.Labels, Annotations: r.Annotations},
+			Episode: v1alpha1.Episode{Fingerprint: r.Fingerprint, StartsAt: metav1.NewMicroTime(r.StartsAt), Labels: labelMap(r.Labels), Annotations: labelMap(r.Annotations)},
 		},
 		Status: v1alpha1.GPUReclaimStatus{
 			State: v1alpha1.State(r.State), Reason: r.Reason, Holder: t.Holder(), Unit: t.Unit(), Action: r.Action, DryRun: r.DryRun,
@@ -52,12 +54,12 @@ func ToAPI(r *Reclaim, events []Event) *v1alpha1.GPUReclaim {
 		st.Workload = &v1alpha1.Workload{ObjectRef: ref(w.APIVersion, w.Kind, w.Namespace, w.Name), Stop: w.Stop, PreviousReplicas: w.PreviousReplicas,
 			ScaledTo: w.ScaledTo, Via: w.Via, Stopped: w.Stopped, Restored: w.Restored}
 	}
-	if r.Silence != "" || r.SnoozedBy != "" || !r.SnoozedUntil.IsZero() {
-		st.Snooze = &v1alpha1.Snooze{Silence: r.Silence, By: r.SnoozedBy, Until: at(r.SnoozedUntil)}
+	if s := r.Snooze; s != nil {
+		st.Snooze = &v1alpha1.Snooze{Silence: s.Silence, By: s.By, Until: at(s.Until)}
 	}
-	if !r.RestoreAsked.IsZero() {
-		st.Restore = &v1alpha1.Restore{AskedAt: metav1.NewMicroTime(r.RestoreAsked), AskedBy: r.RestoreAskedBy, Deadline: at(r.RestoreBy),
-			RestoredAt: at(r.Restored), Failed: r.RestoreFailed}
+	if rs := r.Restore; rs != nil {
+		st.Restore = &v1alpha1.Restore{AskedAt: metav1.NewMicroTime(rs.AskedAt), AskedBy: rs.AskedBy, Deadline: at(rs.Deadline),
+			RestoredAt: at(rs.RestoredAt), Failed: rs.Failed}
 	}
 	for _, e := range events {
 		st.Events = append(st.Events, v1alpha1.Event{Time: metav1.NewMicroTime(e.Time), Kind: e.Kind, Detail: e.Detail, Actor: e.Actor})
@@ -91,7 +93,7 @@ func Owned(r *Reclaim, events []Event) []Event {
 func fromAPI(g *v1alpha1.GPUReclaim) *Reclaim {
 	t, ep, st := g.Spec.Target, g.Spec.Episode, &g.Status
 	r := &Reclaim{
-		ID: g.Name, Fingerprint: ep.Fingerprint, StartsAt: ep.StartsAt.UTC(), Labels: ep.Labels, Annotations: ep.Annotations,
+		ID: g.Name, Fingerprint: ep.Fingerprint, StartsAt: ep.StartsAt.UTC(), Labels: labels.FromMap(ep.Labels), Annotations: labels.FromMap(ep.Annotations),
 		Target: Target{Alertname: t.Alertname, UUID: t.UUID, GPUUUID: t.GPUUUID, Node: t.Node, Kind: t.Kind, MIGProfile: t.MIGProfile,
 			Namespace: t.Namespace, Pod: t.Pod, Container: t.Container, User: t.User, SlurmJob: t.SlurmJob, Keep: t.Keep, Suggested: t.SuggestedAction},
 		Policy: g.Spec.Policy, Action: st.Action, DryRun: st.DryRun, State: State(st.State), Reason: st.Reason,
@@ -116,12 +118,23 @@ func fromAPI(g *v1alpha1.GPUReclaim) *Reclaim {
 			ScaledTo: w.ScaledTo, Via: w.Via, Stopped: w.Stopped, Restored: w.Restored}
 	}
 	if s := st.Snooze; s != nil {
-		r.Silence, r.SnoozedBy, r.SnoozedUntil = s.Silence, s.By, tm(s.Until)
+		r.Snooze = &Snooze{Silence: s.Silence, By: s.By, Until: tm(s.Until)}
 	}
 	if rs := st.Restore; rs != nil {
-		r.RestoreAsked, r.RestoreAskedBy, r.RestoreBy, r.Restored, r.RestoreFailed = rs.AskedAt.UTC(), rs.AskedBy, tm(rs.Deadline), tm(rs.RestoredAt), rs.Failed
+		r.Restore = &Restore{AskedAt: rs.AskedAt.UTC(), AskedBy: rs.AskedBy, Deadline: tm(rs.Deadline), RestoredAt: tm(rs.RestoredAt), Failed: rs.Failed}
+	}
+	if fromLabels, _ := TargetFrom(r.Labels); fromLabels == r.Target {
+		r.Target = fromLabels // its strings the labels' own, as when ingested
 	}
 	return r
+}
+
+// labelMap is a label set as the public record holds it: none when empty.
+func labelMap(ls labels.Labels) map[string]string {
+	if ls.IsEmpty() {
+		return nil
+	}
+	return ls.Map()
 }
 
 func deliveryToAPI(d Delivery) *v1alpha1.Delivery {
@@ -156,4 +169,31 @@ func tm(m *metav1.MicroTime) time.Time {
 		return time.Time{}
 	}
 	return m.UTC() // metav1 reads times as local ones
+}
+
+// UnmarshalJSON reads the record as the stores kept it before the public
+// type, when its snooze and restore were fields of their own.
+func (r *Reclaim) UnmarshalJSON(b []byte) error {
+	type plain Reclaim
+	old := struct {
+		*plain
+		RestoreAsked   time.Time `json:"restore_asked"`
+		RestoreAskedBy string    `json:"restore_asked_by"`
+		RestoreBy      time.Time `json:"restore_by"`
+		Restored       time.Time `json:"restored"`
+		RestoreFailed  string    `json:"restore_failed"`
+		Silence        string    `json:"silence"`
+		SnoozedBy      string    `json:"snoozed_by"`
+		SnoozedUntil   time.Time `json:"snoozed_until"`
+	}{plain: (*plain)(r)}
+	if err := json.Unmarshal(b, &old); err != nil {
+		return err
+	}
+	if !old.RestoreAsked.IsZero() {
+		r.Restore = &Restore{AskedAt: old.RestoreAsked, AskedBy: old.RestoreAskedBy, Deadline: old.RestoreBy, RestoredAt: old.Restored, Failed: old.RestoreFailed}
+	}
+	if old.Silence != "" || old.SnoozedBy != "" || !old.SnoozedUntil.IsZero() {
+		r.Snooze = &Snooze{Silence: old.Silence, By: old.SnoozedBy, Until: old.SnoozedUntil}
+	}
+	return nil
 }

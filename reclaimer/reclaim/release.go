@@ -135,23 +135,24 @@ func (e *Engine) verifyRestore(ctx context.Context, r *Reclaim) {
 	r, err := e.update(r.ID, func(c *Reclaim) []Event {
 		switch {
 		case run.Done:
-			return []Event{e.event(c, "restored", c.Workload.RestoredText(), c.RestoreAskedBy)}
-		case !now.Before(c.RestoreBy):
-			return []Event{e.event(c, "restore_failed", c.RestoreFailed, c.RestoreAskedBy)}
+			return []Event{e.event(c, "restored", c.Workload.RestoredText(), c.Restore.AskedBy)}
+		case !now.Before(c.Restore.Deadline):
+			return []Event{e.event(c, "restore_failed", c.Restore.Failed, c.Restore.AskedBy)}
 		}
 		return nil
 	}, func(c *Reclaim) bool {
-		if c.RestoreAsked.IsZero() || !c.Restored.IsZero() || c.RestoreFailed != "" {
+		rs := c.Restore
+		if !rs.Pending() {
 			return false
 		}
 		switch {
 		case run.Done:
-			c.Restored, c.NextTry, kind = now, time.Time{}, MsgRestored
-		case now.Before(c.RestoreBy):
-			c.NextTry = now.Add(nextLook(now.Sub(c.RestoreAsked), time.Duration(e.o.Config.Release.Interval)))
+			rs.RestoredAt, c.NextTry, kind = now, time.Time{}, MsgRestored
+		case now.Before(rs.Deadline):
+			c.NextTry = now.Add(nextLook(now.Sub(rs.AskedAt), time.Duration(e.o.Config.Release.Interval)))
 		default:
 			c.NextTry, kind = time.Time{}, MsgRestoreFailed
-			c.RestoreFailed = fmt.Sprintf("%s was asked to run again %s ago and does not: %s", c.Workload, now.Sub(c.RestoreAsked).Round(time.Second), run.Why)
+			rs.Failed = fmt.Sprintf("%s was asked to run again %s ago and does not: %s", c.Workload, now.Sub(rs.AskedAt).Round(time.Second), run.Why)
 		}
 		return true
 	})
@@ -161,15 +162,17 @@ func (e *Engine) verifyRestore(ctx context.Context, r *Reclaim) {
 	}
 	switch kind {
 	case MsgRestored:
-		e.send(ctx, Message{Kind: MsgRestored, Reclaim: r, By: r.RestoreAskedBy, Text: fmt.Sprintf("%s by %s; it runs again.", r.Workload.RestoredText(), r.RestoreAskedBy)}, nil)
+		by := r.Restore.AskedBy
+		e.send(ctx, Message{Kind: MsgRestored, Reclaim: r, By: by, Text: fmt.Sprintf("%s by %s; it runs again.", r.Workload.RestoredText(), by)}, nil)
 		if e.o.Events != nil {
-			e.kubeEvent(ctx, r, "GPUReclaimRestored", fmt.Sprintf("%s by %s", r.Workload.RestoredText(), r.RestoreAskedBy))
+			e.kubeEvent(ctx, r, "GPUReclaimRestored", fmt.Sprintf("%s by %s", r.Workload.RestoredText(), by))
 		}
 	case MsgRestoreFailed:
-		e.o.Logger.Warn("restore failed", "reclaim", r.ID, "reason", r.RestoreFailed)
-		e.send(ctx, Message{Kind: MsgRestoreFailed, Reclaim: r, By: r.RestoreAskedBy, Text: "Restore failed: " + r.RestoreFailed + "."}, nil)
+		why := r.Restore.Failed
+		e.o.Logger.Warn("restore failed", "reclaim", r.ID, "reason", why)
+		e.send(ctx, Message{Kind: MsgRestoreFailed, Reclaim: r, By: r.Restore.AskedBy, Text: "Restore failed: " + why + "."}, nil)
 		if e.o.Events != nil {
-			e.kubeEvent(ctx, r, "GPUReclaimRestoreFailed", r.RestoreFailed)
+			e.kubeEvent(ctx, r, "GPUReclaimRestoreFailed", why)
 		}
 	}
 }

@@ -354,9 +354,9 @@ func text(kind MessageKind, r *Reclaim) string {
 		return s
 	case MsgNotice:
 		if r.TopOwner != nil && r.Reason != "" {
-			return fmt.Sprintf("%s held by %s: %s gpureclaim will do nothing: %s.", t.Unit(), t.Holder(), r.Annotations["description"], r.Reason)
+			return fmt.Sprintf("%s held by %s: %s gpureclaim will do nothing: %s.", t.Unit(), t.Holder(), r.Annotations.Get("description"), r.Reason)
 		}
-		return fmt.Sprintf("%s held by %s: %s", t.Unit(), t.Holder(), r.Annotations["description"])
+		return fmt.Sprintf("%s held by %s: %s", t.Unit(), t.Holder(), r.Annotations.Get("description"))
 	case MsgReclaimed:
 		s := fmt.Sprintf("%s held by %s was reclaimed (%s) at %s. %s", t.Unit(), t.Holder(), r.ActionText(), r.ActedAt.UTC().Format(time.RFC3339), r.Detail)
 		if r.SharedWith != "" {

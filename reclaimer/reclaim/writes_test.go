@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/alertmanager/template"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -83,7 +82,7 @@ func TestAnswerBeforeTheWriteEnds(t *testing.T) {
 	g := &gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: &memJournal{}}
 	f.with(func(o *reclaim.Options) { o.Store = g })
 
-	res, err := f.eng.Ingest([]template.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")})
+	res, err := f.eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")})
 	require.NoError(t, err, "answered while the write goes on")
 	require.Equal(t, 1, res.New)
 	require.Equal(t, reclaim.Pending, f.only().State, "decided: the index has it")
@@ -124,7 +123,7 @@ func TestAnswerWithinCountsFromTheRequest(t *testing.T) {
 	f.with(func(o *reclaim.Options) { o.Store = g })
 	answered := make(chan error, 1)
 	go func() {
-		_, err := f.eng.IngestNotification(&reclaim.Notification{Data: &template.Data{Alerts: []template.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")}},
+		_, err := f.eng.IngestNotification(&reclaim.Notification{Alerts: []reclaim.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")},
 			Version: "4", Received: time.Now().Add(-time.Hour)})
 		answered <- err
 	}()
@@ -144,7 +143,7 @@ func TestALargeNotificationIsJournaledFirst(t *testing.T) {
 	f := newFixture(t, "")
 	g := &gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: &memJournal{}}
 	f.with(func(o *reclaim.Options) { o.Store = g })
-	var alerts []template.Alert
+	var alerts []reclaim.Alert
 	for i := range reclaim.JournalFirst + 1 {
 		alerts = append(alerts, reclaimtest.IdlePod("firing", reclaimtest.T0, fmt.Sprint("ns-", i%50), fmt.Sprint("nb-", i)))
 	}
@@ -170,7 +169,7 @@ func TestTheJournalIsReplayed(t *testing.T) {
 	journal := &memJournal{}
 	g := &gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: journal}
 	f.with(func(o *reclaim.Options) { o.Store = g })
-	_, err := f.eng.Ingest([]template.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"), reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-1")})
+	_, err := f.eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"), reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-1")})
 	require.NoError(t, err)
 	require.Len(t, journal.ids(), 1)
 	// That replica stops; its write never ends.
@@ -196,12 +195,12 @@ func TestRetryWaitsForTheFirstWrite(t *testing.T) {
 	f.with(func(o *reclaim.Options) { o.Store = g })
 	alert := reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")
 	first := make(chan error, 1)
-	go func() { _, err := f.eng.Ingest([]template.Alert{alert}); first <- err }()
+	go func() { _, err := f.eng.Ingest([]reclaim.Alert{alert}); first <- err }()
 	require.Eventually(t, func() bool { return len(f.eng.List()) == 1 }, 5*time.Second, 10*time.Millisecond)
 
 	retry := make(chan reclaim.IngestResult, 1)
 	go func() {
-		res, err := f.eng.Ingest([]template.Alert{alert})
+		res, err := f.eng.Ingest([]reclaim.Alert{alert})
 		require.NoError(t, err)
 		retry <- res
 	}()
@@ -244,7 +243,7 @@ func TestTheBboltJournalIsReplayedAfterAStop(t *testing.T) {
 	b, err := store.Open(path, time.Second)
 	require.NoError(t, err)
 	slow := &slowBolt{Bolt: b, gate: make(chan struct{})}
-	_, err = engine(slow).Ingest([]template.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"), reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-1")})
+	_, err = engine(slow).Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"), reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-1")})
 	require.NoError(t, err, "answered from the journal")
 	entries, err := b.Replay()
 	require.NoError(t, err)
@@ -295,7 +294,7 @@ func TestAJournaledNotificationIsLeftToTheNextLeader(t *testing.T) {
 		}{f.st, &losingJournal{journal, l}}
 		o.Leadership = l
 	})
-	var alerts []template.Alert
+	var alerts []reclaim.Alert
 	for i := range reclaim.JournalFirst + 1 {
 		alerts = append(alerts, reclaimtest.IdlePod("firing", reclaimtest.T0, fmt.Sprint("ns-", i%50), fmt.Sprint("nb-", i)))
 	}

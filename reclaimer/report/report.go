@@ -14,6 +14,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/prometheus/prometheus/model/labels"
+
 	"github.com/gpureclaim/gpureclaim/internal/names"
 	"github.com/gpureclaim/gpureclaim/reclaimer/promquery"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
@@ -112,7 +114,7 @@ func Build(ctx context.Context, q Querier, reclaims []*reclaim.Reclaim, o Option
 		return Report{}, fmt.Errorf("reading the idle GPU-hours: %w", err)
 	}
 	for _, s := range idle {
-		t, _ := reclaim.TargetFrom(s.Labels)
+		t, _ := reclaim.TargetFrom(labels.FromMap(s.Labels))
 		for _, r := range rows(t) {
 			r.IdleGPUHours += s.Value
 			r.Cost += s.Value * price
@@ -130,7 +132,7 @@ func Build(ctx context.Context, q Querier, reclaims []*reclaim.Reclaim, o Option
 			return Report{}, fmt.Errorf("reading %s: %w", a.alert, err)
 		}
 		for _, s := range firing {
-			t, _ := reclaim.TargetFrom(s.Labels)
+			t, _ := reclaim.TargetFrom(labels.FromMap(s.Labels))
 			for _, r := range rows(t) {
 				a.count(r)
 			}
@@ -144,9 +146,10 @@ func Build(ctx context.Context, q Querier, reclaims []*reclaim.Reclaim, o Option
 			switch {
 			case r.State == reclaim.Done:
 				x.Reclaims++
-			case r.State == reclaim.Exempt && r.SnoozedBy != "":
+			case r.Snooze == nil || r.Snooze.By == "":
+			case r.State == reclaim.Exempt:
 				x.Keeps++ // someone pressed keep
-			case r.SnoozedBy != "":
+			default:
 				x.Snoozes++
 			}
 		}

@@ -53,7 +53,11 @@ func TestWeekOnPrometheus(t *testing.T) {
 		if ns, pod, ok := strings.Cut(owner, "/"); ok {
 			t = reclaim.Target{Namespace: ns, Pod: pod}
 		}
-		return &reclaim.Reclaim{Target: t, State: state, SnoozedBy: snoozedBy, Created: now.Add(-time.Second)}
+		r := &reclaim.Reclaim{Target: t, State: state, Created: now.Add(-time.Second)}
+		if snoozedBy != "" {
+			r.Snooze = &reclaim.Snooze{By: snoozedBy}
+		}
+		return r
 	}
 	reclaims := []*reclaim.Reclaim{
 		at("ml/nb-0", reclaim.Done, ""), at("ml/nb-0", reclaim.Snoozed, "alice"), at("ml/nb-0", reclaim.Exempt, "alice"),

@@ -129,7 +129,7 @@ func facts(r *reclaim.Reclaim, now time.Time, p Pricing) slack.Block {
 
 func links(r *reclaim.Reclaim, statusPage string) slack.Block {
 	parts := []string{fmt.Sprintf("Policy `%s`", esc(r.Policy)), fmt.Sprintf("reclaim `%s`", esc(r.ID))}
-	if u := safeURL(r.Annotations["dashboard_url"]); u != "" {
+	if u := safeURL(r.Annotations.Get("dashboard_url")); u != "" {
 		parts = append(parts, fmt.Sprintf("<%s|dashboard>", u))
 	}
 	if u := safeURL(strings.TrimRight(statusPage, "/") + "/"); statusPage != "" && u != "" {
@@ -171,7 +171,7 @@ func Notice(r *reclaim.Reclaim, now time.Time, p Pricing, statusPage string) []s
 	}
 	blocks := []slack.Block{
 		slack.NewHeaderBlock(plain(title)),
-		slack.NewSectionBlock(mrkdwn(esc(r.Annotations["description"])), nil, nil),
+		slack.NewSectionBlock(mrkdwn(esc(r.Annotations.Get("description"))), nil, nil),
 	}
 	if r.TopOwner != nil && r.Reason != "" {
 		// Decided on the pod's top owner: say why nothing will be done.
@@ -188,7 +188,11 @@ func Outcome(kind reclaim.MessageKind, r *reclaim.Reclaim, by string, now time.T
 	switch kind {
 	case reclaim.MsgSnoozed:
 		head = "Snoozed"
-		body = fmt.Sprintf("Snoozed by %s until %s. If the GPU is still idle then, you will be warned again.", by, date(r.SnoozedUntil))
+		var until time.Time
+		if r.Snooze != nil {
+			until = r.Snooze.Until
+		}
+		body = fmt.Sprintf("Snoozed by %s until %s. If the GPU is still idle then, you will be warned again.", by, date(until))
 		actions = []slack.BlockElement{button(ActionKeep, "Keep", r.ID)}
 	case reclaim.MsgKept:
 		head = "Kept"
@@ -199,7 +203,7 @@ func Outcome(kind reclaim.MessageKind, r *reclaim.Reclaim, by string, now time.T
 	case reclaim.MsgReclaimed:
 		head = "Reclaimed"
 		body = fmt.Sprintf("Reclaimed on %s: %s.", date(r.ActedAt), esc(r.Detail))
-		if w := r.Workload; w != nil && r.RestoreAsked.IsZero() && r.Restored.IsZero() {
+		if w := r.Workload; w != nil && r.Restore == nil {
 			if w.Stop == reclaim.StopScale || w.Stop == "" {
 				body += fmt.Sprintf(" %s `%s` had %d replicas.", w.Kind, w.Name, w.PreviousReplicas)
 			}
@@ -210,7 +214,7 @@ func Outcome(kind reclaim.MessageKind, r *reclaim.Reclaim, by string, now time.T
 		body = fmt.Sprintf("Restored by %s: %s; it runs again.", by, esc(r.Workload.RestoredText()))
 	case reclaim.MsgRestoreFailed:
 		head = "Restore failed"
-		body = "The restore asked by " + by + " did not take: " + esc(r.RestoreFailed) + ". The admins are told."
+		body = "The restore asked by " + by + " did not take: " + esc(r.Restore.Failed) + ". The admins are told."
 	case reclaim.MsgNotReleased:
 		head = "GPU not released"
 		body = "The GPU was not released: " + esc(r.Reason) + ". The admins are told."

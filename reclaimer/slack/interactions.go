@@ -223,15 +223,16 @@ func (h *Interactions) press(ctx context.Context, cb *slack.InteractionCallback)
 		}
 		_, err = h.engine.ReleaseNow(ctx, id, by)
 	case a.ActionID == ActionRestore:
-		switch {
-		case r.RestoreFailed != "":
-			h.ephemeral(ctx, cb, "A restore was asked by "+esc(r.RestoreAskedBy)+" and did not take: "+esc(r.RestoreFailed)+". The admins are told.")
+		switch rs := r.Restore; {
+		case rs == nil:
+		case rs.Failed != "":
+			h.ephemeral(ctx, cb, "A restore was asked by "+esc(rs.AskedBy)+" and did not take: "+esc(rs.Failed)+". The admins are told.")
 			return
-		case !r.Restored.IsZero():
+		case !rs.RestoredAt.IsZero():
 			h.ephemeral(ctx, cb, "Already restored.")
 			return
-		case !r.RestoreAsked.IsZero():
-			h.ephemeral(ctx, cb, "A restore asked by "+esc(r.RestoreAskedBy)+" is under way: the workload is not running yet.")
+		default:
+			h.ephemeral(ctx, cb, "A restore asked by "+esc(rs.AskedBy)+" is under way: the workload is not running yet.")
 			return
 		}
 		_, err = h.engine.Restore(ctx, id, by)
@@ -266,7 +267,10 @@ func (h *Interactions) snoozeFor(action string) (time.Duration, bool) {
 func (h *Interactions) already(r *reclaim.Reclaim) string {
 	switch r.State {
 	case reclaim.Snoozed:
-		return fmt.Sprintf("Already snoozed by %s until %s.", r.SnoozedBy, date(r.SnoozedUntil))
+		if s := r.Snooze; s != nil {
+			return fmt.Sprintf("Already snoozed by %s until %s.", s.By, date(s.Until))
+		}
+		return "Already snoozed."
 	case reclaim.Exempt:
 		return "Already kept: " + r.Reason + "."
 	}

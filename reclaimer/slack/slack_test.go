@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/alertmanager/template"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
 	goslack "github.com/slack-go/slack"
 	"github.com/stretchr/testify/require"
 
@@ -122,7 +122,7 @@ func (e *env) at(d time.Duration) {
 	e.eng.Step(context.Background())
 }
 
-func (e *env) ingest(a ...template.Alert) {
+func (e *env) ingest(a ...reclaim.Alert) {
 	_, err := e.eng.Ingest(a)
 	require.NoError(e.t, err)
 }
@@ -190,8 +190,8 @@ func sample() *reclaim.Reclaim {
 	return &reclaim.Reclaim{
 		ID: "5e8f0a8f0c0b2a11-1772445600", Policy: "idle", Action: "evict",
 		StartsAt: reclaimtest.T0, ActAt: reclaimtest.T0.Add(5 * time.Minute),
-		Annotations: map[string]string{"idle_for": "10m", "dashboard_url": "http://grafana.example.com/d/gpureclaim-node/gpureclaim-node-and-gpu?var-node=gpu-node-1&var-uuid=GPU-7495",
-			"description": "The GPU GPU-7495 on gpu-node-1 held by pod serving/chat-api-x2x7p averaged 8% sm_active over 30m while holding 92.5% of its memory."},
+		Annotations: labels.FromStrings("idle_for", "10m", "dashboard_url", "http://grafana.example.com/d/gpureclaim-node/gpureclaim-node-and-gpu?var-node=gpu-node-1&var-uuid=GPU-7495",
+			"description", "The GPU GPU-7495 on gpu-node-1 held by pod serving/chat-api-x2x7p averaged 8% sm_active over 30m while holding 92.5% of its memory."),
 		Target: reclaim.Target{Alertname: "GPUIdle", UUID: "GPU-7495", Node: "gpu-node-1", Kind: "gpu", Namespace: "data-science", Pod: "notebook-carol"},
 	}
 }
@@ -212,7 +212,7 @@ func TestMessagesGolden(t *testing.T) {
 	golden(t, "notice.json", rslack.Notice(wasted, reclaimtest.T0, p, page))
 
 	snoozed := sample()
-	snoozed.SnoozedUntil = reclaimtest.T0.Add(time.Hour)
+	snoozed.Snooze = &reclaim.Snooze{By: "<@U0CAROL>", Until: reclaimtest.T0.Add(time.Hour)}
 	golden(t, "snoozed.json", rslack.Outcome(reclaim.MsgSnoozed, snoozed, "<@U0CAROL>", reclaimtest.T0, p, page))
 
 	scaled := sample()
@@ -227,7 +227,7 @@ func TestMessagesGolden(t *testing.T) {
 	job.ActedAt, job.Detail = reclaimtest.T0.Add(15*time.Minute), "Job ml/train-7 suspended"
 	job.Workload = &reclaim.Workload{APIVersion: "batch/v1", Kind: "Job", Namespace: "ml", Name: "train-7", Stop: reclaim.StopPatch, Stopped: "suspended", Restored: "resumed"}
 	golden(t, "reclaimed-job.json", rslack.Outcome(reclaim.MsgReclaimed, job, "", reclaimtest.T0.Add(15*time.Minute), p, page))
-	job.Restored = reclaimtest.T0.Add(20 * time.Minute)
+	job.Restore = &reclaim.Restore{AskedAt: reclaimtest.T0.Add(16 * time.Minute), AskedBy: "<@U0CAROL>", RestoredAt: reclaimtest.T0.Add(20 * time.Minute)}
 	golden(t, "restored-job.json", rslack.Outcome(reclaim.MsgRestored, job, "<@U0CAROL>", reclaimtest.T0.Add(20*time.Minute), p, page))
 
 	unknown := sample()
@@ -240,7 +240,7 @@ func TestMessagesGolden(t *testing.T) {
 	held.Reason = "InferenceService ml/chat stopped, but 5m0s later the GPU is still held: held by pod ml/chat-predictor-7d9c (Running); <!here> KServe reports on InferenceService ml/chat: Ready (Ready)"
 	golden(t, "not-released.json", rslack.Outcome(reclaim.MsgNotReleased, held, "", reclaimtest.T0.Add(10*time.Minute), p, page))
 
-	job.Restored, job.RestoreFailed = time.Time{}, "Job ml/train-7 was asked to run again 5m0s ago and does not: no pod of Job ml/train-7 runs"
+	job.Restore.RestoredAt, job.Restore.Failed = time.Time{}, "Job ml/train-7 was asked to run again 5m0s ago and does not: no pod of Job ml/train-7 runs"
 	golden(t, "restore-failed-job.json", rslack.Outcome(reclaim.MsgRestoreFailed, job, "<@U0CAROL>", reclaimtest.T0.Add(25*time.Minute), p, page))
 
 	cancelled := sample()
@@ -254,7 +254,7 @@ func TestRouting(t *testing.T) {
 		slack    string
 		owners   owners
 		emails   map[string]string
-		alert    template.Alert
+		alert    reclaim.Alert
 		channels []string // where the warning was posted
 		err      string
 	}{
@@ -321,11 +321,11 @@ func TestButtonsAgainstARealAlertmanager(t *testing.T) {
 	// Silences live in Alertmanager's time: run on the wall clock.
 	e.base = time.Now().Truncate(time.Second)
 	e.clock.Set(e.base)
-	alert := func(pod string) template.Alert {
+	alert := func(pod string) reclaim.Alert {
 		a := reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", pod, "audience", "reclaimer")
-		a.Fingerprint = model.Fingerprint(model.LabelsToSignature(a.Labels)).String()
+		a.Fingerprint = model.Fingerprint(model.LabelsToSignature(a.Labels.Map())).String()
 		a.StartsAt = time.Now().Add(-15 * time.Minute).Truncate(time.Second).UTC()
-		e.am.Push(t, amtest.Alert{Labels: a.Labels, StartsAt: a.StartsAt})
+		e.am.Push(t, amtest.Alert{Labels: a.Labels.Map(), StartsAt: a.StartsAt})
 		return a
 	}
 	e.ingest(alert("nb-0"), alert("nb-1"), alert("nb-2"))
@@ -360,7 +360,7 @@ func TestButtonsAgainstARealAlertmanager(t *testing.T) {
 
 		r, _ := e.eng.Get(ids["nb-0"])
 		require.Equal(t, reclaim.Snoozed, r.State)
-		require.Equal(t, "<@U0CAROL>", r.SnoozedBy)
+		require.Equal(t, "<@U0CAROL>", r.Snooze.By)
 		ups := e.slack.Updates()
 		require.Len(t, ups, 1)
 		require.Equal(t, "D0CAROL", ups[0].Channel)
@@ -555,8 +555,8 @@ func TestFullCycle(t *testing.T) {
 func TestMessagesEscapeWhatTheyQuote(t *testing.T) {
 	p := rslack.Pricing{PerGPUHour: 2.5, Currency: "USD"}
 	r := sample()
-	r.Annotations["description"] = "<!channel> idle; see <https://evil.example.com|the fix> & more"
-	r.Annotations["dashboard_url"] = "javascript:alert(1)"
+	r.Annotations = labels.NewBuilder(r.Annotations).Set("description", "<!channel> idle; see <https://evil.example.com|the fix> & more").
+		Set("dashboard_url", "javascript:alert(1)").Labels()
 	r.Reason = "<!here> cannot stop it"
 	r.TopOwner = &reclaim.TopOwner{Kind: "TrainingRun", Namespace: "x", Name: "<@U0ADMIN>", Stop: reclaim.StopNone}
 	r.Action = "stop"
@@ -581,7 +581,7 @@ func TestMessagesEscapeWhatTheyQuote(t *testing.T) {
 func TestFallbackTextEscapesWhatItQuotes(t *testing.T) {
 	e := newEnv(t, "", owners{"ml/nb-0": "U0CAROL"}, false, &reclaimtest.Checker{})
 	a := reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0", "alertname", "GPUWasted")
-	a.Annotations["description"] = "<!here> see <https://evil.example.com|the fix> <@U0ADMIN>"
+	a.Annotations = labels.NewBuilder(a.Annotations).Set("description", "<!here> see <https://evil.example.com|the fix> <@U0ADMIN>").Labels()
 	e.ingest(a)
 	e.at(0)
 	posts := e.slack.Posts()
@@ -669,7 +669,7 @@ func TestAWarningIsPostedOnceAcrossACrash(t *testing.T) {
 			}
 		}})
 	require.NoError(t, err)
-	_, err = crashing.Ingest([]template.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")})
+	_, err = crashing.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")})
 	require.NoError(t, err)
 	require.NoError(t, crashing.Flush())
 	func() {

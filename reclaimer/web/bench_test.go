@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/alertmanager/template"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
@@ -30,7 +29,7 @@ func BenchmarkWebhookWhilePolled(b *testing.B) {
 	const stored, pollers = 60000, 4
 	h, eng := benchServer(b, "webhook: {bearer_token_file: token, max_body_bytes: 8MiB}\n")
 	for i := 0; i < stored; i += 1000 {
-		var batch []template.Alert
+		var batch []reclaim.Alert
 		for j := i; j < i+1000; j++ {
 			batch = append(batch, reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", fmt.Sprintf("nb-%d", j)))
 		}
@@ -60,12 +59,8 @@ func BenchmarkWebhookWhilePolled(b *testing.B) {
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := range b.N {
-		body, _ := json.Marshal(template.Data{Receiver: "gpureclaim", Status: "firing",
-			Alerts: template.Alerts{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", fmt.Sprintf("new-%d", i))}})
-		msg := map[string]any{}
-		_ = json.Unmarshal(body, &msg)
-		msg["version"], msg["groupKey"] = "4", "{}:{}"
-		body, _ = json.Marshal(msg)
+		body, _ := json.Marshal(reclaim.Notification{Version: "4", GroupKey: "{}:{}", Receiver: "gpureclaim", Status: "firing",
+			Alerts: []reclaim.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", fmt.Sprintf("new-%d", i))}})
 		req := httptest.NewRequest(http.MethodPost, "/webhook", bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer t0ken")
 		rec := httptest.NewRecorder()
@@ -93,12 +88,8 @@ func BenchmarkOneAlertNotifications(b *testing.B) {
 	h, _ := benchServer(b, "webhook: {bearer_token_file: token}\ncircuit_breaker: {max_pending: 0}\n")
 	bodies := make([][]byte, b.N)
 	for i := range bodies {
-		body, _ := json.Marshal(template.Data{Receiver: "gpureclaim", Status: "firing",
-			Alerts: template.Alerts{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", fmt.Sprintf("one-%d", i))}})
-		msg := map[string]any{}
-		_ = json.Unmarshal(body, &msg)
-		msg["version"], msg["groupKey"] = "4", "{}:{}"
-		bodies[i], _ = json.Marshal(msg)
+		bodies[i], _ = json.Marshal(reclaim.Notification{Version: "4", GroupKey: "{}:{}", Receiver: "gpureclaim", Status: "firing",
+			Alerts: []reclaim.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", fmt.Sprintf("one-%d", i))}})
 	}
 	next := make(chan int)
 	var wg sync.WaitGroup

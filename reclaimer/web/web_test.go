@@ -255,7 +255,7 @@ func FuzzDecodeNotification(f *testing.F) {
 			t.Fatalf("accepted %q", b)
 		}
 		for _, a := range m.Alerts {
-			if (a.Status != "firing" && a.Status != "resolved") || a.StartsAt.IsZero() || a.Labels["alertname"] == "" {
+			if (a.Status != "firing" && a.Status != "resolved") || a.StartsAt.IsZero() || a.Labels.Get("alertname") == "" {
 				t.Fatalf("accepted an invalid alert in %q", b)
 			}
 		}
