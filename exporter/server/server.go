@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -31,6 +30,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/exporter/collector"
 	"github.com/gpureclaim/gpureclaim/exporter/sampler"
 	"github.com/gpureclaim/gpureclaim/exporter/slurm"
+	"github.com/gpureclaim/gpureclaim/internal/cli"
 	"github.com/gpureclaim/gpureclaim/internal/httpserver"
 	"github.com/gpureclaim/gpureclaim/internal/kubeapi"
 	"github.com/gpureclaim/gpureclaim/internal/logging"
@@ -201,9 +201,7 @@ func RealNode(o *Options, logger *slog.Logger) (*Node, error) {
 // code: 2 for bad flags, 1 for a failure.
 func Main(ctx context.Context, name string, args []string, stdout, stderr io.Writer,
 	extra func(fs *flag.FlagSet) func() error, open func(o *Options, logger *slog.Logger) (*Node, error)) int {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(gcPercent)
-	}
+	cli.DefaultGCPercent(gcPercent)
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o := RegisterFlags(fs)

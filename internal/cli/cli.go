@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -61,4 +62,13 @@ func (t Tool[O]) Run(ctx context.Context, args []string, stdout, stderr io.Write
 		return 1
 	}
 	return 0
+}
+
+// DefaultGCPercent sets the collector's target to percent unless the
+// environment's GOGC chose one: a binary whose heap is mostly long-lived
+// keeps less resident collecting before it doubles.
+func DefaultGCPercent(percent int) {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(percent)
+	}
 }
