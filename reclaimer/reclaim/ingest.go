@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-
 )
 
 // IngestResult says what a notification changed. Journaled counts the

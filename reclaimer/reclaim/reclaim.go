@@ -197,12 +197,12 @@ func (w *Workload) RestoredText() string {
 // API serves its public form (v1alpha1.GPUReclaim, record.go); its JSON
 // is how the stores kept it before that, read only to load such state.
 type Reclaim struct {
-	ID          string            `json:"id"`
-	Fingerprint string            `json:"fingerprint"`
-	StartsAt    time.Time         `json:"starts_at"`
+	ID          string        `json:"id"`
+	Fingerprint string        `json:"fingerprint"`
+	StartsAt    time.Time     `json:"starts_at"`
 	Labels      labels.Labels `json:"labels"`
 	Annotations labels.Labels `json:"annotations,omitzero"`
-	Target      Target            `json:"target"`
+	Target      Target        `json:"target"`
 
 	Policy string `json:"policy,omitempty"`
 	Action string `json:"action,omitempty"`
