@@ -1,11 +1,8 @@
 package reclaim
 
 import (
-	"sort"
 	"time"
 )
-
-func sortStrings(s []string) { sort.Strings(s) }
 
 // Store keeps reclaims and the audit log durably. Writes are durable when
 // they return: the engine writes a decision before it carries it out. A shared store for a highly available pair implements the same.
