@@ -15,7 +15,10 @@ func (e *Engine) snooze(id string, v Verdict) {
 			return false
 		}
 		c.State, c.Reason = Snoozed, v.Why
-		c.Snooze, c.NextTry = &Snooze{Until: chk.Until}, chk.Until
+		if c.Snooze == nil { // c is a clone: its Snooze is its own
+			c.Snooze = &Snooze{}
+		}
+		c.Snooze.Until, c.NextTry = chk.Until, chk.Until
 		if chk.Until.IsZero() {
 			c.NextTry = e.now().Add(inhibitedWait)
 		}
@@ -150,7 +153,7 @@ func (e *Engine) Snooze(ctx context.Context, id, by string, until time.Time, sil
 	if err != nil {
 		return nil, err
 	}
-	if r.State != Snoozed || r.Snooze.Silence != silence {
+	if r.State != Snoozed || r.Snooze == nil || r.Snooze.Silence != silence {
 		return r, ErrNotPending
 	}
 	e.o.Metrics.decide(DecisionSnoozed)

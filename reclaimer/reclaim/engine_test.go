@@ -430,6 +430,20 @@ func TestSnoozeEndsAndTheCycleStartsAgain(t *testing.T) {
 	require.Equal(t, 1, f.actor.Count())
 }
 
+func TestASilenceFoundLaterKeepsWhoSnoozed(t *testing.T) {
+	f := newFixture(t, "")
+	f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
+	f.at(0)
+	_, err := f.eng.Snooze(context.Background(), f.only().ID, "U1", reclaimtest.T0.Add(time.Hour), "silence-1")
+	require.NoError(t, err)
+	f.checker.Set(reclaim.AlertSilenced, "snoozed by U1 again", reclaimtest.T0.Add(2*time.Hour))
+	f.at(time.Hour)
+	r := f.only()
+	require.Equal(t, reclaim.Snoozed, r.State)
+	require.Equal(t, &reclaim.Snooze{Silence: "silence-1", By: "U1", Until: reclaimtest.T0.Add(2 * time.Hour)}, r.Snooze,
+		"the silence's new end, and still who snoozed it and with which silence")
+}
+
 func TestActionOutcomes(t *testing.T) {
 	t.Run("retry later (a PodDisruptionBudget)", func(t *testing.T) {
 		f := newFixture(t, "")
