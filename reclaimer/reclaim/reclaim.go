@@ -290,6 +290,14 @@ type Snooze struct {
 	Until   time.Time
 }
 
+// SnoozedBy is who snoozed or kept it; empty when nobody did.
+func (r *Reclaim) SnoozedBy() string {
+	if r.Snooze == nil {
+		return ""
+	}
+	return r.Snooze.By
+}
+
 // Clone deep-copies the reclaim.
 func (r *Reclaim) Clone() *Reclaim {
 	c := *r

@@ -146,10 +146,9 @@ func Build(ctx context.Context, q Querier, reclaims []*reclaim.Reclaim, o Option
 			switch {
 			case r.State == reclaim.Done:
 				x.Reclaims++
-			case r.Snooze == nil || r.Snooze.By == "":
-			case r.State == reclaim.Exempt:
+			case r.State == reclaim.Exempt && r.SnoozedBy() != "":
 				x.Keeps++ // someone pressed keep
-			default:
+			case r.SnoozedBy() != "":
 				x.Snoozes++
 			}
 		}
