@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -237,6 +238,19 @@ func TestStatusPage(t *testing.T) {
 	require.Contains(t, page, "data-science/notebook-carol")
 	require.Contains(t, page, `class="countdown" data-at="2026-03-02T10:15:00Z"`)
 	require.Contains(t, page, "evict")
+
+	// A snoozed reclaim says who snoozed it and until when.
+	rs := s.engine.List()
+	require.Len(t, rs, 1)
+	_, err = s.engine.Snooze(context.Background(), rs[0].ID, "U0CAROL", time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC), "silence-1")
+	require.NoError(t, err)
+	resp, err = http.Get(s.URL + "/")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b.Reset()
+	_, _ = b.ReadFrom(resp.Body)
+	require.Contains(t, b.String(), "snoozed by U0CAROL until 2026-03-02T12:00:00Z</td>")
+	require.Contains(t, b.String(), "</html>", "the whole page is rendered")
 }
 
 func FuzzDecodeNotification(f *testing.F) {
