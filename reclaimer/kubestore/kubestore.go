@@ -58,7 +58,11 @@ var GVR = v1alpha1.SchemeGroupVersion.WithResource(v1alpha1.Resource)
 type Store struct {
 	ns  string
 	res dynamic.ResourceInterface
-	cm  kubernetes.Interface
+	// rest writes GPUReclaims from their JSON: the dynamic client would
+	// turn each into a map and back, and decode the whole answer, where
+	// a write needs only its resourceVersion.
+	rest rest.Interface
+	cm   kubernetes.Interface
 	// ReplayMap names the ConfigMap of seen Slack signatures.
 	replayMap string
 	timeout   time.Duration
@@ -87,7 +91,11 @@ var (
 // New returns a store in namespace ns; replayMap names the ConfigMap that
 // holds Slack's seen signatures.
 func New(rc *rest.Config, ns, replayMap string) (*Store, error) {
-	dyn, err := dynamic.NewForConfig(rc)
+	// One client, and so one rate limit, for the dynamic reads and the
+	// writes.
+	cfg := dynamic.ConfigFor(rc)
+	cfg.GroupVersion, cfg.APIPath = &v1alpha1.SchemeGroupVersion, "/apis"
+	rcl, err := rest.RESTClientFor(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +103,7 @@ func New(rc *rest.Config, ns, replayMap string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{ns: ns, res: dyn.Resource(GVR).Namespace(ns), cm: cs, replayMap: replayMap, timeout: 30 * time.Second, objs: map[string]*object{}}, nil
+	return &Store{ns: ns, res: dynamic.New(rcl).Resource(GVR).Namespace(ns), rest: rcl, cm: cs, replayMap: replayMap, timeout: 30 * time.Second, objs: map[string]*object{}}, nil
 }
 
 // readyTimeout bounds the readiness probe's look at the API server.
@@ -213,19 +221,26 @@ func (s *Store) put(r *reclaim.Reclaim, events []reclaim.Event) error {
 	if len(all) > MaxEvents {
 		all = all[len(all)-MaxEvents:]
 	}
-	u, err := s.render(&cp, all)
+	g := s.render(&cp, all)
+	req := s.rest.Post()
+	if o != nil {
+		g.ResourceVersion = o.rv
+		req = s.rest.Put().Name(r.ID)
+	}
+	body, err := json.Marshal(g)
 	if err != nil {
 		return err
 	}
+	// The first write reads the whole object back (checkSchema), the
+	// rest its metadata only.
+	if s.schemaOK.Load() {
+		req.SetHeader("Accept", metadataOnly)
+	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	var stored *unstructured.Unstructured
-	if o == nil {
-		stored, err = s.res.Create(ctx, u, metav1.CreateOptions{})
-	} else {
-		u.SetResourceVersion(o.rv)
-		stored, err = s.res.Update(ctx, u, metav1.UpdateOptions{})
-	}
+	res := req.Namespace(s.ns).Resource(v1alpha1.Resource).Body(body).Do(ctx)
+	raw, _ := res.Raw()
+	err = res.Error() // the apiserver's Status, where Raw gives only the code
 	switch {
 	case err == nil:
 	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
@@ -235,11 +250,26 @@ func (s *Store) put(r *reclaim.Reclaim, events []reclaim.Event) error {
 	default:
 		return fmt.Errorf("writing %s %s: %w", v1alpha1.Kind, r.ID, err)
 	}
+	var stored struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+		Status struct {
+			Created *metav1.MicroTime `json:"created"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal(raw, &stored); err != nil || stored.Metadata.ResourceVersion == "" {
+		return fmt.Errorf("writing %s %s: the apiserver's answer has no resourceVersion (%v)", v1alpha1.Kind, r.ID, err)
+	}
 	s.mu.Lock()
-	s.objs[r.ID] = &object{rv: stored.GetResourceVersion(), r: &cp, events: all}
+	s.objs[r.ID] = &object{rv: stored.Metadata.ResourceVersion, r: &cp, events: all}
 	s.mu.Unlock()
-	return s.checkSchema(stored, r) // written, but maybe not whole: then written again
+	return s.checkSchema(stored.Status.Created != nil, r) // written, but maybe not whole: then written again
 }
+
+// metadataOnly asks the apiserver to answer a write with the object's
+// metadata alone.
+const metadataOnly = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
 // errStaleCRD says the cluster's GPUReclaim CRD is older than the
 // reclaimer: the apiserver prunes the fields it writes (Helm installs a
@@ -251,11 +281,11 @@ var errStaleCRD = errors.New("the GPUReclaim CRD in the cluster is older than th
 // field only the current CRD declares; until one is kept, every write is
 // refused and the replica is not ready, so that nothing is carried out on
 // a record the next leader could not read back whole.
-func (s *Store) checkSchema(stored *unstructured.Unstructured, r *reclaim.Reclaim) error {
+func (s *Store) checkSchema(keptCreated bool, r *reclaim.Reclaim) error {
 	if s.schemaOK.Load() || r.Created.IsZero() {
 		return nil
 	}
-	if _, kept, _ := unstructured.NestedString(stored.Object, "status", "created"); !kept {
+	if !keptCreated {
 		s.stale.Store(true)
 		return fmt.Errorf("writing %s %s: %w", v1alpha1.Kind, r.ID, errStaleCRD)
 	}
@@ -301,27 +331,14 @@ func decode(u *unstructured.Unstructured) (*reclaim.Reclaim, []reclaim.Event, er
 	return reclaim.FromAPI(&g)
 }
 
-func (s *Store) render(r *reclaim.Reclaim, events []reclaim.Event) (*unstructured.Unstructured, error) {
+func (s *Store) render(r *reclaim.Reclaim, events []reclaim.Event) *v1alpha1.GPUReclaim {
 	g := reclaim.ToAPI(r, events)
 	g.Namespace = s.ns
 	g.Labels = map[string]string{StateLabel: string(r.State)}
 	if r.Fence > 0 {
 		g.Annotations = map[string]string{FenceAnnotation: strconv.FormatInt(r.Fence, 10)}
 	}
-	obj, err := toUnstructured(g)
-	if err != nil {
-		return nil, err
-	}
-	return &unstructured.Unstructured{Object: obj}, nil
-}
-
-func toUnstructured(v any) (map[string]any, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	var m map[string]any
-	return m, json.Unmarshal(b, &m)
+	return g
 }
 
 func fromUnstructured(v any, out any) error {
