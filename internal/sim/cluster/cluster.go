@@ -290,6 +290,35 @@ func Stop(p *exec.Cmd, grace time.Duration) {
 	}
 }
 
+// CPU returns the CPU time the threads of the running control-plane
+// processes have spent so far, and how long they have waited for a CPU
+// (/proc/<pid>/task/*/schedstat): what a benchmark on the same machine
+// leaves the apiserver and etcd.
+func (c *Cluster) CPU() (ran, waited time.Duration, err error) {
+	for _, p := range c.procs {
+		if p.Process == nil {
+			continue
+		}
+		stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", p.Process.Pid))
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, f := range stats {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				continue // the thread ended
+			}
+			var onCPU, onQueue int64
+			if _, err := fmt.Sscan(string(b), &onCPU, &onQueue); err != nil {
+				return 0, 0, fmt.Errorf("%s: %w", f, err)
+			}
+			ran += time.Duration(onCPU)
+			waited += time.Duration(onQueue)
+		}
+	}
+	return ran, waited, nil
+}
+
 // Log returns a component's log.
 func (c *Cluster) Log(name string) string {
 	b, _ := os.ReadFile(filepath.Join(c.Dir, name+".log"))
