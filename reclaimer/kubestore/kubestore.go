@@ -258,8 +258,11 @@ func (s *Store) put(r *reclaim.Reclaim, events []reclaim.Event) error {
 			Created *metav1.MicroTime `json:"created"`
 		} `json:"status"`
 	}
-	if err := json.Unmarshal(raw, &stored); err != nil || stored.Metadata.ResourceVersion == "" {
-		return fmt.Errorf("writing %s %s: the apiserver's answer has no resourceVersion (%v)", v1alpha1.Kind, r.ID, err)
+	if err := json.Unmarshal(raw, &stored); err != nil {
+		return fmt.Errorf("writing %s %s: reading the apiserver's answer: %w", v1alpha1.Kind, r.ID, err)
+	}
+	if stored.Metadata.ResourceVersion == "" {
+		return fmt.Errorf("writing %s %s: the apiserver's answer has no resourceVersion", v1alpha1.Kind, r.ID)
 	}
 	s.mu.Lock()
 	s.objs[r.ID] = &object{rv: stored.Metadata.ResourceVersion, r: &cp, events: all}
