@@ -245,7 +245,8 @@ func stopsAWorkload(action string) bool {
 }
 
 // decideAction is the decision on a warned reclaim whose action is due:
-// every check that must hold before acting, in order, the cheap ones first.
+// every check that must hold before acting, in order, the cheap ones
+// first, and those a person can change (the alert, a keep) last.
 func decideAction(r *Reclaim, p *config.Policy, c *config.Config, f Facts) Verdict {
 	now := f.Now
 	if f.Breaker == nil {
@@ -312,6 +313,21 @@ func decideAction(r *Reclaim, p *config.Policy, c *config.Config, f Facts) Verdi
 		return Verdict{Do: DoCancel, Why: "the alert no longer fires: the GPU is busy again or was released"}
 	case chk.Status == AlertSilenced && r.Released == "":
 		return Verdict{Do: DoSnooze, Silence: chk, Why: "the alert is silenced: " + chk.Reason, Decision: DecisionSnoozed}
+	}
+	// Then the keep, as late as the alert: a person may have marked the
+	// pod, an owner of it, its namespace or the job during the grace, and
+	// a keep outranks a release-now pressed before it.
+	if exempt, why := exemptByConfig(c, r.Target); exempt {
+		return Verdict{Do: DoCancel, Why: why, Decision: DecisionExempt}
+	}
+	if f.Kept == nil {
+		return Verdict{Do: DoGather, Need: NeedKept}
+	}
+	switch k, err := f.Kept.Value, f.Kept.Err; {
+	case err != nil:
+		return Verdict{Do: DoWait, Until: now.Add(dependencyWait), Why: "cannot check whether a person keeps it: " + err.Error()}
+	case k.Kept:
+		return Verdict{Do: DoCancel, Why: "kept: " + k.Why, Decision: DecisionExempt}
 	}
 	return Verdict{Do: DoAct, Action: r.Action}
 }

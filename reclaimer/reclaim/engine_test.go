@@ -273,6 +273,23 @@ func TestExemptions(t *testing.T) {
 	require.Len(t, f.notifier.Sent, 2, "only the plain pod's owner is warned and told")
 }
 
+// A keep placed after the warning, during the grace, stops the action:
+// the keep is looked at again right before it, and the owner is told.
+func TestKeepDuringTheGraceCancels(t *testing.T) {
+	f := newFixture(t, "")
+	f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
+	f.at(0)
+	require.Equal(t, []reclaim.MessageKind{reclaim.MsgWarning}, f.notifier.Kinds())
+	f.inspector.SetKeep("ml/nb-0", true)
+	f.at(5 * time.Minute)
+	f.at(6 * time.Minute)
+	require.Zero(t, f.actor.Count(), "kept during the grace: nothing is stopped")
+	r := f.only()
+	require.Equal(t, reclaim.Cancelled, r.State)
+	require.Equal(t, "kept: the pod is annotated gpureclaim.io/keep", r.Reason)
+	require.Equal(t, []reclaim.MessageKind{reclaim.MsgWarning, reclaim.MsgCancelled}, f.notifier.Kinds())
+}
+
 func TestMinimumRuntime(t *testing.T) {
 	f := newFixture(t, "")
 	f.inspector.Start = map[string]time.Time{"ml/young": reclaimtest.T0.Add(-10 * time.Minute)}

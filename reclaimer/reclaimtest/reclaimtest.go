@@ -232,6 +232,16 @@ func (i *Inspector) TopOwner(_ context.Context, t reclaim.Target) (reclaim.TopOw
 	return i.Controllers[t.Holder()], nil
 }
 
+// SetKeep marks an owner kept, or not, from now on.
+func (i *Inspector) SetKeep(owner string, kept bool) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.Keep == nil {
+		i.Keep = map[string]bool{}
+	}
+	i.Keep[owner] = kept
+}
+
 func (i *Inspector) Kept(_ context.Context, t reclaim.Target) (bool, string, error) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
