@@ -30,6 +30,9 @@ type inputs struct {
 	// unit (NVML per-process utilization) and its processes there; empty
 	// where the source has none (dcgm-exporter).
 	holderSMUtil, holderProcesses string
+	// unattributed counts a unit's processes no holder can be given; a
+	// unit with any is not judged per holder.
+	unattributed string
 }
 
 func (c Config) inputs() inputs {
@@ -45,6 +48,7 @@ func (c Config) inputs() inputs {
 		unitInfo: "gpureclaim_unit_info", ownerInfo: "gpureclaim_unit_owner_info", migSlices: "gpureclaim_mig_instance_slices",
 		rightsizing: true, kill: true,
 		holderSMUtil: "gpureclaim_unit_owner_sm_utilization_ratio", holderProcesses: "gpureclaim_unit_owner_processes",
+		unattributed: "gpureclaim_unit_unattributed_processes",
 	}
 }
 

@@ -145,7 +145,8 @@ func allocCount(rec string) string {
 // each holder's own activity, a holder of a shared unit busy with the
 // others' work whose own share of it stayed below the threshold (or that
 // ran no process) over the lookback: for each idle class, by its
-// threshold.
+// threshold. A shared unit with a process no holder could be given is
+// not judged per holder: that process may be any of theirs.
 func idleHeld(c Config, in inputs) string {
 	var parts []string
 	for _, k := range c.idleClasses() {
@@ -174,8 +175,9 @@ func (k idleClass) idleHeld(c Config, in inputs) string {
   )
   and on (uuid) (%s >= %s)
   and on (uuid) (%s > 1)
+  unless on (uuid) (max_over_time(%s[%s]) > 0)
 `, k.held(), ownerKey, agg, in.holderSMUtil, lb, in.holderProcesses, lb, thr, names.SignalHolder,
-		RecActivityLookback(c), thr, names.RecOwners)
+		RecActivityLookback(c), thr, names.RecOwners, in.unattributed, lb)
 }
 
 func unitRules(c Config) []Rule {

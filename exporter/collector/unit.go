@@ -31,7 +31,7 @@ func NewUnit(src Source) *Unit {
 		memUsed:       desc("gpureclaim_unit_memory_used_bytes", "Device memory allocated on the unit.", l...),
 		memTotal:      desc("gpureclaim_unit_memory_total_bytes", "Device memory of the unit.", l...),
 		processes:     desc("gpureclaim_unit_processes", "Processes with a context on the unit (compute, MPS clients, graphics).", l...),
-		unattributed:  desc("gpureclaim_unit_unattributed_processes", "Processes on the unit that the exporter's /proc cannot place (attribution off, or another PID namespace); they hold the unit as user \"(unattributed)\".", l...),
+		unattributed:  desc("gpureclaim_unit_unattributed_processes", "Processes on the unit the exporter cannot give a holder: its /proc cannot place them (attribution off, another PID namespace), or their pod cannot be named on a unit several pods share; they hold the unit as user \"(unattributed)\", and no holder of the unit is judged idle from its own share.", l...),
 	}
 }
 

@@ -21,6 +21,11 @@ const (
 	causeNoProcfs  = "process attribution is off (--path.procfs is empty)"
 	causeNotInProc = "not in the exporter's /proc: it runs in another PID namespace (run the exporter with the host's PIDs)"
 	causeProcError = "reading its /proc entry failed"
+	// A process in a pod whose pod the exporter cannot name: on a unit
+	// several pods share, crediting it to any of them could make a busy
+	// pod read idle.
+	causePodNotListed = "its pod (the UID in its cgroup) is not among the node's listed pods"
+	causeNoPodList    = "its pod cannot be told from the unit's other holders: the exporter lists no pods (--kubernetes.node-pods)"
 )
 
 // processes lists the processes on each unit (compute, MPS clients and
@@ -210,7 +215,13 @@ func (c *cycle) owners(g *GPU, u *Unit) []Owner {
 		if p.Name == mpsServerName {
 			continue // infrastructure, not a tenant
 		}
-		o := get(c.processOwner(p, allocated))
+		k, cause := c.processOwner(p, allocated)
+		if cause != "" {
+			p.Unattributed = cause
+			c.unattributed(g, p)
+			u.Unattributed++
+		}
+		o := get(k)
 		o.Processes++
 		o.MemoryUsed += p.MemoryUsed
 		if p.SMUtil.OK {
@@ -243,8 +254,10 @@ func (c *cycle) owners(g *GPU, u *Unit) []Owner {
 	return out
 }
 
-func (c *cycle) processOwner(p Process, allocated []podresources.Container) ownerKey {
-	k := c.processHolder(p, allocated)
+// processOwner is the holder a process counts for; with a cause when a
+// process /proc could place cannot be given to a holder.
+func (c *cycle) processOwner(p Process, allocated []podresources.Container) (ownerKey, string) {
+	k, cause := c.processHolder(p, allocated)
 	// A process of a container that holds the unit through a claim is that
 	// holder's.
 	for _, a := range allocated {
@@ -253,33 +266,42 @@ func (c *cycle) processOwner(p Process, allocated []podresources.Container) owne
 			break
 		}
 	}
-	return k
+	return k, cause
 }
 
-func (c *cycle) processHolder(p Process, allocated []podresources.Container) ownerKey {
+var unattributedKey = ownerKey{user: names.UnattributedUser}
+
+// processHolder names the holder of a process: its own pod (whether or
+// not the kubelet allocated the unit to it), else its Unix user and Slurm
+// job. A process in a pod the exporter cannot name counts for no pod but
+// the unattributed user, except on a unit the kubelet allocated to one
+// container and no pod list to tell otherwise.
+func (c *cycle) processHolder(p Process, allocated []podresources.Container) (ownerKey, string) {
 	if p.PodUID != "" {
 		if c.s.cfg.Pods != nil {
-			if m, ok := c.s.cfg.Pods.PodByUID(p.PodUID); ok {
-				container := m.Containers[p.ContainerID]
-				if container == "" && len(allocated) == 1 && allocated[0].Pod == m.Name {
-					container = allocated[0].Container
-				}
-				return ownerKey{namespace: m.Namespace, pod: m.Name, container: container}
+			m, ok := c.s.cfg.Pods.PodByUID(p.PodUID)
+			if !ok {
+				return unattributedKey, causePodNotListed
 			}
+			container := m.Containers[p.ContainerID]
+			if container == "" && len(allocated) == 1 && allocated[0].Namespace == m.Namespace && allocated[0].Pod == m.Name {
+				container = allocated[0].Container
+			}
+			return ownerKey{namespace: m.Namespace, pod: m.Name, container: container}, ""
 		}
-		// Without pod metadata, a unit held by one container is that container's.
 		if len(allocated) == 1 {
 			a := allocated[0]
-			return ownerKey{namespace: a.Namespace, pod: a.Pod, container: a.Container}
+			return ownerKey{namespace: a.Namespace, pod: a.Pod, container: a.Container}, ""
 		}
+		return unattributedKey, causeNoPodList
 	}
 	if p.Unattributed != "" {
 		// The kubelet's allocation still names a unit's one container.
 		if len(allocated) == 1 {
 			a := allocated[0]
-			return ownerKey{namespace: a.Namespace, pod: a.Pod, container: a.Container}
+			return ownerKey{namespace: a.Namespace, pod: a.Pod, container: a.Container}, ""
 		}
-		return ownerKey{user: names.UnattributedUser}
+		return unattributedKey, ""
 	}
-	return ownerKey{user: p.User, slurmJob: p.SlurmJob}
+	return ownerKey{user: p.User, slurmJob: p.SlurmJob}, ""
 }

@@ -32,11 +32,12 @@ const (
 	StepGPM          = "gpm"
 	StepProcesses    = "processes"
 	StepPodResources = "pod_resources"
+	StepPods         = "pods"
 	StepSlurm        = "slurm"
 )
 
 // Steps lists the steps in the order a sample runs them.
-var Steps = []string{StepDevice, StepMIG, StepGPM, StepProcesses, StepPodResources, StepSlurm}
+var Steps = []string{StepDevice, StepMIG, StepGPM, StepProcesses, StepPodResources, StepPods, StepSlurm}
 
 // DefaultSlurmInterval is the least time between two reads of Slurm.
 const DefaultSlurmInterval = 30 * time.Second
@@ -86,9 +87,13 @@ type Config struct {
 	// unknown.
 	Slices        DeviceUUIDReader
 	SliceInterval time.Duration
-	Pods          podmeta.Resolver
-	Clock         func() time.Time
-	Logger        *slog.Logger
+	// Pods names the pods of the UIDs in processes' cgroups. Without it a
+	// process on a unit several pods share is attributed to none of them.
+	// One with an Err method (podmeta.Listed) reports its health as the
+	// pods step.
+	Pods   podmeta.Resolver
+	Clock  func() time.Time
+	Logger *slog.Logger
 	// OnSample, when set, sees every published snapshot (the action
 	// endpoint keeps a short history of activity from it).
 	OnSample func(*Snapshot)
@@ -108,14 +113,16 @@ type Sampler struct {
 	gpmMetrics   *nvml.GpmMetricsGetType
 	procUtilSeen map[string]uint64
 	allocs       podresources.Allocations
-	slurmJobs    []slurm.Job
-	slurmPending Gauge
-	slurmRead    time.Time
-	slurmErr     error
-	errors       map[ErrorKey]uint64
-	quiet        map[string]bool // not-supported calls already logged
-	migState     map[string]string
-	causes       map[string]bool // why processes went unattributed, logged once each
+	// allocsFailing: the last read of the kubelet's pod resources failed.
+	allocsFailing bool
+	slurmJobs     []slurm.Job
+	slurmPending  Gauge
+	slurmRead     time.Time
+	slurmErr      error
+	errors        map[ErrorKey]uint64
+	quiet         map[string]bool // not-supported calls already logged
+	migState      map[string]string
+	causes        map[string]bool // why processes went unattributed, logged once each
 	// byIndex is each GPU's last known UUID, so that a GPU whose handle
 	// can no longer be had (lost, off the bus) stays visible as down.
 	byIndex map[int]string
@@ -216,6 +223,9 @@ func (s *Sampler) Sample(ctx context.Context) *Snapshot {
 	snap := &Snapshot{Time: c.now, Node: s.cfg.Node}
 
 	c.podResources()
+	if l, ok := s.cfg.Pods.(interface{ Err() error }); ok {
+		c.track(StepPods, time.Now(), l.Err())
+	}
 	c.slurm()
 	snap.SlurmJobs, snap.SlurmPendingGPUs = s.slurmJobs, s.slurmPending
 	start := time.Now()
@@ -267,10 +277,20 @@ func (c *cycle) podResources() {
 	}
 	start := time.Now()
 	a, err := c.s.cfg.Allocations.List(c.ctx)
-	if err != nil {
-		// Keep the last answer: a kubelet restart must not blank the owners.
-		c.s.cfg.Logger.Warn("reading pod resources", "err", err)
-	} else {
+	switch {
+	case err != nil:
+		// Keep the last answer: a kubelet restart must not blank the
+		// owners. A kubelet that is not there yet, or not answering, is
+		// logged once until it answers.
+		if !c.s.allocsFailing {
+			c.s.cfg.Logger.Warn("reading pod resources from the kubelet failed: pods are not attributed until it answers", "err", err)
+		}
+		c.s.allocsFailing = true
+	default:
+		if c.s.allocsFailing {
+			c.s.cfg.Logger.Info("the kubelet's pod resources answer again")
+		}
+		c.s.allocsFailing = false
 		c.s.allocs = a
 	}
 	c.draHolders()

@@ -12,6 +12,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/exporter/sampler"
 	"github.com/gpureclaim/gpureclaim/exporter/sampler/samplertest"
 	"github.com/gpureclaim/gpureclaim/exporter/slurm"
+	"github.com/gpureclaim/gpureclaim/internal/names"
 	"github.com/gpureclaim/gpureclaim/internal/podmeta"
 	"github.com/gpureclaim/gpureclaim/internal/podresources"
 	"github.com/gpureclaim/gpureclaim/internal/sim/nvmlsim"
@@ -121,23 +122,56 @@ func TestSharedGPUAttributionThroughCgroups(t *testing.T) {
 	require.Equal(t, sampler.Owner{User: "alice", MemoryUsed: 2 << 30, Processes: 1, StartTime: samplertest.T0}, alice, "outside any pod")
 }
 
-func TestSharedGPUWithoutPodMetadataFallsBackToUsers(t *testing.T) {
-	n := samplertest.Start(t, samplertest.Scenario(t, sharedScenario), func(s *nvmlsim.Sim) sampler.Config {
-		return sampler.Config{NVML: s, Pods: podmeta.NewStatic(nil)}
-	})
-	s := n.SampleAt(t, time.Minute, 5*time.Second)
-	u := s.GPUs[2].Units[0]
-	var pods, users []string
-	for _, o := range u.Owners {
-		if o.Pod != "" {
-			pods = append(pods, o.Pod)
-			require.Zero(t, o.Processes, "two pods share the GPU: a process cannot be told apart without its pod's UID")
-		} else {
-			users = append(users, o.User)
-		}
+// On a shared unit, a process whose pod the exporter cannot name counts for
+// no pod: crediting it to one would leave the other reading idle while
+// busy. Without a pod list (the node binary's default) and with one that
+// does not know the pod, the pods' processes are unattributed and counted.
+func TestSharedGPUWithoutPodMetadataIsUnattributed(t *testing.T) {
+	for name, pods := range map[string]podmeta.Resolver{"no pod list": samplertest.NoPods, "pods not listed": podmeta.NewStatic(nil)} {
+		t.Run(name, func(t *testing.T) {
+			n := samplertest.Start(t, samplertest.Scenario(t, sharedScenario), func(s *nvmlsim.Sim) sampler.Config {
+				return sampler.Config{NVML: s, Pods: pods}
+			})
+			s := n.SampleAt(t, time.Minute, 5*time.Second)
+			u := s.GPUs[2].Units[0]
+			var holders []string
+			for _, o := range u.Owners {
+				holders = append(holders, o.Pod+o.User)
+				if o.Pod != "" {
+					require.Zero(t, o.Processes, "two pods share the GPU: no process is credited to either")
+				}
+				if o.User == names.UnattributedUser {
+					require.Equal(t, 3, o.Processes)
+				}
+			}
+			require.Equal(t, []string{names.UnattributedUser, "alice", "p1", "p2"}, holders, "not root: a pod's process is not its Unix user's")
+			require.Equal(t, 3, u.Unattributed, "counted")
+		})
 	}
-	require.Equal(t, []string{"p1", "p2"}, pods)
-	require.Equal(t, []string{"alice", "root"}, users)
+}
+
+// A process of a pod the kubelet did not allocate the unit to counts for
+// its own pod, not for the unit's one holder.
+func TestProcessOfAnotherPodIsNotTheHolders(t *testing.T) {
+	n := samplertest.Start(t, samplertest.Scenario(t, `
+node: n1
+system: dgxh100
+pods:
+  - {name: holder, namespace: ns, container: c}
+  - {name: intruder, namespace: ns, container: c}
+gpus:
+  - index: 0
+    sm_active: 0.5
+    pods: [holder]
+    processes:
+      - {pid: 300, pod: intruder, memory_used: 1GiB, sm_util: 0.5}
+`), nil)
+	u := n.SampleAt(t, time.Minute, 5*time.Second).GPUs[0].Units[0]
+	require.Len(t, u.Owners, 2)
+	require.Equal(t, "holder", u.Owners[0].Pod)
+	require.Zero(t, u.Owners[0].Processes, "the holder runs nothing")
+	require.Equal(t, "intruder", u.Owners[1].Pod)
+	require.Equal(t, 1, u.Owners[1].Processes)
 }
 
 func TestKeepMarkFromPodMetadata(t *testing.T) {

@@ -55,6 +55,8 @@ type Options struct {
 	PodResourcesSocket             string
 	DRADrivers                     string
 	ResourceSlices                 bool
+	NodePods                       bool
+	NodePodsInterval               time.Duration
 	Kubeconfig                     string
 	LogLevel, LogFormat            string
 	PrintVersion                   bool
@@ -82,7 +84,9 @@ func RegisterFlags(fs *flag.FlagSet) *Options {
 	fs.StringVar(&o.PodResourcesSocket, "kubelet.pod-resources-socket", podresources.DefaultSocket, "The kubelet's pod-resources socket; empty turns pod attribution off.")
 	fs.StringVar(&o.DRADrivers, "kubelet.dra-drivers", strings.Join(names.DRADrivers, ","), "Comma-separated DRA drivers whose devices the kubelet reports are GPUs: their holders are the pods whose ResourceClaims hold them; empty turns DRA attribution off.")
 	fs.BoolVar(&o.ResourceSlices, "kubernetes.resource-slices", false, "Resolve a DRA device whose name does not follow its driver's convention through the node's ResourceSlices (the device's uuid attribute): needs list on resourceslices.resource.k8s.io, as the pod's service account or --kubernetes.kubeconfig.")
-	fs.StringVar(&o.Kubeconfig, "kubernetes.kubeconfig", "", "A kubeconfig with a bearer token for --kubernetes.resource-slices (default: the pod's service account).")
+	fs.BoolVar(&o.NodePods, "kubernetes.node-pods", false, "List the node's pods (their UIDs, names and container ids) so that each process on a GPU several pods share is attributed to its own pod: needs list on pods, as the pod's service account or --kubernetes.kubeconfig. Without it such processes are unattributed, and no holder of that GPU is judged idle from its own share.")
+	fs.DurationVar(&o.NodePodsInterval, "kubernetes.node-pods-interval", time.Minute, "How often --kubernetes.node-pods lists the node's pods; a process of a pod not yet listed asks for a list sooner, at most once per --sample.interval.")
+	fs.StringVar(&o.Kubeconfig, "kubernetes.kubeconfig", "", "A kubeconfig with a bearer token for --kubernetes.resource-slices and --kubernetes.node-pods (default: the pod's service account).")
 	fs.StringVar(&o.LogLevel, "log.level", "info", "Log level: debug, info, warn, error.")
 	fs.StringVar(&o.LogFormat, "log.format", "logfmt", "Log format: logfmt or json.")
 	fs.BoolVar(&o.PrintVersion, "version", false, "Print the version and exit.")
@@ -114,8 +118,10 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--action.idle-threshold: %g must be between 0 and 1", o.ActionThreshold)
 	case !o.SlurmEnabled && (o.SlurmNode != "" || o.SlurmBin != ""):
 		return errors.New("--slurm.node-name and --slurm.bin-dir need --slurm.enabled")
-	case o.Kubeconfig != "" && !o.ResourceSlices:
-		return errors.New("--kubernetes.kubeconfig needs --kubernetes.resource-slices")
+	case o.Kubeconfig != "" && !o.ResourceSlices && !o.NodePods:
+		return errors.New("--kubernetes.kubeconfig needs --kubernetes.resource-slices or --kubernetes.node-pods")
+	case o.NodePods && o.NodePodsInterval < o.Interval:
+		return fmt.Errorf("--kubernetes.node-pods-interval: %s is under --sample.interval (%s)", o.NodePodsInterval, o.Interval)
 	case o.SlurmInterval < o.Interval:
 		return fmt.Errorf("--slurm.interval: %s is under --sample.interval (%s)", o.SlurmInterval, o.Interval)
 	}
@@ -180,20 +186,30 @@ func RealNode(o *Options, logger *slog.Logger) (*Node, error) {
 		n.Name, _ = os.Hostname()
 	}
 	if o.PodResourcesSocket != "" {
-		if _, err := os.Stat(o.PodResourcesSocket); err != nil {
-			logger.Info("no kubelet pod-resources socket: owners come from processes only", "socket", o.PodResourcesSocket)
-		} else {
-			c, err := podresources.Dial(o.PodResourcesSocket, 5*time.Second)
-			if err != nil {
-				return nil, err
-			}
-			c.Drivers = o.draDrivers()
-			n.Allocs = c
-			prev := n.Close
-			n.Close = func() { c.Close(); prev() }
+		c, err := kubelet(o, logger)
+		if err != nil {
+			return nil, err
 		}
+		n.Allocs = c
+		prev := n.Close
+		n.Close = func() { c.Close(); prev() }
 	}
 	return n, nil
+}
+
+// kubelet is the client of the kubelet's pod-resources socket. It dials
+// on each read, so a kubelet that starts after the exporter is picked up;
+// until it answers, the pod_resources step fails.
+func kubelet(o *Options, logger *slog.Logger) (*podresources.Client, error) {
+	if _, err := os.Stat(o.PodResourcesSocket); err != nil {
+		logger.Info("no kubelet pod-resources socket yet: pods are attributed once it appears (--kubelet.pod-resources-socket= turns this off)", "socket", o.PodResourcesSocket)
+	}
+	c, err := podresources.Dial(o.PodResourcesSocket, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	c.Drivers = o.draDrivers()
+	return c, nil
 }
 
 // Main parses args (the exporter's flags and any extra ones), opens the
@@ -301,12 +317,19 @@ func Run(ctx context.Context, o *Options, n *Node, logger *slog.Logger) error {
 		n.Slurm = &slurm.Reader{Node: node, Bin: o.SlurmBin}
 	}
 	scfg := sampler.Config{NVML: n.NVML, Node: n.Name, Proc: n.Proc, Allocations: n.Allocs, Slurm: n.Slurm, SlurmInterval: o.SlurmInterval, Pods: n.Pods, Logger: logger}
-	if o.ResourceSlices {
+	if o.ResourceSlices || o.NodePods {
 		api, err := kubeapi.New(o.Kubeconfig)
 		if err != nil {
-			return fmt.Errorf("--kubernetes.resource-slices: %w", err)
+			return fmt.Errorf("--kubernetes.resource-slices, --kubernetes.node-pods: %w", err)
 		}
-		scfg.Slices = sliceReader{api: api, node: n.Name, drivers: o.draDrivers()}
+		if o.ResourceSlices {
+			scfg.Slices = sliceReader{api: api, node: n.Name, drivers: o.draDrivers()}
+		}
+		if o.NodePods && scfg.Pods == nil {
+			pods := podmeta.NewListed(func(ctx context.Context) ([]podmeta.Pod, error) { return api.NodePods(ctx, n.Name) }, o.NodePodsInterval, o.Interval)
+			go pods.Run(ctx, logger)
+			scfg.Pods = pods
+		}
 	}
 	if hist != nil {
 		scfg.OnSample = hist.Record

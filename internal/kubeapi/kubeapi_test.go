@@ -2,15 +2,18 @@ package kubeapi_test
 
 import (
 	"context"
+	"sort"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpureclaim/gpureclaim/internal/kubeapi"
+	"github.com/gpureclaim/gpureclaim/internal/podmeta"
 	"github.com/gpureclaim/gpureclaim/internal/podresources"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/kubetest"
 )
@@ -66,4 +69,47 @@ func TestDeviceUUIDs(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	_, err = kubeapi.New("")
 	require.ErrorContains(t, err, "not in a pod", "no service account and no kubeconfig")
+}
+
+// On a real apiserver, with a user that may list pods: the node's pods
+// alone, each with its UID, its containers' runtime ids and its keep mark.
+func TestNodePods(t *testing.T) {
+	cl := kubetest.Start(t, false)
+	admin := cl.Client(t, kubetest.AdminToken)
+	_, err := admin.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "exporter-pods"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "exporter-pods"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "exporter-pods"},
+		Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: kubetest.ReclaimerUser}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ml"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	pod := func(name, node string, annotations map[string]string) *corev1.Pod {
+		p, err := admin.CoreV1().Pods("ml").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "train", Image: "x"}}}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		return p
+	}
+	a := pod("a", "n1", map[string]string{"gpureclaim.io/keep": "true"})
+	b := pod("b", "n1", nil)
+	pod("elsewhere", "n2", nil)
+	a.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "train", ContainerID: "containerd://abc123", Image: "x", ImageID: "x"}}
+	_, err = admin.CoreV1().Pods("ml").UpdateStatus(ctx, a, metav1.UpdateOptions{})
+	require.NoError(t, err)
+
+	kubeconfig, err := cl.KubeconfigFor(kubetest.ReclaimerToken)
+	require.NoError(t, err)
+	api, err := kubeapi.New(kubeconfig)
+	require.NoError(t, err)
+	var got []podmeta.Pod
+	require.Eventually(t, func() bool {
+		got, err = api.NodePods(ctx, "n1")
+		return err == nil && len(got) == 2 && len(got[0].Containers)+len(got[1].Containers) == 1
+	}, 30*time.Second, 100*time.Millisecond, "the role binding takes effect and the status is seen")
+	sort.Slice(got, func(i, j int) bool { return got[i].Name < got[j].Name })
+	require.Equal(t, []podmeta.Pod{
+		{Namespace: "ml", Name: "a", UID: string(a.UID), Keep: true, Containers: map[string]string{"abc123": "train"}},
+		{Namespace: "ml", Name: "b", UID: string(b.UID), Containers: map[string]string{}},
+	}, got)
 }

@@ -3,8 +3,12 @@
 package podmeta
 
 import (
+	"context"
+	"errors"
+	"log/slog"
 	"strings"
 	"sync"
+	"time"
 )
 
 // KeepKey marks a pod (label or annotation) or a namespace whose GPUs are
@@ -78,5 +82,86 @@ func (s *Static) PodByName(namespace, name string) (Pod, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	p, ok := s.byName[namespace+"/"+name]
+	return p, ok
+}
+
+// Lister lists a node's pods (internal/kubeapi's NodePods).
+type Lister func(ctx context.Context) ([]Pod, error)
+
+// Listed is a Resolver over a node's pods as a Lister last gave them,
+// listed again every interval, and sooner (at most every minGap) when
+// asked for a UID it does not know: a pod that started since.
+type Listed struct {
+	*Static
+	list          Lister
+	every, minGap time.Duration
+	kick          chan struct{}
+	mu            sync.Mutex
+	err           error // of the last list; errNotListed before the first
+}
+
+var errNotListed = errors.New("the node's pods have not been listed yet")
+
+// NewListed returns a resolver that knows no pod until Run lists them.
+func NewListed(list Lister, every, minGap time.Duration) *Listed {
+	return &Listed{Static: NewStatic(nil), list: list, every: every, minGap: minGap, kick: make(chan struct{}, 1), err: errNotListed}
+}
+
+// Run lists the pods until ctx ends; log hears a failure once, until a
+// list succeeds again.
+func (l *Listed) Run(ctx context.Context, log *slog.Logger) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	var last time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-l.kick:
+			if wait := l.minGap - time.Since(last); wait > 0 {
+				t.Reset(wait)
+				continue
+			}
+		}
+		last = time.Now()
+		pods, err := l.list(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		l.mu.Lock()
+		was := l.err
+		l.err = err
+		l.mu.Unlock()
+		switch {
+		case err == nil:
+			l.Replace(pods)
+			if was != nil && !errors.Is(was, errNotListed) {
+				log.Info("listing the node's pods works again", "pods", len(pods))
+			}
+		case was == nil || errors.Is(was, errNotListed):
+			// The last pods stay: an apiserver outage must not unname them.
+			log.Warn("listing the node's pods failed: processes of pods not listed before are not attributed", "err", err)
+		}
+		t.Reset(l.every)
+	}
+}
+
+// Err is the last list's error, nil when it succeeded.
+func (l *Listed) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// PodByUID finds a listed pod; a UID it does not know asks for a list.
+func (l *Listed) PodByUID(uid string) (Pod, bool) {
+	p, ok := l.Static.PodByUID(uid)
+	if !ok {
+		select {
+		case l.kick <- struct{}{}:
+		default:
+		}
+	}
 	return p, ok
 }

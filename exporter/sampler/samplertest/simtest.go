@@ -47,6 +47,15 @@ func Builtin(t testing.TB, name string) *nvmlsim.Scenario {
 	return sc
 }
 
+// NoPods, as a wrapped config's Pods, starts the sampler with no pod
+// metadata at all, as the node binary runs without a pod list.
+var NoPods podmeta.Resolver = noPods{}
+
+type noPods struct{}
+
+func (noPods) PodByUID(string) (podmeta.Pod, bool)          { return podmeta.Pod{}, false }
+func (noPods) PodByName(string, string) (podmeta.Pod, bool) { return podmeta.Pod{}, false }
+
 // Start runs a scenario from T0 with the given NVML in front of it (nil: the
 // simulator itself), connected to the sampler as the exporter connects them.
 func Start(t testing.TB, sc *nvmlsim.Scenario, wrap func(*nvmlsim.Sim) sampler.Config) *Node {
@@ -68,7 +77,10 @@ func Start(t testing.TB, sc *nvmlsim.Scenario, wrap func(*nvmlsim.Sim) sampler.C
 		cfg.Proc = procfs.New(sn.ProcRoot, sn.Passwd)
 	}
 	cfg.Allocations = client
-	if cfg.Pods == nil {
+	switch cfg.Pods {
+	case NoPods:
+		cfg.Pods = nil // as the node binary without --kubernetes.node-pods
+	case nil:
 		cfg.Pods = podmeta.NewStatic(sn.PodMeta())
 	}
 	cfg.Clock = clock.Now

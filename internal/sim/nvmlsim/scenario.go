@@ -338,8 +338,11 @@ func (v *validator) unit(path string, u *Unit, memTotal float64, pods map[string
 			p.Command = "python"
 		}
 		if p.Pod != "" {
-			if !allocated[p.Pod] {
-				v.errorf(ppath+".pod", "pod %q does not hold this unit (add it to %s.pods)", p.Pod, path)
+			// A pod that runs on a unit it was not allocated (a privileged
+			// one sees every GPU) is allowed: the exporter must not credit
+			// its process to the unit's holders.
+			if _, ok := pods[p.Pod]; !ok {
+				v.errorf(ppath+".pod", "pod %q is not in pods", p.Pod)
 			}
 			if p.SlurmJob != "" {
 				v.errorf(ppath+".slurm_job", "a process runs in a pod or a Slurm job, not both")

@@ -27,7 +27,7 @@ func TestBadScenariosNameTheField(t *testing.T) {
 		{"too many slices", "node: n\nsystem: dgxh100\ngpus: [{index: 4, mig: [{profile: 4g.40gb}, {profile: 4g.40gb}]}]\n", "gpus[0].mig: the instances need 8 compute slices; a GPU has 7"},
 		{"MIG GPU with a process", "node: n\nsystem: dgxh100\ngpus: [{index: 4, processes: [{pid: 5}], mig: [{profile: 1g.10gb}]}]\n", "gpus[0]: a GPU in MIG mode is used through its instances"},
 		{"unknown pod", "node: n\nsystem: dgxh100\ngpus: [{index: 0, pods: [ghost]}]\n", `gpus[0].pods[0]: pod "ghost" is not in pods`},
-		{"process in a pod that does not hold the GPU", "node: n\nsystem: dgxh100\npods: [{name: p}]\ngpus: [{index: 0, processes: [{pid: 5, pod: p}]}]\n", `gpus[0].processes[0].pod: pod "p" does not hold this unit`},
+		{"process in a pod that is not in pods", "node: n\nsystem: dgxh100\npods: [{name: p}]\ngpus: [{index: 0, processes: [{pid: 5, pod: q}]}]\n", `gpus[0].processes[0].pod: pod "q" is not in pods`},
 		{"duplicate pid", "node: n\nsystem: dgxh100\ngpus: [{index: 0, processes: [{pid: 5}]}, {index: 1, processes: [{pid: 5}]}]\n", "gpus[1].processes[0].pid: 5 is also used by gpus[0].processes[0]"},
 		{"pid 1", "node: n\nsystem: dgxh100\ngpus: [{index: 0, processes: [{pid: 1}]}]\n", "gpus[0].processes[0].pid: 1 is not a PID a workload can have"},
 		{"unknown user", "node: n\nsystem: dgxh100\ngpus: [{index: 0, processes: [{pid: 5, user: eve}]}]\n", `gpus[0].processes[0].user: "eve" is not in users`},
