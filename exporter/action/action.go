@@ -124,10 +124,21 @@ func (h *Handler) unit(uuid string) (*sampler.Snapshot, *sampler.Unit) {
 	return s, u
 }
 
+// noUnit answers that the node has no such unit, naming itself; before
+// its first sample it cannot tell, and says so.
+func (h *Handler) noUnit(w http.ResponseWriter, s *sampler.Snapshot, uuid string) {
+	if s == nil {
+		w.Header().Set("Retry-After", "5")
+		writeJSON(w, http.StatusServiceUnavailable, nodeapi.KillResult{Error: "the node has not sampled its GPUs yet"})
+		return
+	}
+	writeJSON(w, http.StatusNotFound, nodeapi.KillResult{Error: "no unit " + uuid + " on this node", Node: s.Node})
+}
+
 func (h *Handler) get(w http.ResponseWriter, uuid string) {
 	s, u := h.unit(uuid)
 	if u == nil {
-		writeJSON(w, http.StatusNotFound, nodeapi.KillResult{Error: "no unit " + uuid + " on this node"})
+		h.noUnit(w, s, uuid)
 		return
 	}
 	out := nodeapi.Unit{UUID: uuid, Node: s.Node, Idleness: h.hist.Check(uuid, h.cfg.IdleThreshold, h.cfg.Clock()), Processes: []nodeapi.Process{}}
@@ -204,9 +215,9 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request, uuid string) {
 		h.mu.Unlock()
 	}()
 
-	_, u := h.unit(uuid)
+	s, u := h.unit(uuid)
 	if u == nil {
-		writeJSON(w, http.StatusNotFound, nodeapi.KillResult{Error: "no unit " + uuid + " on this node"})
+		h.noUnit(w, s, uuid)
 		return
 	}
 	on := map[int]sampler.Process{}

@@ -52,4 +52,7 @@ type KillResult struct {
 	Killed []int  `json:"killed"`
 	Gone   []int  `json:"gone"`
 	Error  string `json:"error,omitempty"`
+	// Node names the node that answers that it has no such unit: the
+	// reclaimer believes "gone" only from the unit's own node.
+	Node string `json:"node,omitempty"`
 }

@@ -1,9 +1,12 @@
 package config
 
 import (
+	"fmt"
 	"strings"
 	"text/template"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Nodes is how the reclaimer reaches the exporters' action endpoints.
@@ -11,7 +14,8 @@ type Nodes struct {
 	// URLTemplate builds a node's action endpoint from its name, e.g.
 	// "http://{{ .Node }}:9848". Default "http://{{ .Node }}:9848".
 	URLTemplate string `yaml:"url_template"`
-	// Addresses override the template per node.
+	// Addresses, when given, are the nodes' endpoints: a node not listed is
+	// refused (the template is not used).
 	Addresses map[string]string `yaml:"addresses"`
 	HTTP      HTTPClient        `yaml:",inline"`
 	// Timeout of one call; a kill waits out the node's checkpoint grace. Default 2m.
@@ -23,11 +27,25 @@ type Nodes struct {
 	tmpl *template.Template
 }
 
-// URL is the action endpoint of a node.
+// URL is the action endpoint of a node. The name comes from an alert's
+// label, which whoever can post to Alertmanager sets: it must be a node
+// listed in addresses when there is a list, else a DNS-1123 name, so that
+// no label chooses the host, port, path or credentials a request (and the
+// node bearer token) goes to.
 func (n Nodes) URL(node string) (string, error) {
 	if a, ok := n.Addresses[node]; ok {
 		return a, nil
 	}
+	if len(n.Addresses) > 0 {
+		return "", fmt.Errorf("node %q is not in nodes.addresses", node)
+	}
+	if errs := validation.IsDNS1123Subdomain(node); len(errs) > 0 {
+		return "", fmt.Errorf("node %q is not a node name: %s", node, strings.Join(errs, "; "))
+	}
+	return n.render(node)
+}
+
+func (n Nodes) render(node string) (string, error) {
 	var b strings.Builder
 	if err := n.tmpl.Execute(&b, struct{ Node string }{node}); err != nil {
 		return "", err
@@ -43,7 +61,7 @@ func (n *Nodes) validate(c *checker) {
 		c.errorf("nodes.url_template", "%v", err)
 	} else {
 		n.tmpl = t
-		if u, err := n.URL("node-1"); err != nil {
+		if u, err := n.render("node-1"); err != nil {
 			c.errorf("nodes.url_template", "%v", err)
 		} else {
 			c.url("nodes.url_template", u, true)

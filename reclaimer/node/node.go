@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"time"
@@ -84,14 +85,18 @@ func (c *Client) doH(ctx context.Context, method, node, path string, body, out a
 // of its user (and Slurm job); otherwise all.
 func (c *Client) processes(ctx context.Context, t reclaim.Target) ([]nodeapi.Process, error) {
 	var u nodeapi.Unit
-	code, err := c.do(ctx, http.MethodGet, t.Node, "/api/v1/units/"+t.UUID, nil, &u)
+	code, err := c.do(ctx, http.MethodGet, t.Node, "/api/v1/units/"+url.PathEscape(t.UUID), nil, &u)
 	switch {
 	case err != nil:
 		return nil, &reclaim.RetryError{After: 30 * time.Second, Err: fmt.Errorf("node %s: %w", t.Node, err)}
+	case code != http.StatusOK && code != http.StatusNotFound:
+		return nil, &reclaim.RetryError{After: 30 * time.Second, Err: fmt.Errorf("node %s answered %d", t.Node, code)}
+	case u.Node != t.Node:
+		// Gone, or these processes, only as the unit's own node says:
+		// anything else answering there proves nothing.
+		return nil, &reclaim.RetryError{After: 30 * time.Second, Err: fmt.Errorf("node %s: the answer (%d) names node %q, not the unit's", t.Node, code, u.Node)}
 	case code == http.StatusNotFound:
 		return nil, reclaim.ErrGone
-	case code != http.StatusOK:
-		return nil, &reclaim.RetryError{After: 30 * time.Second, Err: fmt.Errorf("node %s answered %d", t.Node, code)}
 	}
 	var out []nodeapi.Process
 	for _, p := range u.Processes {
@@ -134,7 +139,7 @@ func (c *Client) Kill(ctx context.Context, r *reclaim.Reclaim) (reclaim.Result, 
 		}
 	}
 	var res nodeapi.KillResult
-	code, hdr, err := c.doH(ctx, http.MethodPost, r.Target.Node, "/api/v1/units/"+r.Target.UUID+"/kill", c.killRequest(procs, r), &res)
+	code, hdr, err := c.doH(ctx, http.MethodPost, r.Target.Node, "/api/v1/units/"+url.PathEscape(r.Target.UUID)+"/kill", c.killRequest(procs, r), &res)
 	switch {
 	case err != nil:
 		return reclaim.Result{}, &reclaim.RetryError{After: 30 * time.Second, Err: fmt.Errorf("node %s: %w", r.Target.Node, err)}

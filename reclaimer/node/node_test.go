@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,7 +60,7 @@ func TestKillOutcomes(t *testing.T) {
 				require.Equal(t, "Bearer node-token", r.Header.Get("Authorization"))
 				w.Header().Set("Content-Type", "application/json")
 				if r.Method == http.MethodGet {
-					_ = json.NewEncoder(w).Encode(nodeapi.Unit{UUID: "GPU-1", Processes: []nodeapi.Process{proc}})
+					_ = json.NewEncoder(w).Encode(nodeapi.Unit{UUID: "GPU-1", Node: "n1", Processes: []nodeapi.Process{proc}})
 					return
 				}
 				if tc.retryAfter != "" {
@@ -98,10 +99,44 @@ func TestTLS(t *testing.T) {
 			_ = json.NewEncoder(w).Encode(nodeapi.KillResult{Error: "unauthorized"})
 			return
 		}
-		_ = json.NewEncoder(w).Encode(nodeapi.Unit{UUID: "GPU-1"})
+		_ = json.NewEncoder(w).Encode(nodeapi.Unit{UUID: "GPU-1", Node: "n1"})
 	})
 	tlstest.Check(t, unit, func(t *testing.T, url string, hc config.HTTPClient) error {
 		_, err := client(t, url, withToken(t, hc, "node-token")).PIDs(context.Background(), reclaim.Target{Node: "n1", UUID: "GPU-1", Pod: "p"})
 		return err
 	})
+}
+
+// No label chooses where a request and the node token go: a node name that
+// is not a DNS-1123 name (a host, a port, a path, user:password@) is
+// refused before any request; one not in a list of addresses too; a uuid
+// reaches the path escaped; and "gone" counts only as the unit's own node
+// says it.
+func TestHostileLabelsReachNoOtherHost(t *testing.T) {
+	var paths []string
+	steal := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		paths = append(paths, r.URL.EscapedPath())
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		_ = json.NewEncoder(w).Encode(nodeapi.KillResult{Error: "nope"})
+	}))
+	defer steal.Close()
+	host := strings.TrimPrefix(steal.URL, "http://")
+	byTemplate, err := node.New(config.Nodes{HTTP: withToken(t, config.DefaultHTTPClient(), "node-token"), Timeout: config.Duration(5 * time.Second)})
+	require.NoError(t, err)
+	for _, name := range []string{host + "/steal/", "user:pw@" + host + "/", host, "N1", "n1/../x", "n1?x=1", "n1#x", ""} {
+		_, err := byTemplate.PIDs(context.Background(), reclaim.Target{Node: name, UUID: "GPU-1", User: "bob"})
+		require.ErrorContains(t, err, "is not a node name", name)
+	}
+	listed := client(t, steal.URL, withToken(t, config.DefaultHTTPClient(), "node-token"))
+	_, err = listed.PIDs(context.Background(), reclaim.Target{Node: "n2", UUID: "GPU-1", User: "bob"})
+	require.ErrorContains(t, err, `node "n2" is not in nodes.addresses`)
+	require.Empty(t, paths, "no request left")
+
+	_, err = listed.PIDs(context.Background(), reclaim.Target{Node: "n1", UUID: "GPU-1/../../x?y", User: "bob"})
+	require.NotErrorIs(t, err, reclaim.ErrGone, "a 404 that does not name the unit's node is not 'gone'")
+	require.ErrorContains(t, err, `names node "", not the unit's`)
+	require.Equal(t, []string{"/api/v1/units/GPU-1%2F..%2F..%2Fx%3Fy"}, paths, "the uuid stays one path segment")
+	_, err = listed.Released(context.Background(), &reclaim.Reclaim{Target: reclaim.Target{Node: "n1", UUID: "GPU-1", User: "bob"}, Killed: []int{1}})
+	require.Error(t, err, "nor released")
 }
