@@ -162,7 +162,8 @@ func TestWorkloads(t *testing.T) {
 workloads:
   - {name: job, disabled: true}
   - {name: run, group: example.com, version: v1, kind: TrainingRun, resource: trainingruns, stop: {spec: {paused: true}}, restore: {spec: {paused: false}}}
-  - {name: notebook, group: kubeflow.org, version: v1, kind: Notebook, resource: notebooks, scale: true}
+  - {name: notebook, disabled: true}
+  - {name: notebook-scaled, group: kubeflow.org, version: v1, kind: Notebook, resource: notebooks, scale: true}
 `), dir)
 	require.NoError(t, err)
 	require.False(t, c.Kubernetes.Kueue.On())
@@ -173,8 +174,8 @@ workloads:
 	require.Equal(t, "stopped", run.Stopped, "the verbs default")
 	require.JSONEq(t, `{"spec":{"paused":true}}`, string(run.StopPatch))
 	nb, _ = c.WorkloadFor("kubeflow.org", "Notebook")
-	require.True(t, nb.Scale, "a built-in kind replaced")
-	require.Len(t, c.Workloads, len(BuiltinWorkloads())+1)
+	require.True(t, nb.Scale, "a built-in kind disabled and declared anew")
+	require.Len(t, c.Workloads, len(BuiltinWorkloads())+2)
 }
 
 // The report is due at its day and time of the week, in its time zone.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -24,8 +25,9 @@ const (
 // entries of the same shape (BuiltinWorkloads); the config adds its own
 // and may turn a built-in one off.
 type Workload struct {
-	// Name identifies the entry; a built-in one's name turns it off or
-	// overrides it.
+	// Name identifies the entry; a built-in one's name (with disabled
+	// alone) turns it off. To stop a built-in kind another way, turn it
+	// off and declare the kind under another name.
 	Name string `yaml:"name"`
 	// Group, Version, Kind and Resource (the plural) name the API type.
 	// An owner matches on group and kind; it is read and patched at the
@@ -205,22 +207,19 @@ func (cfg *Config) validateWorkloads(c *checker) {
 		}
 		seen[w.Name] = true
 		j, isBuiltin := byName[w.Name]
-		if isBuiltin && w.Kind == "" {
-			// Only turning a built-in kind off (or on).
-			if w.Scale || w.Stop != nil || w.Restore != nil || w.Group != "" || w.Version != "" || w.Resource != "" {
-				c.errorf(field, "overrides built-in %q: give its kind and everything else too, or only disabled", w.Name)
+		if isBuiltin {
+			// Only turning a built-in kind off (or on): its stop and restore
+			// are the ones its controller's contract needs.
+			if w.Scale || w.Stop != nil || w.Restore != nil || w.Group != "" || w.Version != "" || w.Kind != "" || w.Resource != "" {
+				c.errorf(field, "overrides built-in %q: a built-in kind can only be disabled", w.Name)
 				continue
 			}
 			merged[j].Disabled = w.Disabled
 			continue
 		}
 		w.validate(c, field)
-		if isBuiltin {
-			merged[j] = w
-		} else {
-			byName[w.Name] = len(merged)
-			merged = append(merged, w)
-		}
+		byName[w.Name] = len(merged)
+		merged = append(merged, w)
 	}
 	kinds := map[string]string{}
 	for i := range merged {
@@ -273,8 +272,13 @@ func (w *Workload) validate(c *checker, field string) {
 	case !w.Scale && (len(w.Stop) == 0 || len(w.Restore) == 0):
 		c.errorf(field, "needs stop and restore (JSON merge patches), or scale: true")
 	}
-	if w.Group == "" && (w.Kind == "Pod" || w.Kind == "Namespace") {
-		c.errorf(field+".kind", "%s is not a workload the reclaimer stops: a bare pod is evicted, a namespace never touched", w.Kind)
+	if w.Group == "" && w.Kind != "ReplicationController" {
+		// Pods, Nodes, PVCs, Secrets...: the core group's one workload that
+		// is not built in is a ReplicationController.
+		c.errorf(field+".kind", "%s is not a workload the reclaimer stops: a bare pod is evicted, nothing else in the core group is touched", w.Kind)
+	}
+	if len(w.Stop) > 0 && reflect.DeepEqual(w.Stop, w.Restore) {
+		c.errorf(field+".restore", "is the same as stop: it would undo nothing")
 	}
 	for _, p := range []struct {
 		name  string
@@ -297,6 +301,27 @@ func (w *Workload) validate(c *checker, field string) {
 		}
 		if w.Restored == "" {
 			w.Restored = "restored"
+		}
+	}
+}
+
+// endsForGood are spec fields a stop may not set: each ends a workload for
+// good (its controller fails or deletes it), which no restore undoes.
+var endsForGood = []string{"activeDeadlineSeconds", "ttlSecondsAfterFinished"}
+
+// checkSpec holds a patch under spec to setting values: a null at any
+// depth deletes the field (a pod template, a worker group) for good.
+func checkSpec(c *checker, field string, m map[string]any) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		f := field + "." + k
+		switch v := m[k].(type) {
+		case nil:
+			c.errorf(f, "is null, which deletes it: a stop or restore patch only sets fields under spec")
+		case map[string]any:
+			checkSpec(c, f, v)
+		}
+		if slices.Contains(endsForGood, k) {
+			c.errorf(f, "ends the workload for good, which no restore undoes")
 		}
 	}
 }
@@ -324,7 +349,9 @@ func checkPatch(c *checker, field string, patch map[string]any) {
 			m, ok := v.(map[string]any)
 			if !ok || len(m) == 0 {
 				c.errorf(field+".spec", "must be an object of the fields to change, not %s", describeValue(v))
+				continue
 			}
+			checkSpec(c, field+".spec", m)
 		case "metadata":
 			m, ok := v.(map[string]any)
 			if !ok || len(m) == 0 {
@@ -390,12 +417,22 @@ func (cfg *Config) WorkloadFor(group, kind string) (Workload, bool) {
 	return Workload{}, false
 }
 
-// FindWorkload finds the entry for an API group and kind, disabled or not.
+// FindWorkload finds the entry for an API group and kind: the enabled
+// one (a built-in kind disabled and declared anew), else a disabled one.
 func FindWorkload(ws []Workload, group, kind string) *Workload {
+	var off *Workload
 	for i := range ws {
 		if ws[i].Group == group && ws[i].Kind == kind {
-			return &ws[i]
+			if !ws[i].Disabled {
+				return &ws[i]
+			}
+			if off == nil {
+				off = &ws[i]
+			}
 		}
+	}
+	if off != nil {
+		return off
 	}
 	return nil
 }
