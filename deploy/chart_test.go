@@ -310,3 +310,240 @@ func TestExporterRoleIsLeast(t *testing.T) {
 	require.Contains(t, ds.Spec.Template.Spec.Containers[0].Args, "--kubernetes.resource-slices")
 	require.Equal(t, []rbacv1.PolicyRule{pods, slices}, exporterRules(typed))
 }
+
+// By default the reclaimer runs as two replicas that elect a leader and
+// keep their state in GPUReclaim resources, on different nodes if they
+// can; with storage: bbolt, one replica on a volume, and more is refused.
+func TestReclaimerReplicas(t *testing.T) {
+	helm := tooltest.Bin(t, "helm")
+	typed, _ := objects(t, render(t, helm, "defaults"))
+	d := find[*appsv1.Deployment](typed)[0]
+	require.EqualValues(t, 2, *d.Spec.Replicas)
+	args := d.Spec.Template.Spec.Containers[0].Args
+	require.Contains(t, args, "--storage.backend=kubernetes")
+	require.Contains(t, args, "--leader-elect")
+	require.Contains(t, args, "--leader-elect.lease-name=gpureclaim-reclaimer")
+	require.NotNil(t, d.Spec.Template.Spec.Affinity.PodAntiAffinity, "replicas spread over nodes")
+	require.Empty(t, find[*corev1.PersistentVolumeClaim](typed), "no volume: the state is in the apiserver")
+	var env []string
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		env = append(env, e.Name+"="+e.ValueFrom.FieldRef.FieldPath)
+	}
+	require.Equal(t, []string{"POD_NAME=metadata.name", "POD_NAMESPACE=metadata.namespace"}, env)
+
+	typed, _ = objects(t, render(t, helm, "bbolt"))
+	d = find[*appsv1.Deployment](typed)[0]
+	require.EqualValues(t, 1, *d.Spec.Replicas)
+	require.Equal(t, appsv1.RecreateDeploymentStrategyType, d.Spec.Strategy.Type)
+	require.NotContains(t, d.Spec.Template.Spec.Containers[0].Args, "--leader-elect")
+	require.Len(t, find[*corev1.PersistentVolumeClaim](typed), 1)
+
+	_, err := deploy.Template(helm, chart(t), filepath.Join(chart(t), "ci", "bbolt-values.yaml"), writeValues(t, "reclaimer: {replicas: 2}"))
+	require.ErrorContains(t, err, "reclaimer.replicas: a bbolt store has one writer")
+}
+
+func writeValues(t *testing.T, yaml string) string {
+	p := filepath.Join(t.TempDir(), "values.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(yaml), 0o644))
+	return p
+}
+
+// The configuration and the flags the chart renders are what the binaries
+// accept: the config through the reclaimer's own loader, the flags through
+// the binaries' parsers (--version exits after parsing).
+func TestChartRendersWhatTheBinariesAccept(t *testing.T) {
+	helm := tooltest.Bin(t, "helm")
+	exporter, reclaimer := binaries(t)
+	secrets := t.TempDir()
+	for _, f := range []string{"webhook/token", "admin/token", "node/token", "slack/token", "slack/signing-secret", "jupyterhub/token", "read/token"} {
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(secrets, f)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(secrets, f), []byte("s3cret\n"), 0o600))
+	}
+	for set := range valueSets {
+		t.Run(set, func(t *testing.T) {
+			typed, _ := objects(t, render(t, helm, set))
+			var cfg string
+			for _, cm := range find[*corev1.ConfigMap](typed) {
+				if v, ok := cm.Data["reclaimer.yml"]; ok {
+					cfg = v
+				}
+			}
+			require.NotEmpty(t, cfg)
+			c, err := rconfig.Parse([]byte(strings.ReplaceAll(cfg, "/etc/gpureclaim/secrets", secrets)), t.TempDir())
+			require.NoError(t, err, cfg)
+			require.Equal(t, "s3cret", c.Webhook.BearerToken)
+			require.Empty(t, c.Warnings, "the chart writes no deprecated key")
+			if set == "all-on" {
+				require.False(t, c.DryRun)
+				require.Equal(t, filepath.Join(secrets, "node/token"), c.Nodes.HTTP.Authorization.CredentialsFile)
+				require.Equal(t, "s3cret", c.AdminBearerToken)
+				u, err := c.Nodes.URL("gpu-node-7")
+				require.NoError(t, err)
+				require.Equal(t, "http://gpu-node-7:9848", u)
+				require.Len(t, c.Notifiers, 1)
+				require.Equal(t, "s3cret", c.Notifiers[0].Slack.SigningSecret)
+				require.Equal(t, "token", c.Kubernetes.JupyterHub.HTTP.Authorization.Type)
+				require.Equal(t, filepath.Join(secrets, "jupyterhub/token"), c.Kubernetes.JupyterHub.HTTP.Authorization.CredentialsFile)
+				require.Equal(t, "s3cret", c.Web.Auth.BearerToken)
+			} else {
+				require.True(t, c.Web.Auth.None, "said outright")
+				require.True(t, c.DryRun, "the chart installs in dry run")
+			}
+
+			for _, ds := range find[*appsv1.DaemonSet](typed) {
+				args := slices.Concat(ds.Spec.Template.Spec.Containers[0].Args, []string{"--version"})
+				out, err := exec.Command(exporter, args...).CombinedOutput()
+				require.NoError(t, err, "%v: %s", args, out)
+			}
+			for _, d := range find[*appsv1.Deployment](typed) {
+				args := slices.Concat(d.Spec.Template.Spec.Containers[0].Args, []string{"--version"})
+				out, err := exec.Command(reclaimer, args...).CombinedOutput()
+				require.NoError(t, err, "%v: %s", args, out)
+			}
+		})
+	}
+}
+
+// The example Alertmanager configuration passes amtool's check, and each
+// copy of an alert goes to one receiver only.
+func TestAlertmanagerExampleRoutes(t *testing.T) {
+	amtool := tooltest.Bin(t, "amtool")
+	file := filepath.Join(tooltest.Root(t), "deploy", "alertmanager", "alertmanager.yml")
+	out, err := exec.Command(amtool, "check-config", file).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, tc := range []struct {
+		labels []string
+		want   string
+	}{
+		{[]string{"alertname=GPUIdle", "audience=reclaimer", "uuid=GPU-1"}, "gpureclaim"},
+		{[]string{"alertname=GPUIdle", "audience=people", "uuid=GPU-1"}, "gpu-owners"},
+		{[]string{"alertname=MIGInstanceOversized", "audience=reclaimer"}, "gpureclaim"},
+		{[]string{"alertname=GPUWasted", "audience=people"}, "gpu-owners"},
+		{[]string{"alertname=GPUExporterDown"}, "default"},
+	} {
+		out, err := exec.Command(amtool, slices.Concat([]string{"config", "routes", "test", "--config.file=" + file}, tc.labels)...).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Equal(t, tc.want, strings.TrimSpace(string(out)), "%v", tc.labels)
+	}
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	type webhook struct {
+		URL          string         `json:"url"`
+		SendResolved bool           `json:"send_resolved"`
+		MaxAlerts    int            `json:"max_alerts"`
+		HTTPConfig   map[string]any `json:"http_config"`
+	}
+	type receiver struct {
+		Name     string    `json:"name"`
+		Webhooks []webhook `json:"webhook_configs"`
+	}
+	var cfg struct {
+		Receivers []receiver `json:"receivers"`
+	}
+	require.NoError(t, yaml.Unmarshal(b, &cfg))
+	i := slices.IndexFunc(cfg.Receivers, func(r receiver) bool { return r.Name == "gpureclaim" })
+	require.GreaterOrEqual(t, i, 0)
+	w := cfg.Receivers[i].Webhooks[0]
+	require.True(t, w.SendResolved, "resolved alerts cancel pending reclaims")
+	require.Zero(t, w.MaxAlerts)
+	require.Contains(t, w.HTTPConfig, "authorization", "the webhook authenticates")
+	require.Equal(t, "http://gpureclaim-reclaimer.gpureclaim.svc:9849/webhook", w.URL, "the plain manifests' Service")
+}
+
+// The reclaimer's ClusterRole grants exactly what the enabled workload
+// kinds need, from the same table the reclaimer's config has built in, and
+// the rendered config turns the others off.
+func TestChartGrantsTheEnabledWorkloadKinds(t *testing.T) {
+	helm := tooltest.Bin(t, "helm")
+	base := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get"}},
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "list"}},
+	}
+	kueue := rbacv1.PolicyRule{APIGroups: []string{"kueue.x-k8s.io"}, Resources: []string{"workloads"}, Verbs: []string{"get", "list", "patch"}}
+	for _, tc := range []struct {
+		set     string
+		enabled func(rconfig.Workload) bool
+		kueue   bool
+	}{
+		{"defaults", func(rconfig.Workload) bool { return true }, true},
+		{"minimal", func(w rconfig.Workload) bool { return w.Group == "apps" || w.Group == "batch" }, false},
+	} {
+		t.Run(tc.set, func(t *testing.T) {
+			typed, _ := objects(t, render(t, helm, tc.set))
+			var role *rbacv1.ClusterRole
+			for _, r := range find[*rbacv1.ClusterRole](typed) {
+				role = r
+			}
+			require.NotNil(t, role)
+			want := slices.Clone(base)
+			for _, w := range rconfig.BuiltinWorkloads() {
+				if !tc.enabled(w) {
+					continue
+				}
+				want = append(want, rbacv1.PolicyRule{APIGroups: []string{w.Group}, Resources: []string{w.Resource}, Verbs: []string{"get", "patch"}})
+				if w.Scale {
+					want = append(want, rbacv1.PolicyRule{APIGroups: []string{w.Group}, Resources: []string{w.Resource + "/scale"}, Verbs: []string{"get", "patch"}})
+				}
+			}
+			if tc.kueue {
+				want = append(want, kueue)
+			}
+			require.ElementsMatch(t, want, role.Rules)
+
+			var cfg string
+			for _, cm := range find[*corev1.ConfigMap](typed) {
+				if v, ok := cm.Data["reclaimer.yml"]; ok {
+					cfg = v
+				}
+			}
+			c, err := rconfig.ParseWithoutSecrets([]byte(cfg))
+			require.NoError(t, err)
+			for _, w := range rconfig.BuiltinWorkloads() {
+				_, on := c.WorkloadFor(w.Group, w.Kind)
+				require.Equal(t, tc.enabled(w), on, "%s", w.Name)
+			}
+			require.Equal(t, tc.kueue, c.Kubernetes.Kueue.On())
+		})
+	}
+}
+
+// The node's check before a kill never calls busy what the rules call idle:
+// below the rules' threshold it would refuse the kills they ask for. Every
+// shipped configuration: the chart's value sets, the systemd env file, and
+// the demo's and end-to-end suite's rules against the exporter's default.
+func TestKillCheckIsNeverBelowTheIdleThreshold(t *testing.T) {
+	helm := tooltest.Bin(t, "helm")
+	ruleThreshold := rules.DefaultConfig().Idle.Threshold
+	nodeThreshold := func(args []string) float64 {
+		for _, a := range args {
+			if v, ok := strings.CutPrefix(a, "--action.idle-threshold="); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				require.NoError(t, err)
+				return f
+			}
+		}
+		return names.IdleThreshold // the exporter's default
+	}
+	for set := range valueSets {
+		typed, _ := objects(t, render(t, helm, set))
+		for _, ds := range find[*appsv1.DaemonSet](typed) {
+			require.GreaterOrEqual(t, nodeThreshold(ds.Spec.Template.Spec.Containers[0].Args), ruleThreshold, "chart %s", set)
+		}
+	}
+	env, err := os.ReadFile(filepath.Join(tooltest.Root(t), "deploy", "systemd", "gpureclaim-exporter.env"))
+	require.NoError(t, err)
+	node := names.IdleThreshold
+	for _, line := range strings.Split(string(env), "\n") {
+		if v, ok := strings.CutPrefix(line, "ACTION_IDLE_THRESHOLD="); ok {
+			node, err = strconv.ParseFloat(v, 64)
+			require.NoError(t, err)
+		}
+	}
+	require.GreaterOrEqual(t, node, ruleThreshold, "systemd")
+	demo, err := rules.Load(filepath.Join(tooltest.Root(t), "rules", "demo.yaml"))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, names.IdleThreshold, demo.Idle.Threshold, "the demo and the e2e suite run the exporter with its default")
+}
