@@ -15,7 +15,7 @@ import (
 type Owner struct {
 	src                                            Source
 	info, memory, smUtil, procs, started, slurmJob *prometheus.Desc
-	slurmPending                                   *prometheus.Desc
+	slurmPending, draUnresolved                    *prometheus.Desc
 }
 
 var ownerLabels = []string{names.LabelUUID, names.LabelGPUUUID, names.LabelNamespace, names.LabelPod, names.LabelContainer, names.LabelUser, names.LabelSlurmJob}
@@ -33,12 +33,13 @@ func NewOwner(src Source) *Owner {
 			"Start of the owner's oldest process on the unit, or of a Slurm job's allocation, in Unix seconds; absent while neither is known.", ownerLabels...),
 		slurmJob: desc("gpureclaim_slurm_job_info", "A Slurm job holding GPUs on the node by allocation; always 1. batch is \"true\" for sbatch jobs, requeue when Slurm may requeue it.",
 			names.LabelSlurmJob, names.LabelUser, "partition", "batch", "requeue"),
-		slurmPending: prometheus.NewDesc(names.SlurmPendingGPUs, "GPUs the cluster's pending Slurm jobs ask for (per node times their nodes, and per job); every node reads the same queue.", nil, nil),
+		draUnresolved: prometheus.NewDesc("gpureclaim_dra_unresolved_devices", "DRA devices the kubelet reports allocated that resolve to no unit of the node (a name no GPU or MIG instance matches, no uuid in its ResourceSlice): their holders are not attributed; each is logged once.", nil, nil),
+		slurmPending:  prometheus.NewDesc(names.SlurmPendingGPUs, "GPUs the cluster's pending Slurm jobs ask for (per node times their nodes, and per job); every node reads the same queue.", nil, nil),
 	}
 }
 
 func (c *Owner) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.info, c.memory, c.smUtil, c.procs, c.started, c.slurmJob, c.slurmPending} {
+	for _, d := range []*prometheus.Desc{c.info, c.memory, c.smUtil, c.procs, c.started, c.slurmJob, c.slurmPending, c.draUnresolved} {
 		ch <- d
 	}
 }
@@ -49,6 +50,7 @@ func (c *Owner) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	emit(ch, c.slurmPending, s.SlurmPendingGPUs)
+	emit(ch, c.draUnresolved, s.DRAUnresolved)
 	for _, j := range s.SlurmJobs {
 		gauge(ch, c.slurmJob, 1, j.ID, j.User, j.Partition, strconv.FormatBool(j.Batch), strconv.FormatBool(j.Requeue))
 	}

@@ -61,9 +61,11 @@ func unitDRAKey(g *GPU, u *Unit) (draKey, bool) {
 // tell, and is logged once.
 func (c *cycle) draHolders() {
 	c.dra, c.draByUUID = map[draKey][]podresources.Container{}, map[string][]podresources.Container{}
+	c.draDevices, c.draUnresolved = map[draKey][]podresources.Device{}, 0
 	for d, holders := range c.s.allocs.Devices {
 		if k, ok := parseDRAName(d.Name); ok {
 			c.dra[k] = append(c.dra[k], holders...)
+			c.draDevices[k] = append(c.draDevices[k], d)
 			continue
 		}
 		uuid, why := c.sliceUUID(d)
@@ -71,12 +73,35 @@ func (c *cycle) draHolders() {
 			c.draByUUID[uuid] = append(c.draByUUID[uuid], holders...)
 			continue
 		}
+		c.draUnresolved++
 		if cause := fmt.Sprintf("%s/%s/%s", d.Driver, d.Name, why); !c.s.causes[cause] {
 			c.s.causes[cause] = true
 			c.s.cfg.Logger.Warn("a DRA device's name does not follow its driver's convention (gpu-<minor>, gpu-<minor>-mig-<profile>-<profile id>-<start>), and "+why+": its holders are not attributed to a unit",
 				"driver", d.Driver, "pool", d.Pool, "device", d.Name, "holders", len(holders))
 		}
 	}
+}
+
+// draLeftOver counts the DRA devices named by the driver's convention that
+// no unit of this sample matched (no GPU of that minor number, a MIG
+// instance NVML could not read), and logs each once: their holders are
+// not attributed.
+func (c *cycle) draLeftOver() int {
+	n := c.draUnresolved
+	for k, devices := range c.draDevices {
+		if c.draUsed[k] {
+			continue
+		}
+		n += len(devices)
+		for _, d := range devices {
+			if cause := "no unit/" + d.Driver + "/" + d.Pool + "/" + d.Name; !c.s.causes[cause] {
+				c.s.causes[cause] = true
+				c.s.cfg.Logger.Warn("a DRA device the kubelet reports allocated names no unit of this node (no GPU of that minor number, or a MIG instance NVML cannot read): its holders are not attributed",
+					"driver", d.Driver, "pool", d.Pool, "device", d.Name, "holders", len(c.dra[k]))
+			}
+		}
+	}
+	return n
 }
 
 // sliceUUID is the UUID a device publishes in the node's ResourceSlices,

@@ -180,6 +180,7 @@ func (c *cycle) owners(g *GPU, u *Unit) []Owner {
 	allocated := c.s.allocs.Units[u.UUID]
 	if k, ok := unitDRAKey(g, u); ok {
 		allocated = append(slices.Clone(allocated), c.dra[k]...)
+		c.draUsed[k] = true
 	}
 	allocated = append(slices.Clone(allocated), c.draByUUID[u.UUID]...)
 	byKey := map[ownerKey]*Owner{}

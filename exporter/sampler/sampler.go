@@ -185,6 +185,11 @@ type cycle struct {
 	// draByUUID are the kubelet's DRA devices that were resolved through
 	// the node's ResourceSlices, by unit UUID.
 	draByUUID map[string][]podresources.Container
+	// draDevices are the devices behind each key of dra, draUsed the keys
+	// a unit matched, draUnresolved the devices no name or slice resolves.
+	draDevices    map[draKey][]podresources.Device
+	draUsed       map[draKey]bool
+	draUnresolved int
 }
 
 func (c *cycle) track(step string, start time.Time, err error) {
@@ -216,7 +221,7 @@ func (c *cycle) check(call, uuid string, ret nvml.Return) error {
 func (s *Sampler) Sample(ctx context.Context) *Snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c := &cycle{s: s, ctx: ctx, now: s.cfg.Clock(), steps: map[string]*Step{}, seen: map[gpmKey]bool{}}
+	c := &cycle{s: s, ctx: ctx, now: s.cfg.Clock(), steps: map[string]*Step{}, seen: map[gpmKey]bool{}, draUsed: map[draKey]bool{}}
 	for _, name := range Steps {
 		c.steps[name] = &Step{Name: name, Success: true}
 	}
@@ -241,6 +246,9 @@ func (s *Sampler) Sample(ctx context.Context) *Snapshot {
 		snap.GPUs = append(snap.GPUs, c.gpu(i))
 	}
 	c.freeStaleGPM()
+	if s.cfg.Allocations != nil {
+		snap.DRAUnresolved = some(float64(c.draLeftOver()))
+	}
 	for _, name := range Steps {
 		snap.Steps = append(snap.Steps, *c.steps[name])
 	}

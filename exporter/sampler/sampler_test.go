@@ -399,6 +399,14 @@ gpus:
 	require.Equal(t, []sampler.Owner{{Namespace: "lab", Pod: "nb-0", Container: "main", Claim: podresources.Claim{Namespace: "lab", Name: "nb-0-gpu-x7k2p"}}},
 		s.GPUs[4].Units[0].Owners, "gpu-4 is the GPU of minor 4")
 	require.Len(t, s.GPUs[0].Units[0].Owners, 1, "the scenario's holders stay")
+	require.Equal(t, sampler.Gauge{V: 0, OK: true}, s.DRAUnresolved)
+
+	// A name that follows the convention but matches no unit (no GPU of
+	// minor 42) holds nothing the exporter can name: counted, not dropped.
+	n.SetClusterClaims([]nvmlsim.ClusterClaim{{Namespace: "lab", Pod: "nb-1", Container: "main", ClaimNamespace: "lab", ClaimName: "nb-1-gpu",
+		Devices: []nvmlsim.ClaimDevice{{Driver: "gpu.nvidia.com", Pool: "n1", Device: "gpu-42"}, {Driver: "gpu.nvidia.com", Pool: "n1", Device: "gpu-1-mig-1g.5gb-19-6"}}}})
+	s = n.SampleAt(t, 3*time.Minute, 5*time.Second)
+	require.Equal(t, sampler.Gauge{V: 2, OK: true}, s.DRAUnresolved, "gpu-42, and a MIG instance at a placement none has")
 }
 
 func nilIfEmpty(os []sampler.Owner) []sampler.Owner {
@@ -439,6 +447,7 @@ allocation: dra
 	for _, g := range s.GPUs {
 		require.Empty(t, g.Units[0].Owners, "not attributed without ResourceSlices")
 	}
+	require.Equal(t, sampler.Gauge{V: 2, OK: true}, s.DRAUnresolved, "and counted")
 
 	reader := &sliceReader{}
 	n = samplertest.Start(t, samplertest.Scenario(t, sc), func(sim *nvmlsim.Sim) sampler.Config {
@@ -451,6 +460,7 @@ allocation: dra
 	s = n.SampleAt(t, time.Minute, 5*time.Second)
 	require.Equal(t, []sampler.Owner{{Namespace: "lab", Pod: "nb-0", Container: "main", Claim: podresources.Claim{Namespace: "lab", Name: "nb-0-gpu"}}}, s.GPUs[2].Units[0].Owners)
 	require.Equal(t, 1, reader.reads, "h100-slot-x is still unknown, but the slices were read this minute")
+	require.Equal(t, sampler.Gauge{V: 1, OK: true}, s.DRAUnresolved, "h100-slot-x")
 	n.SampleAt(t, 2*time.Minute+5*time.Second, 5*time.Second)
 	require.Equal(t, 2, reader.reads, "read again a minute later, while a name is unknown")
 }

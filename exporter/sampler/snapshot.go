@@ -27,6 +27,9 @@ type Snapshot struct {
 	SlurmPendingGPUs Gauge
 	// NVMLErrors counts failed NVML calls since start.
 	NVMLErrors map[ErrorKey]uint64
+	// DRAUnresolved counts the DRA devices the kubelet reports allocated
+	// that resolve to no unit; absent without the kubelet's allocations.
+	DRAUnresolved Gauge
 }
 
 // Driver is the node's NVIDIA driver.
