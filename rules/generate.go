@@ -637,8 +637,8 @@ func exporterRules(c Config) []Rule {
 			For:    c.Exporter.FailingFor.String(),
 			Labels: map[string]string{"severity": "warning"},
 			Annotations: c.annotations("gpuunreadable",
-				`GPU {{ $labels.gpu_uuid }} cannot be read`,
-				`NVML has failed to read GPU {{ $labels.gpu_uuid }} on {{ $labels.instance }} for `+c.Exporter.FailingFor.String()+` (a GPU that fell off the bus reads ERROR_GPU_IS_LOST); see gpureclaim_exporter_nvml_errors_total.`, ""),
+				`GPU {{ $labels.gpu_index }} ({{ $labels.gpu_uuid }}) cannot be read`,
+				`NVML has failed to read GPU {{ $labels.gpu_index }} ({{ $labels.gpu_uuid }}; empty when never read since the exporter started) on {{ $labels.instance }} for `+c.Exporter.FailingFor.String()+` (a GPU that fell off the bus reads ERROR_GPU_IS_LOST); see gpureclaim_exporter_nvml_errors_total.`, ""),
 		},
 	}
 }

@@ -22,7 +22,7 @@ func NewGPU(src Source) *GPU {
 	return &GPU{
 		src:          src,
 		info:         desc("gpureclaim_gpu_info", "A physical GPU on the node; always 1.", "gpu_uuid", "gpu_index", "model", "pci_bus_id", "node"),
-		up:           desc("gpureclaim_gpu_up", "Whether the last sample could read the GPU (0 when it is lost or fails).", l...),
+		up:           desc("gpureclaim_gpu_up", "Whether the last sample could read the GPU (0 when it is lost or fails); gpu_uuid is empty for a GPU never read since the exporter started.", "gpu_uuid", "gpu_index"),
 		power:        desc("gpureclaim_gpu_power_watts", "Power drawn by the GPU.", l...),
 		energy:       prometheus.NewDesc("gpureclaim_gpu_energy_joules_total", "Energy used by the GPU since the driver loaded.", l, nil),
 		temp:         desc("gpureclaim_gpu_temperature_celsius", "GPU die temperature.", l...),
@@ -57,12 +57,11 @@ func (c *GPU) Collect(ch chan<- prometheus.Metric) {
 	}
 	for i := range s.GPUs {
 		g := &s.GPUs[i]
-		if g.UUID == "" {
-			continue // no identity: nothing to label it with
-		}
+		// A GPU lost before its first read has no UUID: it is still shown,
+		// down, by its index.
 		gauge(ch, c.info, 1, g.UUID, strconv.Itoa(g.Index), g.Model, g.PCIBusID, s.Node)
-		gauge(ch, c.up, boolf(g.Up), g.UUID)
-		if !g.Up {
+		gauge(ch, c.up, boolf(g.Up), g.UUID, strconv.Itoa(g.Index))
+		if !g.Up || g.UUID == "" {
 			continue
 		}
 		emit(ch, c.power, g.PowerWatts, g.UUID)

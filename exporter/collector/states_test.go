@@ -9,6 +9,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpureclaim/gpureclaim/exporter/collector"
@@ -157,4 +159,25 @@ func TestMIGListingFailure(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collector.All(n.Sampler, n.Clock.Now)...)
 	require.Contains(t, string(stableScrape(t, reg)), `gpureclaim_exporter_collector_success{collector="mig"} 0`)
+}
+
+// A GPU lost before the exporter ever read it has no UUID, and is still
+// exported, down, by its index.
+func TestAGPULostBeforeItsFirstReadIsDownByIndex(t *testing.T) {
+	n := samplertest.Start(t, samplertest.Scenario(t, `
+node: n1
+system: dgxh100
+gpus:
+  - {index: 3, lost_after: 0s}
+`), nil)
+	s := n.SampleAt(t, time.Minute, 5*time.Second)
+	require.False(t, s.GPUs[3].Up)
+	require.Empty(t, s.GPUs[3].UUID)
+	got, err := testutil.CollectAndFormat(collector.NewGPU(n.Sampler), expfmt.TypeTextPlain, "gpureclaim_gpu_up")
+	require.NoError(t, err)
+	require.Contains(t, string(got), `gpureclaim_gpu_up{gpu_index="3",gpu_uuid=""} 0`)
+	require.Equal(t, 8, strings.Count(string(got), "gpureclaim_gpu_up{"), "every GPU, the lost one too")
+	problems, err := testutil.CollectAndLint(collector.NewGPU(n.Sampler))
+	require.NoError(t, err)
+	require.Empty(t, problems)
 }

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -361,6 +362,9 @@ func (c *cycle) gpu(i int) (g GPU) {
 				c.s.lost[cause] = true
 				c.s.cfg.Logger.Warn("GPU unreadable: exported as down with its last known identity", "index", i, "uuid", uuid, "pci_bus_id", g.PCIBusID, "call", call, "err", err)
 			}
+		} else if cause := strconv.Itoa(i) + "/" + call + "/" + err.Error(); !c.s.lost[cause] {
+			c.s.lost[cause] = true
+			c.s.cfg.Logger.Warn("GPU unreadable since the exporter started: exported as down by its index, with no UUID", "index", i, "call", call, "err", err)
 		}
 		c.track(StepDevice, start, err)
 		return g
