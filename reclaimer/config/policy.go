@@ -40,7 +40,10 @@ type Policy struct {
 	// labels (see RestoreData), that Prometheus answers with a sample when
 	// the workload is wanted again: its Service's request rate, a queue's
 	// length. The reclaimer then restores it (scales it back, resumes it)
-	// and tells the owner. Empty: a person restores.
+	// and tells the owner. Empty: a person restores. Labels are read as
+	// {{ .label }} inside a double-quoted string, with if/else and eq, ne,
+	// and, or, not; index, range, with, variables and other functions are
+	// refused.
 	RestoreWhen string `yaml:"restore_when"`
 	// RestoreWithin is how long after the action restore_when is watched.
 	// Default 24h.

@@ -135,6 +135,10 @@ func (p *Policy) validateRestore(c *checker, field string, prom Prometheus) {
 		c.errorf(field+".restore_when", "%v", err)
 		return
 	}
+	if err := plainTemplate(t.Root); err != nil {
+		c.errorf(field+".restore_when", "%v: a restore_when reads labels as {{ .label }} only (with if, else, eq, ne, and, or, not), so that the check below sees every value it writes", err)
+		return
+	}
 	// Rendered with a value for every label it reads, it must be PromQL
 	// that returns a sample; rendered with hostile values, each must come
 	// back whole as one string of the query (so the template puts every
@@ -192,6 +196,72 @@ func literals(expr promql.Expr) map[string]bool {
 		return nil
 	})
 	return out
+}
+
+// plainFuncs are the template functions a restore_when may call: they
+// compare and combine, and write no label value.
+var plainFuncs = map[string]bool{"eq": true, "ne": true, "and": true, "or": true, "not": true}
+
+// plainTemplate refuses what would let a template write a value the check
+// of its PromQL does not render hostile: a key read another way than
+// {{ .label }} (index, range over the labels, with and its dot, a
+// variable), or a function that rewrites a value (printf, slice, ...).
+func plainTemplate(n tmplparse.Node) error {
+	switch n := n.(type) {
+	case nil:
+		return nil
+	case *tmplparse.ListNode:
+		if n == nil {
+			return nil
+		}
+		for _, c := range n.Nodes {
+			if err := plainTemplate(c); err != nil {
+				return err
+			}
+		}
+	case *tmplparse.TextNode, *tmplparse.StringNode, *tmplparse.NumberNode, *tmplparse.BoolNode:
+	case *tmplparse.ActionNode:
+		return plainTemplate(n.Pipe)
+	case *tmplparse.PipeNode:
+		if n == nil {
+			return nil
+		}
+		if len(n.Decl) > 0 {
+			return fmt.Errorf("%q declares a variable", n.String())
+		}
+		for _, c := range n.Cmds {
+			if err := plainTemplate(c); err != nil {
+				return err
+			}
+		}
+	case *tmplparse.CommandNode:
+		for _, a := range n.Args {
+			if err := plainTemplate(a); err != nil {
+				return err
+			}
+		}
+	case *tmplparse.IdentifierNode:
+		if !plainFuncs[n.Ident] {
+			return fmt.Errorf("%q is not allowed", n.Ident)
+		}
+	case *tmplparse.FieldNode:
+		if len(n.Ident) != 1 {
+			return fmt.Errorf("%q reads a field of a label", n.String())
+		}
+	case *tmplparse.VariableNode:
+		if n.Ident[0] != "$" || len(n.Ident) != 2 {
+			return fmt.Errorf("%q is not a label", n.String())
+		}
+	case *tmplparse.IfNode:
+		for _, c := range []tmplparse.Node{n.Pipe, n.List, n.ElseList} {
+			if err := plainTemplate(c); err != nil {
+				return err
+			}
+		}
+	default:
+		return fmt.Errorf("%q is not allowed", n.String())
+	}
+	return nil
 }
 
 // fields are the keys a template reads ({{ .namespace }}), to check its
