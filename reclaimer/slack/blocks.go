@@ -3,6 +3,7 @@ package slack
 import (
 	"fmt"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
@@ -87,6 +88,19 @@ func code(s string) string { return "`" + s + "`" }
 // esc escapes text for Slack's mrkdwn: what an alert, a reason or a label
 // carries never becomes a mention (<!channel>), a link or markup.
 var esc = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace
+
+// slackUser is a mention of one Slack user, as the reclaimer writes who
+// pressed a button.
+var slackUser = regexp.MustCompile(`^<@[UW][A-Z0-9]+>$`)
+
+// mention is who did something: a Slack user's mention as it is, any other
+// name escaped.
+func mention(by string) string {
+	if slackUser.MatchString(by) {
+		return by
+	}
+	return esc(by)
+}
 
 // safeURL returns an http(s) URL fit for a mrkdwn link, or "".
 func safeURL(s string) string {
@@ -185,6 +199,7 @@ func Notice(r *reclaim.Reclaim, now time.Time, p Pricing, statusPage string) []s
 func Outcome(kind reclaim.MessageKind, r *reclaim.Reclaim, by string, now time.Time, p Pricing, statusPage string) []slack.Block {
 	var head, body string
 	var actions []slack.BlockElement
+	by = mention(by)
 	switch kind {
 	case reclaim.MsgSnoozed:
 		head = "Snoozed"

@@ -3,6 +3,8 @@ package slack
 import (
 	"context"
 	"time"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
 // SetSleep replaces the notifier's waits between retries.
@@ -12,3 +14,6 @@ func SetSleep(n *Notifier, f func(context.Context, time.Duration) error) { n.sle
 func Limits(n *Notifier) (time.Duration, int) {
 	return time.Duration(float64(time.Second) / float64(n.limit.Limit())), n.limit.Burst()
 }
+
+// AlreadyForTest is a button's answer when the reclaim has moved on.
+func AlreadyForTest(r *reclaim.Reclaim) string { return (&Interactions{}).already(r) }

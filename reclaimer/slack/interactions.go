@@ -226,13 +226,13 @@ func (h *Interactions) press(ctx context.Context, cb *slack.InteractionCallback)
 		switch rs := r.Restore; {
 		case rs == nil:
 		case rs.Failed != "":
-			h.ephemeral(ctx, cb, "A restore was asked by "+esc(rs.AskedBy)+" and did not take: "+esc(rs.Failed)+". The admins are told.")
+			h.ephemeral(ctx, cb, "A restore was asked by "+mention(rs.AskedBy)+" and did not take: "+esc(rs.Failed)+". The admins are told.")
 			return
 		case !rs.RestoredAt.IsZero():
 			h.ephemeral(ctx, cb, "Already restored.")
 			return
 		default:
-			h.ephemeral(ctx, cb, "A restore asked by "+esc(rs.AskedBy)+" is under way: the workload is not running yet.")
+			h.ephemeral(ctx, cb, "A restore asked by "+mention(rs.AskedBy)+" is under way: the workload is not running yet.")
 			return
 		}
 		_, err = h.engine.Restore(ctx, id, by)
@@ -242,7 +242,7 @@ func (h *Interactions) press(ctx context.Context, cb *slack.InteractionCallback)
 	}
 	if err != nil {
 		h.log.Error("carrying out a button press", "reclaim", id, "action", a.ActionID, "err", err)
-		msg := "That did not work: " + err.Error()
+		msg := "That did not work: " + esc(err.Error())
 		if errors.Is(err, reclaim.ErrNotPending) {
 			msg = h.already(r)
 		}
@@ -268,13 +268,13 @@ func (h *Interactions) already(r *reclaim.Reclaim) string {
 	switch r.State {
 	case reclaim.Snoozed:
 		if s := r.Snooze; s != nil {
-			return fmt.Sprintf("Already snoozed by %s until %s.", s.By, date(s.Until))
+			return fmt.Sprintf("Already snoozed by %s until %s.", mention(s.By), date(s.Until))
 		}
 		return "Already snoozed."
 	case reclaim.Exempt:
-		return "Already kept: " + r.Reason + "."
+		return "Already kept: " + esc(r.Reason) + "."
 	}
-	return fmt.Sprintf("Nothing to do: the reclaim is %s (%s).", r.State, r.Reason)
+	return fmt.Sprintf("Nothing to do: the reclaim is %s (%s).", r.State, esc(r.Reason))
 }
 
 // silence mutes this target on the reclaimer's copy of the alert only.

@@ -724,3 +724,23 @@ func TestTLS(t *testing.T) {
 		return err
 	})
 }
+
+// What a label or a reason carries reaches a button's answer escaped: no
+// <!here>, no mention, no link; a presser's own mention stays one.
+func TestButtonAnswersAreEscaped(t *testing.T) {
+	r := &reclaim.Reclaim{State: reclaim.Exempt, Reason: "namespace <!here> <@U0BOSS> <https://evil.example|click> is exempt"}
+	got := rslack.AlreadyForTest(r)
+	require.NotContains(t, got, "<!here>")
+	require.NotContains(t, got, "<@U0BOSS>")
+	require.NotContains(t, got, "<https://")
+	require.Contains(t, got, "&lt;!here&gt;")
+	r = &reclaim.Reclaim{State: reclaim.Snoozed, Snooze: &reclaim.Snooze{By: "<@U0CAROL>", Until: time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)}}
+	require.Contains(t, rslack.AlreadyForTest(r), "Already snoozed by <@U0CAROL>", "a Slack user's mention stays")
+	r.Snooze.By = "<!channel>"
+	require.Contains(t, rslack.AlreadyForTest(r), "Already snoozed by &lt;!channel&gt;")
+	for _, b := range rslack.Outcome(reclaim.MsgKept, r, "<!everyone>", time.Now(), rslack.Pricing{}, "") {
+		raw, err := json.Marshal(b)
+		require.NoError(t, err)
+		require.NotContains(t, string(raw), "<!everyone>")
+	}
+}
