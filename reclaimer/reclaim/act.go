@@ -103,9 +103,13 @@ func (e *Engine) act(ctx context.Context, id string) {
 		e.o.Metrics.fenced.WithLabelValues(string(FencedAction)).Inc()
 		e.o.Logger.Warn("refused: leadership in doubt", "what", FencedAction, "reclaim", id, "err", err)
 	case err == nil || errors.Is(err, ErrGone):
-		result, detail := ActionDone, res.Detail
+		// acted_at is when the node or the API confirmed the action; a target
+		// found gone when an action begun before a restart is run again
+		// went at the earliest when that one began.
+		result, detail, at := ActionDone, res.Detail, e.now()
 		switch {
 		case err != nil && resumed:
+			at = r.ActingSince
 			result, detail = ActionGone, "the target is gone: the action begun before the reclaimer restarted took effect (or it left on its own)"
 			if len(r.Planned) > 0 {
 				res.Killed = r.Planned
@@ -116,7 +120,7 @@ func (e *Engine) act(ctx context.Context, id string) {
 		}
 		e.o.Metrics.action(r.Action, result)
 		res.Detail = detail
-		e.carriedOut(ctx, id, &res)
+		e.carriedOut(ctx, id, &res, at)
 	case errors.As(err, &refused):
 		e.o.Metrics.action(r.Action, ActionRefused)
 		e.finish(id, Cancelled, refused.Reason, nil)

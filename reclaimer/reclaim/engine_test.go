@@ -735,6 +735,20 @@ func TestRestartAfterTheActionRecordsTheTruth(t *testing.T) {
 	}
 }
 
+// Killed before the action, restarted 40 s later: the action runs then,
+// and acted_at is when it was confirmed, not when the first try began.
+func TestActedAtIsWhenTheActionWasConfirmed(t *testing.T) {
+	f := newFixture(t, "policies: [{name: idle, matchers: ['alertname=\"GPUIdle\"'], action: auto, grace: 5m}]\n")
+	f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"))
+	f.at(0)
+	f.stepUntilCrash(5*time.Minute, "before-action")
+	require.Zero(t, f.actor.Count(), "nothing was done before the crash")
+	f.at(5*time.Minute + 40*time.Second)
+	require.Equal(t, 1, f.actor.Count())
+	r := f.only()
+	require.Equal(t, reclaimtest.T0.Add(5*time.Minute+40*time.Second), r.ActedAt, "the action the node confirmed, after the restart")
+}
+
 // An action that failed and will be retried did not take effect: the next
 // attempt checks everything again, and a resolved alert cancels it.
 func TestRetriedActionChecksAgain(t *testing.T) {

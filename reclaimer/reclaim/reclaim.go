@@ -220,8 +220,9 @@ type Reclaim struct {
 	Updated time.Time `json:"updated"`
 	// ActAt is when the action is due (after the grace, and any deferral).
 	ActAt time.Time `json:"act_at,omitzero"`
-	// ActedAt is when the action was carried out (the API accepted the
-	// stop, the node signalled the processes).
+	// ActedAt is when the action was confirmed (the API accepted the
+	// stop, the node answered that it ended the processes); for an action
+	// begun before a restart and found to have taken effect, when it began.
 	ActedAt time.Time `json:"acted_at,omitzero"`
 	// ReleaseBy is the deadline for the world to show the GPU released,
 	// set when the action was carried out; ReleasedAt is when it did.

@@ -27,22 +27,16 @@ func (r *Reclaim) ReleaseKind() string {
 	return config.ReleaseKindPod
 }
 
-// carriedOut records an action its target accepted: the reclaim stays
-// acting until the world shows the GPU released, or the deadline of what
-// was stopped passes.
-func (e *Engine) carriedOut(ctx context.Context, id string, res *Result) {
-	now := e.now()
+// carriedOut records an action its target accepted at the time at: the
+// reclaim stays acting until the world shows the GPU released, or the
+// deadline of what was stopped passes.
+func (e *Engine) carriedOut(ctx context.Context, id string, res *Result, at time.Time) {
 	r, err := e.update(id, func(c *Reclaim) []Event { return []Event{e.event(c, "carried_out", res.Detail, "reclaimer")} }, func(c *Reclaim) bool {
 		if c.State != Acting {
 			return false
 		}
 		c.Workload, c.Killed, c.Detail = res.Workload, res.Killed, res.Detail
-		// The action's time is when it began, as recorded before it ran: a
-		// restart in the middle resumes it, and must not move it.
-		c.ActedAt = now
-		if !c.ActingSince.IsZero() {
-			c.ActedAt = c.ActingSince
-		}
+		c.ActedAt = at
 		c.ActingSince, c.NextTry = time.Time{}, time.Time{}
 		c.ReleaseBy = c.ActedAt.Add(e.o.Config.Release.TimeoutFor(c.ReleaseKind()))
 		c.Reason = "carried out; waiting for the GPU to be released"
