@@ -2,12 +2,16 @@ package web
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
+	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 )
 
 // ActivityReader says when a pod's GPUs were last active (promquery).
@@ -23,6 +27,28 @@ type ActivityReader interface {
 type Activity struct {
 	HasActivity  bool       `json:"has_activity"`
 	LastActivity *time.Time `json:"last_activity,omitempty"`
+}
+
+// The activity probe asks Prometheus at most this often (answers are kept
+// for a step, and shared by the probes that ask for one pod at once).
+const (
+	activityQueriesPerSecond rate.Limit = 20
+	activityQueryBurst                  = 40
+	maxActivityAnswers                  = 10000
+)
+
+// errBusy: the question would pass the endpoint's limit.
+var errBusy = errors.New("busy")
+
+type lastActive struct {
+	last time.Time
+	held bool
+}
+
+// activityStep is how finely activity is read, and how long an answer is
+// kept: fine enough to tell recent from not, coarse enough for a week.
+func activityStep(a config.Activity) time.Duration {
+	return min(time.Minute, max(time.Second, time.Duration(a.Recent)/5))
 }
 
 // activity answers when the GPUs of ?namespace=&pod= were last active.
@@ -49,9 +75,21 @@ func (s *Server) activity(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	recent, lookback := time.Duration(a.Recent), time.Duration(a.Lookback)
-	// Fine enough to tell recent from not, coarse enough for a week.
-	step := min(time.Minute, max(time.Second, recent/5))
-	last, held, err := s.activityReader.LastActive(r.Context(), ns, pod, a.Threshold, lookback, step)
+	step := activityStep(a)
+	ans, _, err := s.activities.get(r.Context(), ns+"/"+pod, func(ctx context.Context) (lastActive, error) {
+		if !s.activityLimit.AllowN(s.clock(), 1) {
+			return lastActive{}, errBusy
+		}
+		last, held, err := s.activityReader.LastActive(ctx, ns, pod, a.Threshold, lookback, step)
+		return lastActive{last: last, held: held}, err
+	})
+	last, held := ans.last, ans.held
+	if errors.Is(err, errBusy) {
+		code = http.StatusTooManyRequests
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, code, problem{Error: fmt.Sprintf("more than %g new activity questions a second: ask again", float64(activityQueriesPerSecond))})
+		return
+	}
 	if err != nil {
 		s.log.Warn("reading a pod's GPU activity from Prometheus", "namespace", ns, "pod", pod, "err", err)
 		// A probe that fails culls nothing: the culler waits.

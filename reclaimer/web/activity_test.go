@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -78,9 +79,51 @@ func TestActivityEndpoint(t *testing.T) {
 	require.Equal(t, []string{"ml/busy", "ml/idle", "ml/never", "ml/gone"}, r.asks, "refused requests never reach Prometheus")
 
 	r.err = errors.New("connection refused")
-	code, body := get("namespace=ml&pod=busy", "t0ken")
+	code, body := get("namespace=ml&pod=other", "t0ken")
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Contains(t, body["error"], "connection refused")
+	code, _ = get("namespace=ml&pod=busy", "t0ken")
+	require.Equal(t, http.StatusOK, code, "an answer is kept for a step")
+}
+
+// A probe in every notebook pod costs Prometheus one question per pod and
+// step: answers are kept for a step and shared; past a rate of new
+// questions the endpoint answers 429 with Retry-After, and asks nothing.
+func TestActivityEndpointKeepsAndLimitsItsQuestions(t *testing.T) {
+	cfg := reclaimtest.Config(t, "prometheus: {url: \"http://127.0.0.1:9090\"}\nactivity: {bearer_token_file: token, recent: 5m}\n")
+	now := reclaimtest.T0.Add(time.Hour)
+	clock := func() time.Time { return now }
+	r := &reader{last: map[string]time.Time{}}
+	srv := httptest.NewServer(web.New(web.Options{Config: cfg, Clock: clock, Registry: prometheus.NewRegistry(), Activity: r}))
+	t.Cleanup(srv.Close)
+	get := func(pod string) *http.Response {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/api/v1/activity?namespace=ml&pod="+pod, nil)
+		req.Header.Set("Authorization", "Bearer t0ken")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp
+	}
+	r.last["ml/nb"] = now.Add(-time.Minute)
+	for range 20 {
+		require.Equal(t, http.StatusOK, get("nb").StatusCode)
+	}
+	require.Equal(t, []string{"ml/nb"}, r.asks, "asked once for twenty probes within a step")
+	now = now.Add(time.Minute)
+	require.Equal(t, http.StatusOK, get("nb").StatusCode)
+	require.Len(t, r.asks, 2, "and again a step later")
+
+	// Many pods at once: the limit's burst, then 429 without a question.
+	limited := 0
+	for i := range 200 {
+		resp := get(fmt.Sprintf("nb-%d", i))
+		if resp.StatusCode == http.StatusTooManyRequests {
+			require.Equal(t, "1", resp.Header.Get("Retry-After"))
+			limited++
+		}
+	}
+	require.Equal(t, 161, limited, "the burst of 40 less the question just asked, on the reclaimer's clock, which stands still here")
+	require.Len(t, r.asks, 2+39, "a limited request asks nothing")
 }
 
 // Without activity: the endpoint is not served.

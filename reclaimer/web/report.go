@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -15,6 +16,10 @@ type ReportBuilder func(ctx context.Context, window time.Duration) (report.Repor
 
 // maxReportDays bounds the window a report may ask Prometheus for.
 const maxReportDays = 90
+
+// reportKeptFor is how long a report is served again before it is built
+// anew: its figures are days long.
+const reportKeptFor = 5 * time.Minute
 
 // report serves GET /api/v1/report?days=7: the weekly report (or another
 // number of days), as text, or as JSON with Accept: application/json.
@@ -31,7 +36,21 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 		}
 		days = n
 	}
-	rep, err := s.reportBuilder(r.Context(), time.Duration(days)*24*time.Hour)
+	rep, _, err := s.reports.get(r.Context(), strconv.Itoa(days), func(ctx context.Context) (report.Report, error) {
+		select { // one report at a time: each is many range queries
+		case s.reportBuilding <- struct{}{}:
+			defer func() { <-s.reportBuilding }()
+		default:
+			return report.Report{}, errBusy
+		}
+		return s.reportBuilder(ctx, time.Duration(days)*24*time.Hour)
+	})
+	if errors.Is(err, errBusy) {
+		code = http.StatusTooManyRequests
+		w.Header().Set("Retry-After", "5")
+		writeJSON(w, code, problem{Error: "another report is being built: ask again"})
+		return
+	}
 	if err != nil {
 		s.log.Warn("building the report", "err", err)
 		code = http.StatusServiceUnavailable

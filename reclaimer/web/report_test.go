@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,6 +67,44 @@ func TestReportEndpoint(t *testing.T) {
 	code, _ = get("", "", "")
 	require.Equal(t, http.StatusUnauthorized, code)
 	fail = true
-	code, _ = get("", "t0ken", "")
+	code, _ = get("?days=8", "t0ken", "")
 	require.Equal(t, http.StatusServiceUnavailable, code)
+	asked = 0
+	code, _ = get("", "t0ken", "")
+	require.Equal(t, http.StatusOK, code, "the week's report is kept a while")
+	require.Zero(t, asked, "and not built again")
+}
+
+// Reports of 90 days asked at once are built once; a report of another
+// window asked while one is built is answered 429, and builds nothing.
+func TestReportEndpointBuildsOneAtATime(t *testing.T) {
+	cfg := reclaimtest.Config(t, "web: {auth: {bearer_token_file: token}}\n")
+	var builds atomic.Int32
+	release := make(chan struct{})
+	build := func(_ context.Context, window time.Duration) (report.Report, error) {
+		builds.Add(1)
+		<-release
+		return report.Report{Currency: "USD"}, nil
+	}
+	srv := httptest.NewServer(web.New(web.Options{Config: cfg, Clock: time.Now, Registry: prometheus.NewRegistry(), Report: build}))
+	t.Cleanup(srv.Close)
+	get := func(days string) int {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/api/v1/report?days="+days, nil)
+		req.Header.Set("Authorization", "Bearer t0ken")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	codes := make(chan int, 5)
+	for range 5 {
+		go func() { codes <- get("90") }()
+	}
+	require.Eventually(t, func() bool { return builds.Load() == 1 }, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, http.StatusTooManyRequests, get("30"), "another window while one is built")
+	close(release)
+	for range 5 {
+		require.Equal(t, http.StatusOK, <-codes)
+	}
+	require.EqualValues(t, 1, builds.Load(), "five asks of 90 days, one build")
 }

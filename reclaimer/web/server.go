@@ -16,12 +16,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/time/rate"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpureclaim/gpureclaim/api/v1alpha1"
 	"github.com/gpureclaim/gpureclaim/internal/httpserver"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+	"github.com/gpureclaim/gpureclaim/reclaimer/report"
 )
 
 // Engine is what the server needs of the lifecycle.
@@ -54,6 +56,12 @@ type Server struct {
 	activityReader ActivityReader
 	// reportBuilder answers GET /api/v1/report, with Prometheus configured.
 	reportBuilder ReportBuilder
+	// Each answer Prometheus gave, kept a while (cache.go); a limit on the
+	// questions the activity probe asks, and one report built at a time.
+	activities     *answers[lastActive]
+	activityLimit  *rate.Limiter
+	reports        *answers[report.Report]
+	reportBuilding chan struct{}
 }
 
 // Options configure a Server.
@@ -97,10 +105,14 @@ func New(o Options) *Server {
 	s.mux.HandleFunc("POST /api/v1/reclaims/{id}/restore", s.restore)
 	if o.Activity != nil && o.Config.Activity.On() {
 		s.activityReader = o.Activity
+		s.activities = newAnswers[lastActive](activityStep(o.Config.Activity), maxActivityAnswers, o.Clock)
+		s.activityLimit = rate.NewLimiter(activityQueriesPerSecond, activityQueryBurst)
 		s.mux.HandleFunc("GET /api/v1/activity", s.activity)
 	}
 	if o.Report != nil {
 		s.reportBuilder = o.Report
+		s.reports = newAnswers[report.Report](reportKeptFor, maxReportDays, o.Clock)
+		s.reportBuilding = make(chan struct{}, 1)
 		s.mux.Handle("GET /api/v1/report", s.readers(s.report))
 	}
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{}))
