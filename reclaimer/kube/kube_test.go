@@ -231,6 +231,24 @@ func TestKubernetes(t *testing.T) {
 		require.EqualValues(t, 2, *got.Spec.Replicas)
 	})
 
+	t.Run("a StatefulSet that deletes its volumes when scaled is not scaled", func(t *testing.T) {
+		ns := namespace(t, admin, "sts-delete", nil)
+		s, err := admin.AppsV1().StatefulSets(ns).Create(ctx, &appsv1.StatefulSet{
+			ObjectMeta: metav1.ObjectMeta{Name: "db"},
+			Spec: appsv1.StatefulSetSpec{Replicas: ptr(int32(1)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
+				PersistentVolumeClaimRetentionPolicy: &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
+					WhenDeleted: appsv1.RetainPersistentVolumeClaimRetentionPolicyType, WhenScaled: appsv1.DeletePersistentVolumeClaimRetentionPolicyType},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "db"}}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		pod(t, admin, ns, "db-0", map[string]string{"app": "db"}, nil,
+			&metav1.OwnerReference{APIVersion: "apps/v1", Kind: "StatefulSet", Name: s.Name, UID: s.UID, Controller: ptr(true)})
+		ctl, err := kc.TopOwner(ctx, target(ns, "db-0").Target)
+		require.NoError(t, err)
+		require.Equal(t, reclaim.StopNone, ctl.Stop)
+		require.Contains(t, ctl.Why, "persistentVolumeClaimRetentionPolicy.whenScaled: Delete")
+	})
+
 	t.Run("a pod with no controller cannot be scaled", func(t *testing.T) {
 		ns := namespace(t, admin, "bare", nil)
 		pod(t, admin, ns, "lonely", nil, nil, nil)

@@ -184,6 +184,15 @@ func (c *Client) decide(ctx context.Context, ch *chain) (reclaim.TopOwner, error
 		ctl.Why = fmt.Sprintf("the pod is owned by %s, which gpureclaim cannot stop; declare it under `workloads:`", ctl)
 		return ctl, nil
 	}
+	if top.gvr.Group == "apps" && top.kind == "StatefulSet" {
+		// Scaled down, such a StatefulSet deletes its pods' volumes: a
+		// restore would bring back empty ones.
+		if when, _, _ := unstructured.NestedString(top.obj.Object, "spec", "persistentVolumeClaimRetentionPolicy", "whenScaled"); when == "Delete" {
+			ctl.Stop = reclaim.StopNone
+			ctl.Why = fmt.Sprintf("%s deletes its pods' volumes when it is scaled down (persistentVolumeClaimRetentionPolicy.whenScaled: Delete): a scale-down would lose them, so the owner is told", ctl)
+			return ctl, nil
+		}
+	}
 	replicas, err := c.replicas(ctx, top.gvr, ctl.Namespace, ctl.Name)
 	if err != nil {
 		return reclaim.TopOwner{}, fmt.Errorf("reading the scale of %s: %w", ctl, err)
