@@ -103,6 +103,8 @@ pods:
   - {name: %[1]s, namespace: batch, container: main}
   - {name: %[2]s, namespace: notebooks, container: main}
   - {name: %[3]s, namespace: kserve, container: main}
+  - {name: share-busy, namespace: shared, container: main, annotations: {gpureclaim.io/owner: U0FRANK}}
+  - {name: share-idle, namespace: shared, container: main, annotations: {gpureclaim.io/owner: U0FRANK}}
 gpus:
   - index: 0
     mig:
@@ -111,6 +113,13 @@ gpus:
   - {index: 1, sm_active: 0, pods: [%[1]s], processes: [{pid: 3003, pod: %[1]s, memory_used: 40GiB, started: -3h}]}
   - {index: 2, sm_active: 0, pods: [%[2]s], processes: [{pid: 3004, pod: %[2]s, memory_used: 12GiB, started: -3h}]}
   - {index: 3, sm_active: 0, pods: [%[3]s], processes: [{pid: 3005, pod: %[3]s, memory_used: 30GiB, started: -3h}]}
+  # Time-sliced between two pods: one busy, one whose own process does nothing.
+  - index: 4
+    sm_active: 0.5
+    pods: [share-busy, share-idle]
+    processes:
+      - {pid: 3006, pod: share-busy, memory_used: 20GiB, sm_util: 0.5, started: -3h}
+      - {pid: 3007, pod: share-idle, memory_used: 10GiB, sm_util: 0, started: -3h}
 `, jobPod, notebookPod, predictorPod)
 }
 
@@ -199,7 +208,7 @@ func (su *suite) deployChatAPI() string {
 func (su *suite) waitRunning() {
 	require.Eventually(su.t, func() bool {
 		pods, err := su.s.Admin.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
-		if err != nil || len(pods.Items) < 12 { // six on gpu-a, five on gpu-b, one on gpu-c
+		if err != nil || len(pods.Items) < 14 { // six on gpu-a, seven on gpu-b, one on gpu-c
 			return false
 		}
 		for _, p := range pods.Items {
@@ -422,6 +431,24 @@ func TestEndToEnd(t *testing.T) {
 		idle, err := su.s.Query(ctx, `uuid_owner:gpureclaim_unit_idle_held:activity{pod="keeper",keep="true"}`)
 		require.NoError(t, err)
 		require.Len(t, idle, 1, "the kept pod is idle, and counted so, but never reclaimed")
+	})
+
+	t.Run("a GPU two pods share: the idle one evicted, the busy one never touched", func(t *testing.T) {
+		r := su.waitState("share-idle", pod("shared", "share-idle"), "done", 90*time.Second)
+		su.waitPodGone(t, "shared", "share-idle")
+		require.Equal(t, "holder_sm_utilization", r.Labels.Get("signal"), "judged on its own share, attributed by the node's pod list")
+		require.False(t, su.podGone("shared", "share-busy"))
+		_, found := su.reclaimOf(pod("shared", "share-busy"))
+		require.False(t, found, "the busy pod is never warned")
+		busy, err := su.s.Query(ctx, `gpureclaim_unit_owner_processes{namespace="shared",pod="share-busy"} == 1`)
+		require.NoError(t, err)
+		require.Len(t, busy, 1, "its process is its own")
+		su.timing("idle pod on a shared GPU → evicted", su.started, r.Warning.At, time.Now())
+	})
+
+	t.Run("no action on a holder that was busy or kept at the moment of the act", func(t *testing.T) {
+		n := su.noWrongAction(t)
+		su.times = append(su.times, fmt.Sprintf("%-40s %d actions checked against the exporters' series", "no wrong action", n))
 	})
 
 	t.Run("every dashboard query returns data", func(t *testing.T) {

@@ -285,8 +285,18 @@ func (c *cycle) processHolder(p Process, allocated []podresources.Container) (ow
 				return unattributedKey, causePodNotListed
 			}
 			container := m.Containers[p.ContainerID]
-			if container == "" && len(allocated) == 1 && allocated[0].Namespace == m.Namespace && allocated[0].Pod == m.Name {
-				container = allocated[0].Container
+			if container == "" {
+				// Its container's id is not listed (not started when listed):
+				// the pod's one container the unit is allocated to.
+				var of []string
+				for _, a := range allocated {
+					if a.Namespace == m.Namespace && a.Pod == m.Name && !slices.Contains(of, a.Container) {
+						of = append(of, a.Container)
+					}
+				}
+				if len(of) == 1 {
+					container = of[0]
+				}
 			}
 			return ownerKey{namespace: m.Namespace, pod: m.Name, container: container}, ""
 		}

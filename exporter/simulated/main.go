@@ -85,9 +85,14 @@ func simulatedNode(so *simOptions, o *server.Options, logger *slog.Logger) (*ser
 		NVML: sn, Name: name,
 		Proc:     procfs.New(sn.ProcRoot, sn.Passwd),
 		Allocs:   client,
-		Pods:     podmeta.NewStatic(sn.PodMeta()),
 		Signaler: signaler{sn.Sim},
 		Close:    func() { client.Close(); sn.Close() },
+	}
+	// The scenario names its pods' UIDs, which a node does not know: with
+	// --kubernetes.node-pods the simulated node is attributed as a real one,
+	// from the cluster's pod list.
+	if !o.NodePods {
+		n.Pods = podmeta.NewStatic(sn.PodMeta())
 	}
 	if so.exposition == expositionDCGM {
 		n.Collectors = func(src collector.Source) []prometheus.Collector {

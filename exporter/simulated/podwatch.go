@@ -43,19 +43,23 @@ func (w *podWatch) sync(ctx context.Context) {
 		w.log.Warn("listing the simulated node's pods", "err", err)
 		return
 	}
-	running := map[string]bool{}
+	running := map[string]string{} // UIDs by namespace/name
 	for _, p := range pods {
 		if p.Metadata.DeletionTimestamp == nil {
-			running[p.Metadata.Namespace+"/"+p.Metadata.Name] = true
+			running[p.Metadata.Namespace+"/"+p.Metadata.Name] = p.Metadata.UID
 		}
 	}
 	if w.sim.Scenario().Allocation == nvmlsim.AllocationDRA {
 		w.sim.SetClusterClaims(w.claims(ctx, pods))
 	}
 	for _, p := range w.sim.Scenario().Pods {
+		uid, ok := running[p.Namespace+"/"+p.Name]
 		switch {
-		case running[p.Namespace+"/"+p.Name]:
+		case ok:
 			w.seen[p.Name] = true
+			// The cluster's pod is the simulated one: its processes carry
+			// the cluster's UID, as a node's cgroups do.
+			w.sim.AdoptPodUID(p.Name, uid)
 		case w.seen[p.Name]:
 			if w.sim.RemovePod(p.Name) {
 				w.log.Info("pod left the cluster: its GPUs are free", "pod", p.Namespace+"/"+p.Name)
@@ -69,6 +73,7 @@ type apiPod struct {
 	Metadata struct {
 		Name              string  `json:"name"`
 		Namespace         string  `json:"namespace"`
+		UID               string  `json:"uid"`
 		DeletionTimestamp *string `json:"deletionTimestamp"`
 	} `json:"metadata"`
 	Spec struct {

@@ -123,6 +123,41 @@ func (s *Sim) SetClusterClaims(c []ClusterClaim) {
 	s.clusterClaims = c
 }
 
+// AdoptPodUID gives a scenario pod the UID its cluster gave the pod of the
+// same name, and rewrites its processes' cgroups to carry it, as a real
+// node's would: a pod list read from the cluster then names them. It says
+// whether anything changed.
+func (s *Sim) AdoptPodUID(name, uid string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var pod *Pod
+	for i := range s.sc.Pods {
+		if s.sc.Pods[i].Name == name {
+			pod = &s.sc.Pods[i]
+		}
+	}
+	if pod == nil || uid == "" || pod.UID == uid || s.removedPods[name] {
+		return false
+	}
+	pod.UID = uid
+	if s.procRoot == "" {
+		return true
+	}
+	pods := map[string]*Pod{name: pod}
+	for _, d := range s.devices {
+		for _, u := range d.units() {
+			for i := range u.cfg.Processes {
+				p := &u.cfg.Processes[i]
+				if p.Pod != name || s.killed[p.PID] || p.OutsideProc {
+					continue
+				}
+				_ = s.writeProc(s.procRoot, p, s.cgroupOf(p, pods)) // as Kill's removal, best effort
+			}
+		}
+	}
+	return true
+}
+
 // RemovePod ends a pod, as when it is evicted or its Deployment is scaled
 // down: the kubelet stops reporting it and its processes leave their GPUs.
 func (s *Sim) RemovePod(name string) bool {

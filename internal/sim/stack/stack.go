@@ -304,7 +304,11 @@ func (s *Stack) StartExporters(ctx context.Context) error {
 			args = append(args, "--action.token-file="+filepath.Join(s.o.Dir, "node.token"), "--action.idle-window="+window.String(), "--action.kill-grace=1s")
 		}
 		if kubeconfig != "" {
-			args = append(args, "--simulate.kubeconfig="+kubeconfig)
+			// Attributed as the node binary is, from the cluster's pod list
+			// (the simulated pods take the cluster's UIDs), not from the
+			// scenario's pod metadata, which a node does not have.
+			args = append(args, "--simulate.kubeconfig="+kubeconfig,
+				"--kubernetes.node-pods", "--kubernetes.node-pods-interval=5s", "--kubernetes.kubeconfig="+kubeconfig)
 		}
 		args = append(args, s.o.ExporterArgs...)
 		if err := os.MkdirAll(filepath.Join(s.o.Dir, "node-"+n.Name), 0o755); err != nil {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/gpureclaim/gpureclaim/api/v1alpha1"
@@ -50,7 +51,16 @@ func (t *Timeline) Run(ctx context.Context) {
 
 // Query runs an instant PromQL query and returns each series' labels.
 func (s *Stack) Query(ctx context.Context, q string) ([]map[string]string, error) {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.PrometheusURL+"/api/v1/query?query="+url.QueryEscape(q), nil)
+	return s.QueryAt(ctx, q, time.Time{})
+}
+
+// QueryAt runs an instant PromQL query at a past time (now when zero).
+func (s *Stack) QueryAt(ctx context.Context, q string, at time.Time) ([]map[string]string, error) {
+	v := url.Values{"query": {q}}
+	if !at.IsZero() {
+		v.Set("time", strconv.FormatFloat(float64(at.UnixMilli())/1000, 'f', 3, 64))
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.PrometheusURL+"/api/v1/query?"+v.Encode(), nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, err
