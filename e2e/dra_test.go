@@ -19,10 +19,44 @@ import (
 const nodeCScenario = `node: gpu-c
 system: dgxh100
 allocation: dra
+pods:
+  - {name: share-a, namespace: dra-shared, container: main, claim: shared-gpu, annotations: {gpureclaim.io/owner: U0HEIDI}}
+  - {name: share-b, namespace: dra-shared, container: main, claim: shared-gpu, annotations: {gpureclaim.io/owner: U0HEIDI}}
 gpus:
   - {index: 0, sm_active: 0}
   - {index: 1, lost_after: 5m}
+  # One ResourceClaim reserved for two pods: share-a works, share-b's own
+  # process does nothing.
+  - index: 2
+    sm_active: 0.6
+    pods: [share-a, share-b]
+    processes:
+      - {pid: 4001, pod: share-a, memory_used: 20GiB, sm_util: 0.6, started: -3h}
+      - {pid: 4002, pod: share-b, memory_used: 10GiB, sm_util: 0, started: -3h}
 `
+
+// deploySharedClaim makes the pods of gpu-c's shared GPU real pods on
+// gpu-c, both using the one ResourceClaim the node reports them to hold
+// GPU 2 through.
+func (su *suite) deploySharedClaim() {
+	admin, driver := su.s.Admin, names.DRADrivers[0]
+	_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "dra-shared"}}, metav1.CreateOptions{})
+	require.NoError(su.t, err)
+	_, err = admin.ResourceV1().ResourceClaims("dra-shared").Create(ctx, &resourcev1.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "shared-gpu"},
+		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+			Requests: []resourcev1.DeviceRequest{{Name: "gpu", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: driver}}}}},
+	}, metav1.CreateOptions{})
+	require.NoError(su.t, err)
+	for _, name := range []string{"share-a", "share-b"} {
+		spec := draPodSpec()
+		spec.NodeName = "gpu-c"
+		spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr("shared-gpu")}}
+		_, err := admin.CoreV1().Pods("dra-shared").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name,
+			Annotations: map[string]string{"gpureclaim.io/owner": "U0HEIDI"}}, Spec: spec}, metav1.CreateOptions{})
+		require.NoError(su.t, err)
+	}
+}
 
 // deployDRAJob publishes, as the DRA driver's kubelet plugin would, gpu-c's
 // GPU 0 in a ResourceSlice (named as the driver names it), runs an idle

@@ -105,6 +105,7 @@ pods:
   - {name: %[3]s, namespace: kserve, container: main}
   - {name: share-busy, namespace: shared, container: main, annotations: {gpureclaim.io/owner: U0FRANK}}
   - {name: share-idle, namespace: shared, container: main, annotations: {gpureclaim.io/owner: U0FRANK}}
+  - {name: viewer, namespace: browsed, container: main, annotations: {gpureclaim.io/owner: U0IVAN}}
 gpus:
   - index: 0
     mig:
@@ -120,6 +121,8 @@ gpus:
     processes:
       - {pid: 3006, pod: share-busy, memory_used: 20GiB, sm_util: 0.5, started: -3h}
       - {pid: 3007, pod: share-idle, memory_used: 10GiB, sm_util: 0, started: -3h}
+  # Idle, under a policy whose grace outlasts the suite: pending for the browser.
+  - {index: 5, sm_active: 0, pods: [viewer], processes: [{pid: 3008, pod: viewer, memory_used: 5GiB, started: -3h}]}
 `, jobPod, notebookPod, predictorPod)
 }
 
@@ -139,6 +142,7 @@ release: {interval: 1s, timeouts: {InferenceService: 15s}}
 policies:
   - {name: services, matchers: ['alertname="GPUIdle"', 'namespace="serving"'], action: scale_down, grace: 5s, min_runtime: 0s}
   - {name: flappy, matchers: ['alertname="GPUIdle"', 'namespace="flappy"'], action: auto, grace: 40s, min_runtime: 0s}
+  - {name: browsed, matchers: ['alertname="GPUIdle"', 'namespace="browsed"'], action: auto, grace: 1h, min_runtime: 0s}
   - {name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 5s, min_runtime: 0s}
   - {name: notify, matchers: ['alertname=~"GPUWasted|GPUOvercommitted|MIGInstanceOversized"'], action: notify}
 `, filepath.Join(dir, "slack.token"), filepath.Join(dir, "slack.signing"), slackURL)
@@ -179,6 +183,7 @@ func start(t *testing.T) *suite {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "gpu-a.yaml"), []byte(nodeAScenario(chatPod)), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "gpu-b.yaml"), []byte(nodeBScenario(su.deployJob(), su.deployNotebook(), su.deployInferenceService())), 0o644))
 	su.draPod = su.deployDRAJob()
+	su.deploySharedClaim()
 	require.NoError(t, su.s.CreatePods(ctx))
 	su.waitRunning()
 	su.draWaiter()
@@ -208,7 +213,7 @@ func (su *suite) deployChatAPI() string {
 func (su *suite) waitRunning() {
 	require.Eventually(su.t, func() bool {
 		pods, err := su.s.Admin.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
-		if err != nil || len(pods.Items) < 14 { // six on gpu-a, seven on gpu-b, one on gpu-c
+		if err != nil || len(pods.Items) < 17 { // six on gpu-a, eight on gpu-b, three on gpu-c
 			return false
 		}
 		for _, p := range pods.Items {
@@ -433,18 +438,23 @@ func TestEndToEnd(t *testing.T) {
 		require.Len(t, idle, 1, "the kept pod is idle, and counted so, but never reclaimed")
 	})
 
-	t.Run("a GPU two pods share: the idle one evicted, the busy one never touched", func(t *testing.T) {
-		r := su.waitState("share-idle", pod("shared", "share-idle"), "done", 90*time.Second)
-		su.waitPodGone(t, "shared", "share-idle")
-		require.Equal(t, "holder_sm_utilization", r.Labels.Get("signal"), "judged on its own share, attributed by the node's pod list")
-		require.False(t, su.podGone("shared", "share-busy"))
-		_, found := su.reclaimOf(pod("shared", "share-busy"))
-		require.False(t, found, "the busy pod is never warned")
-		busy, err := su.s.Query(ctx, `gpureclaim_unit_owner_processes{namespace="shared",pod="share-busy"} == 1`)
-		require.NoError(t, err)
-		require.Len(t, busy, 1, "its process is its own")
-		su.timing("idle pod on a shared GPU → evicted", su.started, r.Warning.At, time.Now())
-	})
+	for _, sh := range []struct{ what, ns, busy, idle string }{
+		{"time-sliced", "shared", "share-busy", "share-idle"},
+		{"through one ResourceClaim", "dra-shared", "share-a", "share-b"},
+	} {
+		t.Run("a GPU two pods share "+sh.what+": the idle one evicted, the busy one never touched", func(t *testing.T) {
+			r := su.waitState(sh.idle, pod(sh.ns, sh.idle), "done", 90*time.Second)
+			su.waitPodGone(t, sh.ns, sh.idle)
+			require.Equal(t, "holder_sm_utilization", r.Labels.Get("signal"), "judged on its own share, attributed by the node's pod list")
+			require.False(t, su.podGone(sh.ns, sh.busy))
+			_, found := su.reclaimOf(pod(sh.ns, sh.busy))
+			require.False(t, found, "the busy pod is never warned")
+			busy, err := su.s.Query(ctx, fmt.Sprintf(`gpureclaim_unit_owner_processes{namespace=%q,pod=%q} == 1`, sh.ns, sh.busy))
+			require.NoError(t, err)
+			require.Len(t, busy, 1, "its process is its own")
+			su.timing("idle pod on a GPU shared "+sh.what+" → evicted", su.started, r.Warning.At, time.Now())
+		})
+	}
 
 	t.Run("no action on a holder that was busy or kept at the moment of the act", func(t *testing.T) {
 		n := su.noWrongAction(t)
