@@ -32,9 +32,9 @@ type Activity struct {
 // The activity probe asks Prometheus at most this often (answers are kept
 // for a step, and shared by the probes that ask for one pod at once).
 const (
-	activityQueriesPerSecond rate.Limit = 20
-	activityQueryBurst                  = 40
-	maxActivityAnswers                  = 10000
+	activityQueriesPerSecond = rate.Limit(20)
+	activityQueryBurst       = 40
+	maxActivityAnswers       = 10000
 )
 
 // errBusy: the question would pass the endpoint's limit.
