@@ -49,6 +49,7 @@ func Build(t testing.TB, dir, pkg, name string) string {
 // Bin returns the path of a tool built by `make tools`.
 func Bin(t testing.TB, name string) string {
 	t.Helper()
+	skipShort(t, name)
 	p := filepath.Join(Root(t), "bin", name)
 	if _, err := os.Stat(p); err == nil {
 		return p
@@ -63,10 +64,19 @@ func Bin(t testing.TB, name string) string {
 	return ""
 }
 
+// skipShort skips a test that runs a real tool under go test -short: the
+// quick loop runs no server and no tool.
+func skipShort(t testing.TB, name string) {
+	if testing.Short() {
+		t.Skipf("runs %s: not under -short", name)
+	}
+}
+
 // System returns the path of a program the Makefile installs with the
 // machine's package manager (chromium).
 func System(t testing.TB, name string) string {
 	t.Helper()
+	skipShort(t, name)
 	if p, err := exec.LookPath(name); err == nil {
 		return p
 	}
