@@ -56,3 +56,13 @@ func TestKubeletThatStartsLateIsPickedUp(t *testing.T) {
 	require.Len(t, s.GPUs[0].Units[0].Owners, 1)
 	require.Equal(t, "p", s.GPUs[0].Units[0].Owners[0].Pod)
 }
+
+// A node with no kubelet folder at all (bare metal) reads no pods, rather
+// than failing the pod_resources step forever; one whose folder is there
+// waits for its socket.
+func TestKubeletNode(t *testing.T) {
+	dir := t.TempDir()
+	log := slog.New(slog.DiscardHandler)
+	require.False(t, kubeletNode(filepath.Join(dir, "no-kubelet", "kubelet.sock"), log))
+	require.True(t, kubeletNode(filepath.Join(dir, "kubelet.sock"), log), "the folder is there, the socket not yet")
+}

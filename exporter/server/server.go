@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -185,7 +186,7 @@ func RealNode(o *Options, logger *slog.Logger) (*Node, error) {
 	if n.Name == "" {
 		n.Name, _ = os.Hostname()
 	}
-	if o.PodResourcesSocket != "" {
+	if o.PodResourcesSocket != "" && kubeletNode(o.PodResourcesSocket, logger) {
 		c, err := kubelet(o, logger)
 		if err != nil {
 			return nil, err
@@ -195,6 +196,17 @@ func RealNode(o *Options, logger *slog.Logger) (*Node, error) {
 		n.Close = func() { c.Close(); prev() }
 	}
 	return n, nil
+}
+
+// kubeletNode says whether the node runs a kubelet: the socket's folder
+// exists (the kubelet makes it, and the chart mounts it). A bare-metal node
+// has none, and reads no pods rather than failing to every sample.
+func kubeletNode(socket string, logger *slog.Logger) bool {
+	if _, err := os.Stat(filepath.Dir(socket)); err != nil {
+		logger.Info("no kubelet on this node: owners come from processes and Slurm only", "folder", filepath.Dir(socket))
+		return false
+	}
+	return true
 }
 
 // kubelet is the client of the kubelet's pod-resources socket. It dials
