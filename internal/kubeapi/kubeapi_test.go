@@ -11,6 +11,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpureclaim/gpureclaim/internal/kubeapi"
 	"github.com/gpureclaim/gpureclaim/internal/podmeta"
@@ -22,6 +23,19 @@ var ctx = context.Background()
 
 func ptr[T any](v T) *T { return &v }
 
+// grant gives the test user (kubetest.ReclaimerUser) the rule and nothing
+// else, as the chart gives the exporter.
+func grant(t *testing.T, admin kubernetes.Interface, rule rbacv1.PolicyRule) {
+	t.Helper()
+	_, err := admin.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "exporter"},
+		Rules: []rbacv1.PolicyRule{rule}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "exporter"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "exporter"},
+		Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: kubetest.ReclaimerUser}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+}
+
 // On a real apiserver, with a user that may list ResourceSlices and nothing
 // else (the exporter's role): the node's devices of the given drivers, by
 // their uuid attribute; other nodes, other drivers and devices without one
@@ -29,13 +43,7 @@ func ptr[T any](v T) *T { return &v }
 func TestDeviceUUIDs(t *testing.T) {
 	cl := kubetest.Start(t, false)
 	admin := cl.Client(t, kubetest.AdminToken)
-	_, err := admin.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "exporter"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"list"}}}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	_, err = admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "exporter"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "exporter"},
-		Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: kubetest.ReclaimerUser}}}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	grant(t, admin, rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"list"}})
 	slice := func(name, node, driver string, devices ...resourcev1.Device) {
 		_, err := admin.ResourceV1().ResourceSlices().Create(ctx, &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: resourcev1.ResourceSliceSpec{Driver: driver, NodeName: ptr(node), Devices: devices,
@@ -76,14 +84,8 @@ func TestDeviceUUIDs(t *testing.T) {
 func TestNodePods(t *testing.T) {
 	cl := kubetest.Start(t, false)
 	admin := cl.Client(t, kubetest.AdminToken)
-	_, err := admin.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "exporter-pods"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}}}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	_, err = admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "exporter-pods"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "exporter-pods"},
-		Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: kubetest.ReclaimerUser}}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	_, err = admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ml"}}, metav1.CreateOptions{})
+	grant(t, admin, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}})
+	_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ml"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	pod := func(name, node string, annotations map[string]string) *corev1.Pod {
 		p, err := admin.CoreV1().Pods("ml").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
