@@ -217,6 +217,10 @@ type GPUReclaimStatus struct {
 	// Detail is what the action reported.
 	// +optional
 	Detail string `json:"detail,omitempty"`
+	// TargetGone says the target was already gone when the action ran: the
+	// reclaimer stopped nothing, and the result counted is "gone".
+	// +optional
+	TargetGone bool `json:"targetGone,omitempty"`
 	// Fence is the fencing token (the Lease's term) of the leader that
 	// last wrote it.
 	// +optional

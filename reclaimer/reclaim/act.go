@@ -118,9 +118,10 @@ func (e *Engine) act(ctx context.Context, id string) {
 		case err != nil:
 			result, detail = ActionGone, "the target was already gone"
 		}
-		e.o.Metrics.action(r.Action, result)
+		// Counted once, when the release is decided (verify): done, gone or
+		// not released.
 		res.Detail = detail
-		e.carriedOut(ctx, id, &res, at)
+		e.carriedOut(ctx, id, &res, at, result == ActionGone)
 	case errors.As(err, &refused):
 		e.o.Metrics.action(r.Action, ActionRefused)
 		e.finish(id, Cancelled, refused.Reason, nil)

@@ -35,7 +35,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		messages: f.NewCounterVec(prometheus.CounterOpts{Name: "gpureclaim_reclaimer_messages_total",
 			Help: "Messages sent to owners and admins, by notifier, kind and result."}, []string{"notifier", "kind", "result"}),
 		actions: f.NewCounterVec(prometheus.CounterOpts{Name: "gpureclaim_reclaimer_actions_total",
-			Help: "Actions carried out, by action and result (done, dry_run, gone, refused, retry, failed, not_released)."}, []string{"action", "result"}),
+			Help: "Actions, each counted once by its result (done: the GPU seen released; gone; not_released; dry_run; refused; failed), and retry for each attempt made again."}, []string{"action", "result"}),
 		actionDuration: f.NewHistogramVec(prometheus.HistogramOpts{Name: "gpureclaim_reclaimer_action_duration_seconds",
 			Help: "Time one action took.", Buckets: []float64{.01, .05, .1, .5, 1, 5, 10, 30, 60, 120}}, []string{"action"}),
 		idleToAction: f.NewHistogram(prometheus.HistogramOpts{Name: "gpureclaim_reclaimer_idle_to_action_seconds",

@@ -254,6 +254,8 @@ type Reclaim struct {
 	// Fence is the fencing token of the leader that last wrote it.
 	Fence  int64  `json:"fence,omitempty"`
 	Detail string `json:"detail,omitempty"`
+	// TargetGone: the target was already gone when the action ran.
+	TargetGone bool `json:"target_gone,omitempty"`
 	// Restore is a restore of what the action stopped, once asked; Snooze
 	// a snooze, a keep or a silence that mutes the alert. Most reclaims
 	// have neither, so each is kept only when there is one.

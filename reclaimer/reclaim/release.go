@@ -30,13 +30,13 @@ func (r *Reclaim) ReleaseKind() string {
 // carriedOut records an action its target accepted at the time at: the
 // reclaim stays acting until the world shows the GPU released, or the
 // deadline of what was stopped passes.
-func (e *Engine) carriedOut(ctx context.Context, id string, res *Result, at time.Time) {
+func (e *Engine) carriedOut(ctx context.Context, id string, res *Result, at time.Time, gone bool) {
 	r, err := e.update(id, func(c *Reclaim) []Event { return []Event{e.event(c, "carried_out", res.Detail, "reclaimer")} }, func(c *Reclaim) bool {
 		if c.State != Acting {
 			return false
 		}
 		c.Workload, c.Killed, c.Detail = res.Workload, res.Killed, res.Detail
-		c.ActedAt = at
+		c.ActedAt, c.TargetGone = at, gone
 		c.ActingSince, c.NextTry = time.Time{}, time.Time{}
 		c.ReleaseBy = c.ActedAt.Add(e.o.Config.Release.TimeoutFor(c.ReleaseKind()))
 		c.Reason = "carried out; waiting for the GPU to be released"
@@ -55,12 +55,16 @@ func (e *Engine) carriedOut(ctx context.Context, id string, res *Result, at time
 // released, the reclaim is done; past the deadline, it ends not released
 // with what the controller said; in between it looks again.
 func (e *Engine) verify(ctx context.Context, r *Reclaim) {
-	now := e.now()
 	v := e.verdict(ctx, r)
+	seen := e.now() // when the world was seen, not when the look began
 	kind := r.ReleaseKind()
 	switch v.Do {
 	case DoDone:
-		took := max(0, now.Sub(r.ActedAt))
+		result := ActionDone
+		if r.TargetGone {
+			result = ActionGone
+		}
+		took := max(0, seen.Sub(r.ActedAt))
 		e.o.Metrics.releaseDuration.WithLabelValues(kind).Observe(took.Seconds())
 		idle := max(0, r.ActedAt.Sub(r.IdleSince()).Seconds())
 		e.o.Metrics.idleToAction.Observe(idle)
@@ -75,7 +79,8 @@ func (e *Engine) verify(ctx context.Context, r *Reclaim) {
 				why = fmt.Sprintf("%s; the GPU was seen released %s after the action", r.Detail, took.Round(time.Second))
 			}
 		}
-		e.finishWith(r.ID, Done, why, nil, func(c *Reclaim) { c.SharedWith = v.Shared })
+		// One result per action, counted with the write that ends it.
+		e.finishWith(r.ID, Done, why, nil, func(c *Reclaim) { c.SharedWith = v.Shared; e.o.Metrics.action(c.Action, result) })
 	case DoWait:
 		_, err := e.update(r.ID, nil, func(c *Reclaim) bool {
 			if c.State != Acting {
@@ -88,8 +93,7 @@ func (e *Engine) verify(ctx context.Context, r *Reclaim) {
 			e.o.Logger.Error("recording a look at the release", "reclaim", r.ID, "err", err)
 		}
 	case DoNotReleased:
-		e.o.Metrics.action(r.Action, ActionNotReleased)
-		e.finish(r.ID, NotReleased, v.Why, nil)
+		e.finishWith(r.ID, NotReleased, v.Why, nil, func(c *Reclaim) { e.o.Metrics.action(c.Action, ActionNotReleased) })
 	}
 }
 

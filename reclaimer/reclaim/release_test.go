@@ -106,6 +106,7 @@ func TestNotReleasedAtTheDeadline(t *testing.T) {
 	require.Equal(t, reclaim.MsgNotReleased, kinds[len(kinds)-1])
 	require.Contains(t, f.notifier.Sent[len(f.notifier.Sent)-1].Text, "was not released")
 	require.Equal(t, 1.0, f.metric("gpureclaim_reclaimer_actions_total", "action", "stop", "result", "not_released"))
+	require.Equal(t, 0.0, f.metric("gpureclaim_reclaimer_actions_total", "action", "stop", "result", "done"), "one result per action: not done as well")
 	require.Equal(t, 0.0, f.metric("gpureclaim_reclaimer_reclaimed_gpus_total"), "nothing was freed")
 	require.Equal(t, 1.0, f.metric("gpureclaim_reclaimer_reclaims", "state", "not_released"))
 
