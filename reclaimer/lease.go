@@ -24,24 +24,35 @@ type guardedLock struct {
 	valid time.Duration // renewDeadline
 
 	start   time.Time
-	renewed atomic.Int64 // since start, when the last renewal was asked; -1: never
+	elapsed func() time.Duration // since start, on the monotonic clock
+	renewed atomic.Int64         // since start, when the last renewal was asked; -1: never
 	token   atomic.Int64
 	lease   atomic.Pointer[string] // namespace/name/uid, once leading
 }
 
 func newGuardedLock(lock resourcelock.Interface, renewDeadline time.Duration) *guardedLock {
 	l := &guardedLock{Interface: lock, valid: renewDeadline, start: time.Now()}
+	l.elapsed = func() time.Duration { return time.Since(l.start) }
 	l.renewed.Store(-1)
 	return l
 }
 
 func (l *guardedLock) Create(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
-	asked := time.Since(l.start)
+	asked := l.elapsed()
 	return l.held(r, asked, l.Interface.Create(ctx, r))
 }
 
+// Update renews or takes the Lease, but never renews a term past its renew
+// deadline: a replica that wakes from a pause would otherwise write one
+// more renewal before it notices, and make the next leader wait a whole
+// lease longer for a replica that is about to stop.
 func (l *guardedLock) Update(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
-	asked := time.Since(l.start)
+	asked := l.elapsed()
+	if r.HolderIdentity == l.Identity() && l.renewed.Load() >= 0 {
+		if err := l.Check(); err != nil {
+			return fmt.Errorf("not renewing: %w", err)
+		}
+	}
 	return l.held(r, asked, l.Interface.Update(ctx, r))
 }
 
@@ -59,7 +70,7 @@ func (l *guardedLock) Check() error {
 	if renewed < 0 {
 		return fmt.Errorf("the Lease was never renewed by this replica")
 	}
-	if ago := time.Since(l.start) - time.Duration(renewed); ago >= l.valid {
+	if ago := l.elapsed() - time.Duration(renewed); ago >= l.valid {
 		return fmt.Errorf("the Lease was last renewed %s ago, past the renew deadline (%s): another replica may hold it", ago.Round(time.Millisecond), l.valid)
 	}
 	return nil
