@@ -212,6 +212,10 @@ type GPUReclaimStatus struct {
 	// Killed those it ended.
 	// +optional
 	Planned []int `json:"planned,omitempty"`
+	// HeldBy are the pods (namespace/name/uid) that held the GPU when the
+	// action was decided: it is released only once each is gone.
+	// +optional
+	HeldBy []string `json:"heldBy,omitempty"`
 	// +optional
 	Killed []int `json:"killed,omitempty"`
 	// Detail is what the action reported.

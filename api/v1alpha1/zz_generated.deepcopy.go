@@ -249,6 +249,11 @@ func (in *GPUReclaimStatus) DeepCopyInto(out *GPUReclaimStatus) {
 		*out = make([]int, len(*in))
 		copy(*out, *in)
 	}
+	if in.HeldBy != nil {
+		in, out := &in.HeldBy, &out.HeldBy
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Killed != nil {
 		in, out := &in.Killed, &out.Killed
 		*out = make([]int, len(*in))

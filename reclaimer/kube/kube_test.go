@@ -11,10 +11,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
@@ -229,6 +232,61 @@ func TestKubernetes(t *testing.T) {
 		require.NoError(t, kc.Restore(ctx, r))
 		got, _ = admin.AppsV1().StatefulSets(ns).Get(ctx, "vllm", metav1.GetOptions{})
 		require.EqualValues(t, 2, *got.Spec.Replicas)
+	})
+
+	t.Run("released only once every pod that held the GPU is gone, whatever became of its owner", func(t *testing.T) {
+		ns := namespace(t, admin, "held-by", nil)
+		job, err := admin.BatchV1().Jobs(ns).Create(ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "train"},
+			Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{Name: "c", Image: "i"}}}}}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		owned := &metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID, Controller: ptr(true)}
+		gpuPod := func(name string, owners []metav1.OwnerReference, finalizers ...string) {
+			_, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: name, OwnerReferences: owners, Finalizers: finalizers},
+				Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "c", Image: "i",
+					Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}}},
+			}, metav1.CreateOptions{})
+			require.NoError(t, err)
+		}
+		gpuPod("train-0", []metav1.OwnerReference{*owned})
+		gpuPod("train-1", []metav1.OwnerReference{*owned}, "example.com/terminating") // stands for a kubelet's termination grace
+		r := target(ns, "train-0")
+		r.TopOwner = &reclaim.TopOwner{APIVersion: "batch/v1", Kind: "Job", Namespace: ns, Name: "train", Stop: reclaim.StopPatch}
+		held, err := kc.Holders(ctx, r)
+		require.NoError(t, err)
+		p0, _ := admin.CoreV1().Pods(ns).Get(ctx, "train-0", metav1.GetOptions{})
+		p1, _ := admin.CoreV1().Pods(ns).Get(ctx, "train-1", metav1.GetOptions{})
+		require.Equal(t, []string{ns + "/train-0/" + string(p0.UID), ns + "/train-1/" + string(p1.UID)}, held)
+		r.HeldBy = held
+
+		// The owner is deleted (KubeRay deletes a RayJob's RayCluster), its
+		// pods end: one at once, one still terminating.
+		background := metav1.DeletePropagationBackground // gone at once; no collector runs here to take its pods
+		require.NoError(t, admin.BatchV1().Jobs(ns).Delete(ctx, "train", metav1.DeleteOptions{PropagationPolicy: &background}))
+		require.Eventually(t, func() bool {
+			_, err := admin.BatchV1().Jobs(ns).Get(ctx, "train", metav1.GetOptions{})
+			return apierrors.IsNotFound(err)
+		}, 30*time.Second, 50*time.Millisecond)
+		require.NoError(t, admin.CoreV1().Pods(ns).Delete(ctx, "train-0", metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}))
+		require.NoError(t, admin.CoreV1().Pods(ns).Delete(ctx, "train-1", metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}))
+		rel, err := kc.Released(ctx, r)
+		require.NoError(t, err)
+		require.False(t, rel.Done, "train-1 still holds the GPU, though its Job is gone")
+		require.Contains(t, rel.Why, "pod "+ns+"/train-1")
+		require.Contains(t, rel.Why, "terminating")
+
+		// Gone: released. A pod of the same name made anew is another pod.
+		_, err = admin.CoreV1().Pods(ns).Patch(ctx, "train-1", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			_, err := admin.CoreV1().Pods(ns).Get(ctx, "train-1", metav1.GetOptions{})
+			return apierrors.IsNotFound(err)
+		}, 30*time.Second, 50*time.Millisecond)
+		gpuPod("train-1", nil)
+		rel, err = kc.Released(ctx, r)
+		require.NoError(t, err)
+		require.True(t, rel.Done, "%s", rel.Why)
 	})
 
 	t.Run("a StatefulSet that deletes its volumes when scaled is not scaled", func(t *testing.T) {

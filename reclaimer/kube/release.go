@@ -99,13 +99,77 @@ func podState(p *corev1.Pod) string {
 	return s + ")"
 }
 
+// podKey names a pod for good: its namespace, name and UID.
+func podKey(p *corev1.Pod) string { return p.Namespace + "/" + p.Name + "/" + string(p.UID) }
+
+// Holders are the pods that hold the GPU before the action: the
+// reclaim's pod and the GPU pods on its node under what it will stop. The
+// release waits for each of them, even once their owners are gone (KubeRay
+// deletes a RayJob's RayCluster while its head pod still terminates).
+func (c *Client) Holders(ctx context.Context, r *reclaim.Reclaim) ([]string, error) {
+	t := r.Target
+	var out []string
+	p, err := c.cs.CoreV1().Pods(t.Namespace).Get(ctx, t.Pod, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return nil, err
+	case !finished(p):
+		out = append(out, podKey(p))
+	}
+	if objs := stopped(r); len(objs) > 0 && t.Node != "" {
+		pods, err := c.cs.CoreV1().Pods(t.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + t.Node})
+		if err != nil {
+			return out, fmt.Errorf("listing the pods on %s: %w", t.Node, err)
+		}
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if p.Name == t.Pod || !holdsGPU(p) {
+				continue
+			}
+			ch, err := c.walkPod(ctx, p)
+			if err != nil {
+				return out, err
+			}
+			if ch.under(objs) {
+				out = append(out, podKey(p))
+			}
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// stillHeld are the pods that held the GPU at the action and are still
+// there, the same pods (by UID) and not finished, whatever their owners.
+func (c *Client) stillHeld(ctx context.Context, r *reclaim.Reclaim, seen map[string]bool) ([]string, error) {
+	var out []string
+	for _, k := range r.HeldBy {
+		parts := strings.SplitN(k, "/", 3)
+		if len(parts) != 3 || seen[parts[0]+"/"+parts[1]] {
+			continue
+		}
+		p, err := c.cs.CoreV1().Pods(parts[0]).Get(ctx, parts[1], metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return nil, err
+		case string(p.UID) == parts[2] && !finished(p):
+			out = append(out, podState(p))
+		}
+	}
+	return out, nil
+}
+
 // Released says whether the reclaim's pod is gone, no pod of the
-// workload it stopped holds a GPU on the node, and the pod's
-// ResourceClaims let go of their devices. While some hold on, it says
+// workload it stopped holds a GPU on the node, the pods that held the GPU
+// at the action are gone, and the pod's ResourceClaims let go of their
+// devices. While some hold on, it says
 // which, and what the workload's controller reports.
 func (c *Client) Released(ctx context.Context, r *reclaim.Reclaim) (reclaim.Release, error) {
 	t := r.Target
 	var holders []string
+	seen := map[string]bool{t.Namespace + "/" + t.Pod: true} // looked at here
 	p, err := c.cs.CoreV1().Pods(t.Namespace).Get(ctx, t.Pod, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -130,9 +194,15 @@ func (c *Client) Released(ctx context.Context, r *reclaim.Reclaim) (reclaim.Rele
 			}
 			if ch.under(objs) {
 				holders = append(holders, podState(p))
+				seen[p.Namespace+"/"+p.Name] = true
 			}
 		}
 	}
+	left, err := c.stillHeld(ctx, r, seen)
+	if err != nil {
+		return reclaim.Release{}, err
+	}
+	holders = append(holders, left...)
 	var shared string
 	if len(holders) == 0 {
 		held, others, err := c.claimsReleased(ctx, r, stopped(r))

@@ -54,13 +54,13 @@ func (e *Engine) act(ctx context.Context, id string) {
 	}
 	// What the action will end is written with the decision (a kill's
 	// PIDs), so that after a restart the record says what was done.
-	var planned []int
+	var planned Plan
 	if p, ok := e.o.Actor.(Planner); ok && !resumed && !r.DryRun {
-		pids, err := p.Plan(ctx, r.Action, r)
+		var err error
+		planned, err = p.Plan(ctx, r.Action, r)
 		if err != nil && !errors.Is(err, ErrGone) {
 			e.o.Logger.Warn("looking up what the action will end", "reclaim", id, "err", err)
 		}
-		planned = pids
 	}
 	// The decision is written before it is carried out.
 	r, err := e.update(id, func(c *Reclaim) []Event { return []Event{e.event(c, "acting", c.Action, "reclaimer")} }, func(c *Reclaim) bool {
@@ -71,8 +71,11 @@ func (e *Engine) act(ctx context.Context, id string) {
 		if c.ActingSince.IsZero() {
 			c.ActingSince = e.now()
 		}
-		if planned != nil {
-			c.Planned = planned
+		if planned.PIDs != nil {
+			c.Planned = planned.PIDs
+		}
+		if planned.Pods != nil {
+			c.HeldBy = planned.Pods
 		}
 		return true
 	})

@@ -168,10 +168,20 @@ type Verifier interface {
 	Running(ctx context.Context, r *Reclaim) (Release, error)
 }
 
-// Planner says, before an action, what it will end (the PIDs of a kill),
-// so that a restart in the middle of it can still say what was done.
+// Planner says, before an action, what it will end (the PIDs of a kill,
+// the pods that hold the GPU), so that a restart in the middle of it can
+// still say what was done, and the release waits for each.
 type Planner interface {
-	Plan(ctx context.Context, action string, r *Reclaim) ([]int, error)
+	Plan(ctx context.Context, action string, r *Reclaim) (Plan, error)
+}
+
+// Plan is what an action sets out to end.
+type Plan struct {
+	// PIDs a kill ends.
+	PIDs []int
+	// Pods that hold the GPU (the target's, and the stopped workload's
+	// GPU pods on its node), as namespace/name/uid.
+	Pods []string
 }
 
 // Result is what an action did.

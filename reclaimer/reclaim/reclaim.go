@@ -251,6 +251,10 @@ type Reclaim struct {
 	// Planned is what the action set out to end (a kill's PIDs), written
 	// before it ran.
 	Planned []int `json:"planned,omitempty"`
+	// HeldBy are the pods (namespace/name/uid) that held the GPU when the
+	// action was decided: the release waits for each, whatever becomes of
+	// their owners.
+	HeldBy []string `json:"held_by,omitempty"`
 	// Fence is the fencing token of the leader that last wrote it.
 	Fence  int64  `json:"fence,omitempty"`
 	Detail string `json:"detail,omitempty"`
@@ -307,6 +311,7 @@ func (r *Reclaim) Clone() *Reclaim {
 	c.Warning, c.Final = r.Warning.clone(), r.Final.clone()
 	c.Killed = slices.Clone(r.Killed)
 	c.Planned = slices.Clone(r.Planned)
+	c.HeldBy = slices.Clone(r.HeldBy)
 	if r.TopOwner != nil {
 		ctl := *r.TopOwner
 		if ctl.Above != nil {

@@ -166,13 +166,13 @@ func (a *Actor) Act(_ context.Context, action string, r *reclaim.Reclaim) (recla
 }
 
 // Plan answers PIDs, what a kill will end.
-func (a *Actor) Plan(_ context.Context, action string, _ *reclaim.Reclaim) ([]int, error) {
+func (a *Actor) Plan(_ context.Context, action string, _ *reclaim.Reclaim) (reclaim.Plan, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if action != "kill" {
-		return nil, nil
+		return reclaim.Plan{}, nil
 	}
-	return a.PIDs, nil
+	return reclaim.Plan{PIDs: a.PIDs}, nil
 }
 
 // Restore records a restore as "restore OWNER".

@@ -28,6 +28,7 @@ type Kubernetes interface {
 	Kept(ctx context.Context, t reclaim.Target) (bool, string, error)
 	Started(ctx context.Context, t reclaim.Target) (time.Time, error)
 	TopOwner(ctx context.Context, t reclaim.Target) (reclaim.TopOwner, error)
+	Holders(ctx context.Context, r *reclaim.Reclaim) ([]string, error)
 }
 
 // Slurm cancels, requeues and reads jobs (slurm.Client).
@@ -117,11 +118,16 @@ func (r *Router) Act(ctx context.Context, action string, rc *reclaim.Reclaim) (r
 }
 
 // Plan lists the PIDs a kill will end.
-func (r *Router) Plan(ctx context.Context, action string, rc *reclaim.Reclaim) ([]int, error) {
-	if action != config.ActionKill {
-		return nil, nil
+func (r *Router) Plan(ctx context.Context, action string, rc *reclaim.Reclaim) (reclaim.Plan, error) {
+	switch {
+	case action == config.ActionKill:
+		pids, err := r.Nodes.PIDs(ctx, rc.Target)
+		return reclaim.Plan{PIDs: pids}, err
+	case rc.Target.Pod != "" && r.Kubernetes != nil:
+		pods, err := r.Kubernetes.Holders(ctx, rc)
+		return reclaim.Plan{Pods: pods}, err
 	}
-	return r.Nodes.PIDs(ctx, rc.Target)
+	return reclaim.Plan{}, nil
 }
 
 // Released asks where the action was taken whether the GPU is free and,

@@ -58,6 +58,10 @@ func (k kube) TopOwner(_ context.Context, t reclaim.Target) (reclaim.TopOwner, e
 	k.c.add("kube top_owner %s", t.Pod)
 	return reclaim.TopOwner{Kind: "Job"}, nil
 }
+func (k kube) Holders(_ context.Context, r *reclaim.Reclaim) ([]string, error) {
+	k.c.add("kube holders %s", r.Target.Pod)
+	return []string{r.Target.Namespace + "/" + r.Target.Pod + "/uid"}, nil
+}
 
 type slurmd struct {
 	c    *calls
@@ -258,10 +262,13 @@ func TestRestore(t *testing.T) {
 	require.NoError(t, router(&c, "kube").Restore(context.Background(), &reclaim.Reclaim{Target: pod}))
 	require.Equal(t, []string{"kube restore nb-0"}, []string(c))
 
-	pids, err := router(&c).Plan(context.Background(), config.ActionKill, &reclaim.Reclaim{Target: process})
+	plan, err := router(&c).Plan(context.Background(), config.ActionKill, &reclaim.Reclaim{Target: process})
 	require.NoError(t, err)
-	require.Equal(t, []int{42}, pids)
-	pids, err = router(&c).Plan(context.Background(), config.ActionStop, &reclaim.Reclaim{Target: pod})
+	require.Equal(t, reclaim.Plan{PIDs: []int{42}}, plan)
+	plan, err = router(&c).Plan(context.Background(), config.ActionStop, &reclaim.Reclaim{Target: pod})
 	require.NoError(t, err)
-	require.Nil(t, pids, "only a kill has a plan")
+	require.Equal(t, reclaim.Plan{}, plan, "no pods without Kubernetes")
+	plan, err = router(&c, "kube").Plan(context.Background(), config.ActionStop, &reclaim.Reclaim{Target: pod})
+	require.NoError(t, err)
+	require.Equal(t, reclaim.Plan{Pods: []string{pod.Namespace + "/" + pod.Pod + "/uid"}}, plan, "a pod's action waits for the pods that held the GPU")
 }
