@@ -102,42 +102,56 @@ func podState(p *corev1.Pod) string {
 // podKey names a pod for good: its namespace, name and UID.
 func podKey(p *corev1.Pod) string { return p.Namespace + "/" + p.Name + "/" + string(p.UID) }
 
-// Holders are the pods that hold the GPU before the action: the
-// reclaim's pod and the GPU pods on its node under what it will stop. The
-// release waits for each of them, even once their owners are gone (KubeRay
-// deletes a RayJob's RayCluster while its head pod still terminates).
-func (c *Client) Holders(ctx context.Context, r *reclaim.Reclaim) ([]string, error) {
+// holding are the pods that hold the reclaim's GPU now: its own pod,
+// unless it has ended, and the GPU pods on its node under what it stopped
+// or will stop. On an error it gives those found so far.
+func (c *Client) holding(ctx context.Context, r *reclaim.Reclaim) ([]*corev1.Pod, error) {
 	t := r.Target
-	var out []string
+	var out []*corev1.Pod
 	p, err := c.cs.CoreV1().Pods(t.Namespace).Get(ctx, t.Pod, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:
 		return nil, err
 	case !finished(p):
+		out = append(out, p)
+	}
+	objs := stopped(r)
+	if len(objs) == 0 {
+		return out, nil
+	}
+	pods, err := c.cs.CoreV1().Pods(t.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + t.Node})
+	if err != nil {
+		return out, fmt.Errorf("listing the pods on %s: %w", t.Node, err)
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Name == t.Pod || !holdsGPU(p) {
+			continue
+		}
+		ch, err := c.walkPod(ctx, p)
+		if err != nil {
+			return out, err
+		}
+		if ch.under(objs) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// Holders are the pods that hold the GPU before the action (holding), by
+// namespace/name/uid. The release waits for each of them, even once their
+// owners are gone (KubeRay deletes a RayJob's RayCluster while its head pod
+// still terminates).
+func (c *Client) Holders(ctx context.Context, r *reclaim.Reclaim) ([]string, error) {
+	pods, err := c.holding(ctx, r)
+	out := make([]string, 0, len(pods))
+	for _, p := range pods {
 		out = append(out, podKey(p))
 	}
-	if objs := stopped(r); len(objs) > 0 && t.Node != "" {
-		pods, err := c.cs.CoreV1().Pods(t.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + t.Node})
-		if err != nil {
-			return out, fmt.Errorf("listing the pods on %s: %w", t.Node, err)
-		}
-		for i := range pods.Items {
-			p := &pods.Items[i]
-			if p.Name == t.Pod || !holdsGPU(p) {
-				continue
-			}
-			ch, err := c.walkPod(ctx, p)
-			if err != nil {
-				return out, err
-			}
-			if ch.under(objs) {
-				out = append(out, podKey(p))
-			}
-		}
-	}
 	sort.Strings(out)
-	return out, nil
+	return out, err
 }
 
 // stillHeld are the pods that held the GPU at the action and are still
@@ -164,39 +178,19 @@ func (c *Client) stillHeld(ctx context.Context, r *reclaim.Reclaim, seen map[str
 // Released says whether the reclaim's pod is gone, no pod of the
 // workload it stopped holds a GPU on the node, the pods that held the GPU
 // at the action are gone, and the pod's ResourceClaims let go of their
-// devices. While some hold on, it says
-// which, and what the workload's controller reports.
+// devices. While some hold on, it says which, and what the workload's
+// controller reports.
 func (c *Client) Released(ctx context.Context, r *reclaim.Reclaim) (reclaim.Release, error) {
 	t := r.Target
+	pods, err := c.holding(ctx, r)
+	if err != nil {
+		return reclaim.Release{}, err
+	}
 	var holders []string
 	seen := map[string]bool{t.Namespace + "/" + t.Pod: true} // looked at here
-	p, err := c.cs.CoreV1().Pods(t.Namespace).Get(ctx, t.Pod, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return reclaim.Release{}, err
-	case !finished(p):
+	for _, p := range pods {
 		holders = append(holders, podState(p))
-	}
-	if objs := stopped(r); len(objs) > 0 {
-		pods, err := c.cs.CoreV1().Pods(t.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + t.Node})
-		if err != nil {
-			return reclaim.Release{}, fmt.Errorf("listing the pods on %s: %w", t.Node, err)
-		}
-		for i := range pods.Items {
-			p := &pods.Items[i]
-			if p.Name == t.Pod || !holdsGPU(p) {
-				continue
-			}
-			ch, err := c.walkPod(ctx, p)
-			if err != nil {
-				return reclaim.Release{}, err
-			}
-			if ch.under(objs) {
-				holders = append(holders, podState(p))
-				seen[p.Namespace+"/"+p.Name] = true
-			}
-		}
+		seen[p.Namespace+"/"+p.Name] = true
 	}
 	left, err := c.stillHeld(ctx, r, seen)
 	if err != nil {
