@@ -117,7 +117,8 @@ func (r *Router) Act(ctx context.Context, action string, rc *reclaim.Reclaim) (r
 	return reclaim.Result{}, fmt.Errorf("unknown action %q", action)
 }
 
-// Plan lists the PIDs a kill will end.
+// Plan says what an action will end: a kill's PIDs, or the pods that
+// hold the GPU of a pod's action.
 func (r *Router) Plan(ctx context.Context, action string, rc *reclaim.Reclaim) (reclaim.Plan, error) {
 	switch {
 	case action == config.ActionKill:

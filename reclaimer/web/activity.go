@@ -76,7 +76,7 @@ func (s *Server) activity(w http.ResponseWriter, r *http.Request) {
 	}
 	recent, lookback := time.Duration(a.Recent), time.Duration(a.Lookback)
 	step := activityStep(a)
-	ans, _, err := s.activities.get(r.Context(), ns+"/"+pod, func(ctx context.Context) (lastActive, error) {
+	ans, err := s.activities.get(r.Context(), ns+"/"+pod, func(ctx context.Context) (lastActive, error) {
 		if !s.activityLimit.AllowN(s.clock(), 1) {
 			return lastActive{}, errBusy
 		}

@@ -39,21 +39,22 @@ func newAnswers[V any](ttl time.Duration, max int, clock func() time.Time) *answ
 }
 
 // get answers key from what is kept, from a question already asked, or by
-// asking; fresh says whether this call asked.
-func (a *answers[V]) get(ctx context.Context, key string, ask func(context.Context) (V, error)) (v V, fresh bool, err error) {
+// asking.
+func (a *answers[V]) get(ctx context.Context, key string, ask func(context.Context) (V, error)) (V, error) {
 	a.mu.Lock()
 	now := a.clock()
 	if k, ok := a.kept[key]; ok && now.Sub(k.at) < a.ttl {
 		a.mu.Unlock()
-		return k.v, false, nil
+		return k.v, nil
 	}
 	if p, ok := a.pending[key]; ok {
 		a.mu.Unlock()
 		select {
 		case <-p.done:
-			return p.v, false, p.err
+			return p.v, p.err
 		case <-ctx.Done():
-			return v, false, ctx.Err()
+			var zero V
+			return zero, ctx.Err()
 		}
 	}
 	p := &pending[V]{done: make(chan struct{})}
@@ -74,7 +75,7 @@ func (a *answers[V]) get(ctx context.Context, key string, ask func(context.Conte
 	}
 	a.mu.Unlock()
 	close(p.done)
-	return p.v, true, p.err
+	return p.v, p.err
 }
 
 // dropStale forgets the answers past their ttl.

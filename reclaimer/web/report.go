@@ -36,7 +36,7 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 		}
 		days = n
 	}
-	rep, _, err := s.reports.get(r.Context(), strconv.Itoa(days), func(ctx context.Context) (report.Report, error) {
+	rep, err := s.reports.get(r.Context(), strconv.Itoa(days), func(ctx context.Context) (report.Report, error) {
 		select { // one report at a time: each is many range queries
 		case s.reportBuilding <- struct{}{}:
 			defer func() { <-s.reportBuilding }()
