@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -66,13 +67,34 @@ type Cluster struct {
 	Dir        string
 	URL        string
 	Kubeconfig string
-	procs      []*exec.Cmd
+	procs      []*proc
 	// How kube-apiserver was started, to start it again after an outage.
 	apiserverBin  string
 	apiserverArgs []string
-	apiserver     *exec.Cmd
+	apiserver     *proc
 	restarts      int
 }
+
+// proc is a process of the control plane and how to tell it has ended.
+type proc struct {
+	cmd  *exec.Cmd
+	log  string        // its log file
+	done chan struct{} // closed once it has exited
+}
+
+func (p *proc) stop(grace time.Duration) {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// errPortTaken says a process could not listen on a port picked free a
+// moment before: another program on the machine took it in between.
+var errPortTaken = errors.New("a port picked free was taken before the process listened on it")
 
 // FreePort returns a loopback port nobody listens on.
 func FreePort() (int, error) {
@@ -84,8 +106,22 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// Start runs the control plane; Stop stops it, also on error.
-func Start(o Options) (c *Cluster, err error) {
+// Start runs the control plane; Stop stops it, also on error. Ports are
+// picked free at start; when another program takes one first, Start tries
+// again on new ones.
+func Start(o Options) (*Cluster, error) {
+	for attempt := 1; ; attempt++ {
+		c, err := start(o)
+		if !errors.Is(err, errPortTaken) || attempt == 3 {
+			return c, err
+		}
+		if err := os.RemoveAll(filepath.Join(o.Dir, "etcd")); err != nil {
+			return c, err
+		}
+	}
+}
+
+func start(o Options) (c *Cluster, err error) {
 	c = &Cluster{Dir: o.Dir}
 	defer func() {
 		if err != nil {
@@ -117,12 +153,13 @@ func Start(o Options) (c *Cluster, err error) {
 		}
 	}
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
-	if err := c.start(filepath.Join(o.Bin, "etcd"), "etcd", "--data-dir="+filepath.Join(o.Dir, "etcd"), "--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
+	etcd, err := c.start(filepath.Join(o.Bin, "etcd"), "etcd", "--data-dir="+filepath.Join(o.Dir, "etcd"), "--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
 		fmt.Sprintf("--listen-peer-urls=http://127.0.0.1:%d", ports[1]), fmt.Sprintf("--initial-advertise-peer-urls=http://127.0.0.1:%d", ports[1]),
-		fmt.Sprintf("--initial-cluster=default=http://127.0.0.1:%d", ports[1]), "--unsafe-no-fsync", "--log-level=warn"); err != nil {
+		fmt.Sprintf("--initial-cluster=default=http://127.0.0.1:%d", ports[1]), "--unsafe-no-fsync", "--log-level=warn")
+	if err != nil {
 		return c, err
 	}
-	if err := wait("etcd", func() bool { return get(http.DefaultClient, etcdURL+"/health", "") }); err != nil {
+	if err := wait("etcd", etcd, func() bool { return get(http.DefaultClient, etcdURL+"/health", "") }); err != nil {
 		return c, err
 	}
 	args := []string{"--etcd-servers=" + etcdURL, "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
@@ -167,12 +204,24 @@ func (c *Cluster) StartAPIServer() error {
 		name = fmt.Sprintf("kube-apiserver-%d", c.restarts)
 	}
 	c.restarts++
-	if err := c.start(c.apiserverBin, name, c.apiserverArgs...); err != nil {
+	p, err := c.start(c.apiserverBin, name, c.apiserverArgs...)
+	if err != nil {
 		return err
 	}
-	c.apiserver = c.procs[len(c.procs)-1]
-	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	return wait("kube-apiserver", func() bool { return get(insecure, c.URL+"/readyz", AdminToken) })
+	c.apiserver = p
+	return wait("kube-apiserver", p, func() bool { return get(c.ours(), c.URL+"/readyz", AdminToken) })
+}
+
+// ours is a client that trusts only the serving certificate this
+// apiserver wrote to its cert dir, so that another test's apiserver on a
+// reused port never passes for it.
+func (c *Cluster) ours() *http.Client {
+	pool := x509.NewCertPool()
+	b, err := os.ReadFile(filepath.Join(c.Dir, "certs", "apiserver.crt"))
+	if err != nil || !pool.AppendCertsFromPEM(b) {
+		pool = x509.NewCertPool() // not written yet: trust nothing
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}, DisableKeepAlives: true}}
 }
 
 // StopAPIServer stops kube-apiserver, as in an outage; etcd and the
@@ -181,8 +230,8 @@ func (c *Cluster) StopAPIServer() {
 	if c.apiserver == nil {
 		return
 	}
-	Stop(c.apiserver, 10*time.Second)
-	c.procs = slices.DeleteFunc(c.procs, func(p *exec.Cmd) bool { return p == c.apiserver })
+	c.apiserver.stop(10 * time.Second)
+	c.procs = slices.DeleteFunc(c.procs, func(p *proc) bool { return p == c.apiserver })
 	c.apiserver = nil
 }
 
@@ -226,18 +275,19 @@ func (c *Cluster) RESTConfig(token string) *rest.Config {
 }
 
 func (c *Cluster) startControllers(o Options) error {
-	if err := c.start(filepath.Join(o.Bin, "kube-controller-manager"), "kube-controller-manager", "--kubeconfig="+c.Kubeconfig, "--leader-elect=false", "--secure-port=0",
-		"--service-account-private-key-file="+filepath.Join(o.Dir, "sa.key"), "--controllers=*", "--use-service-account-credentials=false"); err != nil {
+	cm, err := c.start(filepath.Join(o.Bin, "kube-controller-manager"), "kube-controller-manager", "--kubeconfig="+c.Kubeconfig, "--leader-elect=false", "--secure-port=0",
+		"--service-account-private-key-file="+filepath.Join(o.Dir, "sa.key"), "--controllers=*", "--use-service-account-credentials=false")
+	if err != nil {
 		return err
 	}
-	if err := c.start(filepath.Join(o.Bin, "kube-scheduler"), "kube-scheduler", "--kubeconfig="+c.Kubeconfig, "--leader-elect=false", "--secure-port=0"); err != nil {
+	if _, err := c.start(filepath.Join(o.Bin, "kube-scheduler"), "kube-scheduler", "--kubeconfig="+c.Kubeconfig, "--leader-elect=false", "--secure-port=0"); err != nil {
 		return err
 	}
 	port, err := FreePort()
 	if err != nil {
 		return err
 	}
-	if err := c.start(filepath.Join(o.Bin, "kwok"), "kwok", "--kubeconfig="+c.Kubeconfig, "--config="+o.Stages, "--manage-all-nodes=false",
+	if _, err := c.start(filepath.Join(o.Bin, "kwok"), "kwok", "--kubeconfig="+c.Kubeconfig, "--config="+o.Stages, "--manage-all-nodes=false",
 		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake", "--node-ip=10.0.0.1", fmt.Sprintf("--server-address=127.0.0.1:%d", port)); err != nil {
 		return err
 	}
@@ -245,31 +295,35 @@ func (c *Cluster) startControllers(o Options) error {
 	if err != nil {
 		return err
 	}
-	return wait("the default ServiceAccount", func() bool {
+	return wait("the default ServiceAccount", cm, func() bool {
 		_, err := cs.CoreV1().ServiceAccounts("default").Get(context.Background(), "default", metav1.GetOptions{})
 		return err == nil
 	})
 }
 
-func (c *Cluster) start(bin, name string, args ...string) error {
-	log, err := os.Create(filepath.Join(c.Dir, name+".log"))
+func (c *Cluster) start(bin, name string, args ...string) (*proc, error) {
+	path := filepath.Join(c.Dir, name+".log")
+	log, err := os.Create(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	defer log.Close() // the child has its own copy
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting %s: %w", name, err)
+		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	c.procs = append(c.procs, cmd)
-	return nil
+	p := &proc{cmd: cmd, log: path, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	c.procs = append(c.procs, p)
+	return p, nil
 }
 
 // Stop ends every process, newest first.
 func (c *Cluster) Stop() {
 	for i := len(c.procs) - 1; i >= 0; i-- {
-		Stop(c.procs[i], 10*time.Second)
+		c.procs[i].stop(10 * time.Second)
 	}
 	c.procs = nil
 }
@@ -296,10 +350,7 @@ func Stop(p *exec.Cmd, grace time.Duration) {
 // leaves the apiserver and etcd.
 func (c *Cluster) CPU() (ran, waited time.Duration, err error) {
 	for _, p := range c.procs {
-		if p.Process == nil {
-			continue
-		}
-		stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", p.Process.Pid))
+		stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", p.cmd.Process.Pid))
 		if err != nil {
 			return 0, 0, err
 		}
@@ -325,13 +376,37 @@ func (c *Cluster) Log(name string) string {
 	return string(b)
 }
 
-func wait(what string, ok func() bool) error {
+// wait waits until ok, while p runs; the error ends with p's last log
+// lines.
+func wait(what string, p *proc, ok func() bool) error {
 	deadline := time.Now().Add(90 * time.Second)
 	for !ok() {
+		select {
+		case <-p.done:
+			log := logTail(p.log)
+			if strings.Contains(log, "address already in use") {
+				return fmt.Errorf("%s exited: %w:\n%s", what, errPortTaken, log)
+			}
+			return fmt.Errorf("%s exited (%v) before it was ready:\n%s", what, p.cmd.ProcessState, log)
+		default:
+		}
 		if time.Now().After(deadline) {
-			return errors.New(what + " did not come up in 90s")
+			return fmt.Errorf("%s was not ready in 90s:\n%s", what, logTail(p.log))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	return nil
+}
+
+// logTail is the end of a log, enough to say why a process failed.
+func logTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	const keep = 4 << 10
+	if len(b) > keep {
+		b = b[len(b)-keep:]
+	}
+	return string(b)
 }
