@@ -151,8 +151,8 @@ func (su *suite) installCRD(file string) dynamic.Interface {
 }
 
 // ignoredStop: the InferenceService's stop annotation is written, nothing
-// acts on it, and the reclaim ends not released, saying what holds the GPU;
-// the owner hears it, the status page shows it.
+// acts on it, and the reclaim ends not released, saying what holds the GPU,
+// with the stop taken back; the owner hears it, the status page shows it.
 func (su *suite) ignoredStop(t *testing.T) {
 	r := su.waitState("chat-llm", func(x *reclaim.Reclaim) bool { return x.Target.Namespace == "kserve" }, "not_released", 120*time.Second)
 	require.Equal(t, "stop", r.Action)
@@ -160,6 +160,14 @@ func (su *suite) ignoredStop(t *testing.T) {
 	require.Contains(t, r.Reason, "the GPU is still held: held by pod kserve/"+r.Target.Pod+" (Running)")
 	require.True(t, r.ReleasedAt.IsZero())
 	require.False(t, su.podGone("kserve", r.Target.Pod), "nothing acted on the stop")
+	// The stop is taken back, so that a KServe installed later does not
+	// carry it out with nobody told.
+	require.Contains(t, r.Reason, "the stop was taken back")
+	dyn, err := dynamic.NewForConfig(su.s.Cluster.RESTConfig(cluster.AdminToken))
+	require.NoError(t, err)
+	isvc, err := dyn.Resource(inferenceServices).Namespace("kserve").Get(ctx, "chat-llm", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NotContains(t, isvc.GetAnnotations(), "serving.kserve.io/stop", "the stop is no longer written")
 	require.Eventually(t, func() bool {
 		return strings.Contains(headers(su.slack.Updates(), "D0ERIN"), "GPU not released")
 	}, 30*time.Second, 200*time.Millisecond, "the owner is told the GPU is still held")

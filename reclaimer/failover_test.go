@@ -222,7 +222,10 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 
 	// action and the other reclaims. When the first resumes, right where it
 	// stopped, with the rest of its work due in its memory, it does nothing:
 	// it has not renewed the Lease for longer than the renew deadline, so it
-	// acts, writes and sends nothing, and stops.
+	// acts, writes and sends nothing, and steps down without renewing. It
+	// does not exit (a container that exits at each pause loops in
+	// CrashLoopBackOff): it waits, and leads again, under a new fencing
+	// token and from the store, once the other stops.
 	t.Run("a leader paused past its Lease does nothing when it resumes", func(t *testing.T) {
 		a, b := pair(t, "failover-pause", "2s", "pause:before-action")
 		type sent struct {
@@ -250,8 +253,24 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 
 		}, 30*time.Second, 50*time.Millisecond, "the new leader reclaims them: %s", readFile(b.log))
 
 		require.NoError(t, a.cmd.Process.Signal(syscall.SIGCONT))
-		require.Equal(t, "exit status 1", waitExit(t, a.cmd, 20*time.Second), "the resumed replica stops")
+		require.Eventually(t, func() bool { return strings.Contains(readFile(a.log), "stepped down: waiting for the next term") },
+			20*time.Second, 20*time.Millisecond, "the resumed replica steps down: %s", readFile(a.log))
 		time.Sleep(time.Second) // anything it still sent would have arrived
+		require.Nil(t, a.cmd.ProcessState, "it runs on")
+		require.False(t, a.ready(), "and waits, not ready")
+		require.True(t, b.ready(), "the other still leads: it was not made to wait a lease longer")
+
+		// The other stops: the first leads the next term, from the store.
+		require.NoError(t, b.cmd.Process.Signal(syscall.SIGTERM))
+		require.Equal(t, "exit 0", waitExit(t, b.cmd, 20*time.Second))
+		require.Eventually(t, a.ready, 10*testLease, 20*time.Millisecond, "the resumed replica leads again: %s", readFile(a.log))
+		require.Equal(t, 2, strings.Count(readFile(a.log), "took the lease: acting"), "two terms in one process")
+		for _, u := range units {
+			r, ok := reclaimOfUnit(a.addr, u.uuid)
+			require.True(t, ok)
+			require.Equal(t, reclaim.Done, r.State, "it knows what the other did")
+		}
+		time.Sleep(time.Second) // several steps of its new term
 
 		log := readFile(filepath.Join(dir, "pause-node.log"))
 		for _, u := range units {
@@ -261,7 +280,6 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 
 			require.Equal(t, 1, rcv.deliveries(u.key+"/reclaimed"), "one final message, sent once")
 		}
 		require.Contains(t, readFile(a.log), "refused: leadership in doubt", "it was about to act, and did not")
-		_ = b.cmd.Process.Signal(syscall.SIGTERM)
 	})
 }
 

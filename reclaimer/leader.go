@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
 	"sync/atomic"
@@ -42,7 +41,7 @@ func newFront(reg *prometheus.Registry) *front {
 	return f
 }
 
-// lead hands every request to the acting server.
+// lead hands every request to the acting server; nil, to none.
 func (f *front) lead(srv *rweb.Server) { f.srv.Store(srv) }
 
 func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -62,14 +61,14 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// elect runs lead while this replica holds the Lease, in o.namespace
-// beside the state (openStore settles it). It returns when parent ends, or
-// with an error when the Lease is lost or lead fails: the process then
-// stops, so that a replica that may have missed the new leader's writes
-// does nothing more, and comes back as a follower.
+// elect runs lead for each term this replica holds the Lease, in
+// o.namespace beside the state (openStore settles it). A term ends when the
+// Lease is lost or in doubt (a pause past the renew deadline): lead's
+// context ends, the replica serves 503 again and waits for a next term,
+// which it starts afresh from the store, under a new fencing token. It
+// returns when parent ends, or with lead's error.
 func elect(parent context.Context, o *options, rc *rest.Config, logger *slog.Logger, lead func(context.Context, reclaim.Leadership) error) error {
 	ns := o.namespace
-	id := o.election.identity
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return err
@@ -77,10 +76,29 @@ func elect(parent context.Context, o *options, rc *rest.Config, logger *slog.Log
 	lock := newGuardedLock(&resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Name: o.election.lease, Namespace: ns},
 		Client:     cs.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
+		LockConfig: resourcelock.ResourceLockConfig{Identity: o.election.identity},
 	}, o.election.renewDeadline)
-	// lead's end comes back on led; a lead that fails stops the election
-	// too, rather than holding the Lease with nothing acting.
+	for {
+		led, err := term(parent, o, cs, lock, logger, lead)
+		if parent.Err() != nil {
+			return nil // stopping; lead's context ended with it
+		}
+		if err != nil {
+			return err
+		}
+		if led {
+			lock.stepDown()
+			logger.Warn("stepped down: waiting for the next term", "lease", ns+"/"+o.election.lease, "identity", o.election.identity)
+		}
+	}
+}
+
+// term waits for the Lease and runs lead while it is held. It says
+// whether this replica led, and returns lead's error.
+func term(parent context.Context, o *options, cs kubernetes.Interface, lock *guardedLock, logger *slog.Logger, lead func(context.Context, reclaim.Leadership) error) (bool, error) {
+	ns, id := o.namespace, o.election.identity
+	// lead's end comes back on led; a lead that fails ends the term too,
+	// rather than holding the Lease with nothing acting.
 	ctx, stop := context.WithCancel(parent)
 	defer stop()
 	led := make(chan error, 1)
@@ -141,17 +159,14 @@ func elect(parent context.Context, o *options, rc *rest.Config, logger *slog.Log
 		},
 	})
 	if err != nil {
-		return err
+		return false, err
 	}
 	logger.Info("waiting for the lease", "lease", ns+"/"+o.election.lease, "identity", id)
 	le.Run(ctx)
-	if parent.Err() != nil {
-		return nil // stopping; lead's context ended with it
+	if !leading.Load() {
+		return false, nil // parent ended before this replica led
 	}
-	// Run gives up only once it led (it waits for the Lease until ctx
-	// ends), and does not wait for lead, whose context is done: it ends soon.
-	if err := <-led; err != nil {
-		return err
-	}
-	return errors.New("lost the lease: stopping, so that nothing is done twice")
+	// Run does not wait for lead, whose context is done: it ends soon, and
+	// nothing of this term runs on into the next.
+	return true, <-led
 }

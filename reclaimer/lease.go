@@ -48,12 +48,26 @@ func (l *guardedLock) Create(ctx context.Context, r resourcelock.LeaderElectionR
 // lease longer for a replica that is about to stop.
 func (l *guardedLock) Update(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
 	asked := l.elapsed()
-	if r.HolderIdentity == l.Identity() && l.renewed.Load() >= 0 {
-		if err := l.Check(); err != nil {
-			return fmt.Errorf("not renewing: %w", err)
+	if r.HolderIdentity == l.Identity() {
+		if l.renewed.Load() >= 0 {
+			if err := l.Check(); err != nil {
+				return fmt.Errorf("not renewing: %w", err)
+			}
+		} else if prev := l.token.Load(); prev > 0 && int64(r.LeaderTransitions)+1 == prev {
+			// Taken again after stepping down, though the Lease still
+			// names this replica: a new term, so that the last one's
+			// writes still in flight are refused by the fence.
+			r.LeaderTransitions++
 		}
 	}
 	return l.held(r, asked, l.Interface.Update(ctx, r))
+}
+
+// stepDown ends this replica's term: Check fails until it takes the Lease
+// again, under a new token.
+func (l *guardedLock) stepDown() {
+	l.renewed.Store(-1)
+	l.lease.Store(nil)
 }
 
 func (l *guardedLock) held(r resourcelock.LeaderElectionRecord, asked time.Duration, err error) error {

@@ -13,6 +13,7 @@ import (
 type recordingLock struct {
 	resourcelock.Interface
 	writes int
+	last   resourcelock.LeaderElectionRecord
 }
 
 func (l *recordingLock) Create(context.Context, resourcelock.LeaderElectionRecord) error {
@@ -20,8 +21,9 @@ func (l *recordingLock) Create(context.Context, resourcelock.LeaderElectionRecor
 	return nil
 }
 
-func (l *recordingLock) Update(context.Context, resourcelock.LeaderElectionRecord) error {
+func (l *recordingLock) Update(_ context.Context, r resourcelock.LeaderElectionRecord) error {
 	l.writes++
+	l.last = r
 	return nil
 }
 
@@ -52,4 +54,32 @@ func TestNoRenewalPastTheRenewDeadline(t *testing.T) {
 	theirs := resourcelock.LeaderElectionRecord{HolderIdentity: "b", LeaderTransitions: 5}
 	require.NoError(t, l.Update(context.Background(), theirs), "a write that is not a renewal of its own term goes through")
 	require.Equal(t, 3, inner.writes)
+}
+
+// A replica that stepped down and takes the Lease again, though it still
+// names this replica (nobody took it meanwhile), starts a new term: its
+// token grows, so that the fence refuses what the last term left in flight.
+func TestATermAfterSteppingDownIsNew(t *testing.T) {
+	inner := &recordingLock{}
+	l := newGuardedLock(inner, 10*time.Second)
+	now := time.Duration(0)
+	l.elapsed = func() time.Duration { return now }
+	mine := resourcelock.LeaderElectionRecord{HolderIdentity: "a", LeaderTransitions: 4}
+	require.NoError(t, l.Update(context.Background(), mine))
+	require.Equal(t, int64(5), l.Token())
+
+	now += 30 * time.Second
+	require.Error(t, l.Update(context.Background(), mine), "no renewal past the deadline")
+	l.stepDown()
+	require.Error(t, l.Check(), "stepped down: it does not lead")
+	require.NoError(t, l.Update(context.Background(), mine), "taken again")
+	require.Equal(t, 5, inner.last.LeaderTransitions, "as a new term")
+	require.Equal(t, int64(6), l.Token())
+	require.NoError(t, l.Check())
+
+	// Taken after another replica's term: that term counted already.
+	l.stepDown()
+	require.NoError(t, l.Update(context.Background(), resourcelock.LeaderElectionRecord{HolderIdentity: "a", LeaderTransitions: 7}))
+	require.Equal(t, 7, inner.last.LeaderTransitions)
+	require.Equal(t, int64(8), l.Token())
 }

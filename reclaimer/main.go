@@ -25,6 +25,7 @@ import (
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 	"github.com/prometheus/common/version"
 	"github.com/prometheus/exporter-toolkit/web"
+	"github.com/prometheus/prometheus/model/labels"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -192,6 +193,9 @@ func outboundClients(cfg *config.Config) (clients, error) {
 			return c, err
 		}
 		c.prom = &promquery.Client{URL: cfg.Prometheus.URL, HTTP: hc, Timeout: time.Duration(cfg.Prometheus.Timeout)}
+		if cfg.Cluster != "" {
+			c.prom.Scope = labels.MustNewMatcher(labels.MatchEqual, cfg.ClusterLabel, cfg.Cluster)
+		}
 	}
 	if cfg.Slurm.On() {
 		if c.slurm, err = slurm.New(cfg.Slurm); err != nil {
@@ -330,7 +334,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	go func() {
 		errc <- web.ListenAndServe(hs, &web.FlagConfig{WebListenAddresses: &[]string{o.listen}, WebConfigFile: &o.webConfig}, logger)
 	}()
+	fail := failpoint()
+	webMetrics := rweb.NewMetrics(reg) // once: a replica may lead several terms
 	lead := func(ctx context.Context, leader reclaim.Leadership) error {
+		defer front.lead(nil) // the term ends: 503 again, until the next one
 		if f, ok := leader.(interface{ Fence() (string, int64) }); ok {
 			nodes.Fence = f.Fence
 		}
@@ -338,11 +345,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			nodes.Leading = leader.Check
 		}
 		if ks, ok := st.(*kubestore.Store); ok && leader != nil {
-			ks.Lead(ctx) // the Lease lost, its writes in flight end
+			ks.Lead(ctx, leader.Check) // the Lease lost, its writes in flight end and no other is sent
 		}
 		eo := reclaim.Options{
 			Config: cfg, Store: st, Checker: am, Inspector: routes, Actor: routes, Verifier: routes, Events: events,
-			Notifiers: notifiers.list, Clock: time.Now, Logger: logger, Metrics: metrics, Failpoint: failpoint(), Leadership: leader,
+			Notifiers: notifiers.list, Clock: time.Now, Logger: logger, Metrics: metrics, Failpoint: fail, Leadership: leader,
 		}
 		if prom != nil {
 			eo.Prometheus = prom
@@ -361,7 +368,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				return report.Build(ctx, prom, eng.List(), report.Options{To: time.Now(), Window: window})
 			}
 		}
-		srv := rweb.New(rweb.Options{Config: cfg, Engine: eng, Logger: logger, Clock: time.Now, Registry: reg, Ready: ready(st, leader), Activity: activity, Report: weekly})
+		srv := rweb.New(rweb.Options{Config: cfg, Engine: eng, Logger: logger, Clock: time.Now, Registry: reg, Metrics: webMetrics, Ready: ready(st, leader), Activity: activity, Report: weekly})
 		notifiers.mount(ctx, srv, eng)
 		go loop.Every(ctx, time.Hour, func() {
 			if n, err := eng.Prune(time.Now().Add(-o.retention)); err != nil {

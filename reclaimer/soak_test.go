@@ -259,9 +259,16 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 
 			resumed[l.name] = time.Now()
 			mu.Unlock()
 			require.NoError(t, l.cmd.Process.Signal(syscall.SIGCONT))
-			require.Equal(t, "exit status 1", waitExit(t, l.cmd, 30*time.Second), "the resumed replica stops: %s", readFile(l.log))
+			require.Eventually(t, func() bool { return strings.Contains(readFile(l.log), "stepped down: waiting for the next term") },
+				30*time.Second, 50*time.Millisecond, "the resumed replica steps down: %s", readFile(l.log))
+			require.Nil(t, l.cmd.ProcessState, "and runs on")
+			// It would lead again later (TestFailover shows it); here a
+			// new incarnation takes its place, so that the audit log tells
+			// what a replica wrote after its pause from a later term's writes.
+			require.NoError(t, l.cmd.Process.Kill())
+			require.Equal(t, "signal: killed", waitExit(t, l.cmd, 20*time.Second))
 		}
-		// Its pod restarts, as a follower.
+		// Its pod is replaced, as a follower.
 		for i, r := range pair {
 			if r == l {
 				pair[i] = spawn(strings.TrimSuffix(l.name, l.name[strings.LastIndexByte(l.name, '-'):]))

@@ -225,6 +225,11 @@ type GPUReclaimStatus struct {
 	// reclaimer stopped nothing, and the result counted is "gone".
 	// +optional
 	TargetGone bool `json:"targetGone,omitempty"`
+	// StopInPlace says the reclaim ended not released with its stop still
+	// written on the workload: the controller may carry it out later (the
+	// reclaim then becomes done), and a restore takes it back.
+	// +optional
+	StopInPlace bool `json:"stopInPlace,omitempty"`
 	// Fence is the fencing token (the Lease's term) of the leader that
 	// last wrote it.
 	// +optional

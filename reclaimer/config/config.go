@@ -18,6 +18,8 @@ import (
 
 	"github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/gpureclaim/gpureclaim/internal/names"
 )
 
 // Actions a policy can take.
@@ -81,6 +83,16 @@ type Config struct {
 	// before the admins are told; the reclaim waits for it either way.
 	// Default 15m.
 	WarningDeadline Duration `yaml:"warning_deadline"`
+	// Cluster is the cluster this reclaimer acts in, in a fleet of several
+	// whose alerts meet in one Alertmanager: an alert whose ClusterLabel
+	// names another cluster, or none, is refused (counted as the decision
+	// other_cluster and logged), never acted on and never messaged; every
+	// query to prometheus.url is kept to it. Empty: one cluster, every
+	// alert is its own.
+	Cluster string `yaml:"cluster"`
+	// ClusterLabel is the alert label that names the cluster, as the
+	// rules' cluster_label. Default cluster.
+	ClusterLabel string `yaml:"cluster_label"`
 	// StatusPageURL is where people reach the status page, for links in messages.
 	StatusPageURL string `yaml:"status_page_url"`
 	// AdminBearerTokenFile guards the API calls that change things
@@ -275,6 +287,15 @@ func (cfg *Config) validate() error {
 	cfg.CircuitBreaker.validate(c)
 	c.duration("warning_deadline", &cfg.WarningDeadline, 15*time.Minute)
 	c.url("status_page_url", cfg.StatusPageURL, false)
+	if cfg.ClusterLabel == "" {
+		cfg.ClusterLabel = names.LabelCluster
+	}
+	if !model.LegacyValidation.IsValidLabelName(cfg.ClusterLabel) {
+		c.errorf("cluster_label", "%q is not a label name", cfg.ClusterLabel)
+	}
+	if strings.ContainsAny(cfg.Cluster, "\n\"") {
+		c.errorf("cluster", "%q holds a newline or a quote", cfg.Cluster)
+	}
 	cfg.AdminBearerToken = c.secret("admin_bearer_token_file", cfg.AdminBearerTokenFile)
 	cfg.validateWorkloads(c)
 	cfg.validatePolicies(c)

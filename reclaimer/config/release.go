@@ -31,7 +31,20 @@ type Release struct {
 	Timeouts map[string]Duration `yaml:"timeouts"`
 	// Interval is the longest wait between two looks. Default 10s.
 	Interval Duration `yaml:"interval"`
+	// OnNotReleased is what becomes of a stop whose GPU was not seen
+	// released by its deadline: undo (the default) takes it back, so that
+	// no controller carries it out later with nobody told, and the owner
+	// hears the workload was left running; keep leaves it written, says so,
+	// and follows it: once the controller carries it out the reclaim is
+	// done at that time. Either way a restore takes a stop left in place back.
+	OnNotReleased string `yaml:"on_not_released"`
 }
+
+// What becomes of a stop that did not release the GPU (release.on_not_released).
+const (
+	NotReleasedUndo = "undo"
+	NotReleasedKeep = "keep"
+)
 
 // DefaultReleaseTimeouts are the deadlines of the kinds whose stop is
 // quicker or slower than the default: a kill has already waited out its
@@ -60,6 +73,13 @@ func (r *Release) validate(c *checker) {
 	}
 	if r.Interval == 0 || r.Interval > r.Timeout {
 		c.errorf("release.interval", "%s must be positive and at most release.timeout (%s)", r.Interval, r.Timeout)
+	}
+	switch r.OnNotReleased {
+	case "":
+		r.OnNotReleased = NotReleasedUndo
+	case NotReleasedUndo, NotReleasedKeep:
+	default:
+		c.errorf("release.on_not_released", "%q is neither %s nor %s", r.OnNotReleased, NotReleasedUndo, NotReleasedKeep)
 	}
 	all := DefaultReleaseTimeouts()
 	for _, k := range slices.Sorted(maps.Keys(r.Timeouts)) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -269,6 +270,12 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 
 			if tc.want == reclaim.NotReleased {
 				require.Contains(t, r.Reason, fmt.Sprintf(tc.why, ns))
 				require.NotEmpty(t, gpuPods(t, admin, ns, false), "the GPU is still held")
+				// The stop is taken back: no controller that comes later carries it out.
+				require.Contains(t, r.Reason, "the stop was taken back")
+				require.False(t, r.StopInPlace)
+				w := (&objects{t: t, dyn: dyn, cs: admin, ns: ns}).get(r.Workload.APIVersion, strings.ToLower(r.Workload.Kind)+"s", r.Workload.Name)
+				require.NotContains(t, w.GetAnnotations(), kube.StoppedAnnotation, "the stop is no longer written")
+				require.NotContains(t, w.GetAnnotations(), kube.ReplicasAnnotation)
 				t.Logf("%s (%s): not released after %s: %s", tc.name, tc.controller, r.Closed.Sub(r.ActedAt).Round(time.Second), r.Reason)
 				return
 			}

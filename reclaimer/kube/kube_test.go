@@ -289,6 +289,41 @@ func TestKubernetes(t *testing.T) {
 		require.True(t, rel.Done, "%s", rel.Why)
 	})
 
+	t.Run("restored only once a pod of the workload that holds a GPU runs", func(t *testing.T) {
+		ns := namespace(t, admin, "restored", nil)
+		job, err := admin.BatchV1().Jobs(ns).Create(ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "tune"},
+			Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{Name: "c", Image: "i"}}}}}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		owned := []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID, Controller: ptr(true)}}
+		running := func(name string, limits corev1.ResourceList) {
+			p, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: name, OwnerReferences: owned},
+				Spec: corev1.PodSpec{NodeName: "n2", Containers: []corev1.Container{{Name: "c", Image: "i",
+					Resources: corev1.ResourceRequirements{Limits: limits}}}},
+			}, metav1.CreateOptions{})
+			require.NoError(t, err)
+			p.Status.Phase = corev1.PodRunning
+			_, err = admin.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+			require.NoError(t, err)
+		}
+		r := target(ns, "tune-0")
+		r.Workload = &reclaim.Workload{APIVersion: "batch/v1", Kind: "Job", Namespace: ns, Name: "tune", Stop: reclaim.StopPatch}
+
+		// A submitter without a GPU runs first (a RayJob's): not yet.
+		running("tune-submitter", nil)
+		run, err := kc.Running(ctx, r)
+		require.NoError(t, err)
+		require.False(t, run.Done, "a pod without a GPU is not the workload's GPU work")
+		require.Contains(t, run.Why, "no pod of Job "+ns+"/tune that holds a GPU runs")
+
+		// Its GPU pod runs, on another node than the one it was stopped on.
+		running("tune-1", corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")})
+		run, err = kc.Running(ctx, r)
+		require.NoError(t, err)
+		require.True(t, run.Done, "%s", run.Why)
+	})
+
 	t.Run("a StatefulSet that deletes its volumes when scaled is not scaled", func(t *testing.T) {
 		ns := namespace(t, admin, "sts-delete", nil)
 		s, err := admin.AppsV1().StatefulSets(ns).Create(ctx, &appsv1.StatefulSet{

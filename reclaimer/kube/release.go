@@ -216,7 +216,9 @@ func (c *Client) Released(ctx context.Context, r *reclaim.Reclaim) (reclaim.Rele
 	return reclaim.Release{Why: why}, nil
 }
 
-// Running says whether a restored workload has a pod running again.
+// Running says whether a restored workload runs again: a pod of it that
+// holds a GPU runs, on any node. A pod without one (a RayJob's submitter)
+// does not count: the GPU work has not started.
 func (c *Client) Running(ctx context.Context, r *reclaim.Reclaim) (reclaim.Release, error) {
 	w := r.Workload
 	pods, err := c.cs.CoreV1().Pods(w.Namespace).List(ctx, metav1.ListOptions{})
@@ -226,7 +228,7 @@ func (c *Client) Running(ctx context.Context, r *reclaim.Reclaim) (reclaim.Relea
 	objs := stopped(r)
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+		if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil || !holdsGPU(p) {
 			continue
 		}
 		if w.Stop == reclaim.StopHub {
@@ -246,7 +248,7 @@ func (c *Client) Running(ctx context.Context, r *reclaim.Reclaim) (reclaim.Relea
 			return reclaim.Release{Done: true}, nil
 		}
 	}
-	why := "no pod of " + w.String() + " runs"
+	why := "no pod of " + w.String() + " that holds a GPU runs"
 	if said := c.said(ctx, r); said != "" {
 		why += "; " + said
 	}

@@ -2,6 +2,9 @@ package kubestore_test
 
 import (
 	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -62,20 +65,8 @@ func BenchmarkIngest10kAlerts(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		run++
-		rc := cl.RESTConfig(kubetest.ReclaimerToken)
-		rc.QPS, rc.Burst = cfg.Kubernetes.QPS, cfg.Kubernetes.Burst
-		st, err := kubestore.New(rc, deploy.Namespace, "gpureclaim-reclaimer-replays")
-		if err != nil {
-			b.Fatal(err)
-		}
-		eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &reclaimtest.Actor{}, Clock: reclaimtest.NewClock().Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
-		if err != nil {
-			b.Fatal(err)
-		}
-		alerts := make([]reclaim.Alert, 10000)
-		for i := range alerts {
-			alerts[i] = reclaimtest.IdlePod("firing", reclaimtest.T0.Add(time.Duration(run)*time.Hour), fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("pod-%d", i))
-		}
+		eng := benchEngine(b, cfg, benchStore(b, cl, cfg))
+		alerts := idlePods(10000, run)
 		var ru0, ru1 syscall.Rusage
 		_ = syscall.Getrusage(0, &ru0)
 		ran0, waited0, err := cl.CPU()
@@ -104,4 +95,105 @@ func BenchmarkIngest10kAlerts(b *testing.B) {
 	b.ReportMetric(cpu.Seconds()/float64(b.N), "reclaimer-cpu-s")
 	b.ReportMetric(apiCPU.Seconds()/float64(b.N), "apiserver-cpu-s")
 	b.ReportMetric(apiWait.Seconds()/float64(b.N), "apiserver-wait-s")
+}
+
+// journalCounter counts the journal entries a store is asked for.
+type journalCounter struct {
+	*kubestore.Store
+	entries atomic.Int64
+}
+
+func (j *journalCounter) Journal(notification []byte) (string, error) {
+	j.entries.Add(1)
+	return j.Store.Journal(notification)
+}
+
+// BenchmarkManySmallNotifications is 1,000 alerts into the engine on the
+// kubernetes store at the default rate limit, as Alertmanager sends them
+// when it groups by unit: 1,000 one-alert notifications from 16 senders at
+// once; beside it the same alerts in one notification. reclaims/s is how
+// many GPUReclaims are written per second until the last is, journaled the
+// notifications also put in the journal (a ConfigMap written and deleted
+// each) because their answer could not wait for the write.
+func BenchmarkManySmallNotifications(b *testing.B) {
+	cl, _ := apiserver(b)
+	const alerts, senders = 1000, 16
+	run := 0
+	for _, notifications := range []int{alerts, 1} {
+		b.Run(fmt.Sprintf("notifications=%d", notifications), func(b *testing.B) {
+			cfg := reclaimtest.Config(b, "circuit_breaker: {max_pending: 0}\n")
+			var took time.Duration
+			var journaled int64
+			for b.Loop() {
+				b.StopTimer()
+				run++
+				st := &journalCounter{Store: benchStore(b, cl, cfg)}
+				eng := benchEngine(b, cfg, st)
+				all := idlePods(alerts, run)
+				parts := slices.Collect(slices.Chunk(all, alerts/notifications))
+				b.StartTimer()
+				start := time.Now()
+				next := make(chan []reclaim.Alert)
+				var wg sync.WaitGroup
+				var failed atomic.Value
+				for range min(senders, len(parts)) {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for part := range next {
+							if _, err := eng.Ingest(part); err != nil {
+								failed.Store(err)
+							}
+						}
+					}()
+				}
+				for _, p := range parts {
+					next <- p
+				}
+				close(next)
+				wg.Wait()
+				if err := eng.Flush(); err != nil {
+					b.Fatal(err)
+				}
+				if err, _ := failed.Load().(error); err != nil {
+					b.Fatal(err)
+				}
+				took += time.Since(start)
+				journaled += st.entries.Load()
+			}
+			b.ReportMetric(float64(alerts*b.N)/took.Seconds(), "reclaims/s")
+			b.ReportMetric(float64(journaled)/float64(b.N), "journaled")
+		})
+	}
+}
+
+// benchStore is the kubernetes store with the reclaimer's token and the
+// config's rate limit.
+func benchStore(b *testing.B, cl *kubetest.Cluster, cfg *config.Config) *kubestore.Store {
+	rc := cl.RESTConfig(kubetest.ReclaimerToken)
+	rc.QPS, rc.Burst = cfg.Kubernetes.QPS, cfg.Kubernetes.Burst
+	st, err := kubestore.New(rc, deploy.Namespace, "gpureclaim-reclaimer-replays")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return st
+}
+
+// benchEngine is an engine on st that acts on nothing.
+func benchEngine(b *testing.B, cfg *config.Config, st reclaim.Store) *reclaim.Engine {
+	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &reclaimtest.Actor{}, Clock: reclaimtest.NewClock().Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return eng
+}
+
+// idlePods are n firing GPUIdle alerts, each for its own pod, of an
+// episode of their own for each run.
+func idlePods(n, run int) []reclaim.Alert {
+	alerts := make([]reclaim.Alert, n)
+	for i := range alerts {
+		alerts[i] = reclaimtest.IdlePod("firing", reclaimtest.T0.Add(time.Duration(run)*time.Hour), fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("pod-%d", i))
+	}
+	return alerts
 }

@@ -67,6 +67,7 @@ type Store struct {
 	replayMap string
 	timeout   time.Duration
 	base      atomic.Pointer[context.Context] // set by Lead
+	leading   atomic.Pointer[func() error]    // set by Lead
 
 	// schemaOK: a write kept the current CRD's fields; stale: one did not.
 	schemaOK, stale atomic.Bool
@@ -124,8 +125,23 @@ func (s *Store) Ready() error {
 }
 
 // Lead makes every request of the store end when ctx does: the leader's
-// term, so that losing the Lease cancels the writes in flight.
-func (s *Store) Lead(ctx context.Context) { s.base.Store(&ctx) }
+// term, so that losing the Lease cancels the writes in flight. check is
+// asked before each write request, in every writer: a batch started while
+// this replica led sends nothing once it is in doubt.
+func (s *Store) Lead(ctx context.Context, check func() error) {
+	s.base.Store(&ctx)
+	s.leading.Store(&check)
+}
+
+// fence refuses a write once this replica may have lost the Lease.
+func (s *Store) fence() error {
+	if p := s.leading.Load(); p != nil && *p != nil {
+		if err := (*p)(); err != nil {
+			return fmt.Errorf("%w: %v", reclaim.ErrNotLeader, err)
+		}
+	}
+	return nil
+}
 
 func (s *Store) ctx() (context.Context, context.CancelFunc) {
 	base := context.Background()
@@ -235,6 +251,9 @@ func (s *Store) put(r *reclaim.Reclaim, events []reclaim.Event) error {
 	// rest its metadata only.
 	if s.schemaOK.Load() {
 		req.SetHeader("Accept", metadataOnly)
+	}
+	if err := s.fence(); err != nil {
+		return err
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
@@ -413,6 +432,9 @@ func (s *Store) Prune(before time.Time) (int, error) {
 	var deleted atomic.Int64
 	err := parallel(len(deletes), func(i int) error {
 		d := deletes[i]
+		if err := s.fence(); err != nil {
+			return err
+		}
 		ctx, cancel := s.ctx()
 		defer cancel()
 		err := s.res.Delete(ctx, d.id, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &d.rv}})
@@ -480,6 +502,9 @@ func (s *Store) Journal(notification []byte) (string, error) {
 	ctx, cancel := s.ctx()
 	defer cancel()
 	for i, part := range slices.Collect(slices.Chunk(buf.Bytes(), maxJournalBytes)) {
+		if err := s.fence(); err != nil {
+			return "", err
+		}
 		cm := &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", id, i), Namespace: s.ns, Labels: map[string]string{JournalLabel: id}},
 			BinaryData: map[string][]byte{journalKey: part},
@@ -557,6 +582,9 @@ func journalOrder(name string) string {
 
 // Retire deletes an entry's ConfigMaps.
 func (s *Store) Retire(id string) error {
+	if err := s.fence(); err != nil {
+		return err
+	}
 	ctx, cancel := s.ctx()
 	defer cancel()
 	return s.cm.CoreV1().ConfigMaps(s.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: JournalLabel + "=" + id})
@@ -570,6 +598,9 @@ func (s *Store) FirstSight(key string, now, expires time.Time) (bool, error) {
 	sum := sha256.Sum256([]byte(key))
 	k := hex.EncodeToString(sum[:])
 	for range 5 {
+		if err := s.fence(); err != nil {
+			return false, err
+		}
 		ctx, cancel := s.ctx()
 		first, err := s.firstSight(ctx, k, now, expires)
 		cancel()

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -191,6 +192,39 @@ func TestFence(t *testing.T) {
 	require.NoError(t, st.Write([]*reclaim.Reclaim{current}, nil))
 	alone := reclaimOf("cc00000000000003-1772445600", "solo-0", reclaim.Pending)
 	require.NoError(t, st.Write([]*reclaim.Reclaim{alone}, nil), "no token: one replica, no election")
+
+	// The lease is asked before each request of a batch, in every writer:
+	// once this replica is in doubt, nothing more is sent.
+	var asked atomic.Int32
+	const passed = 5
+	st.Lead(context.Background(), func() error {
+		if asked.Add(1) > passed {
+			return errors.New("the Lease was last renewed 12s ago, past the renew deadline")
+		}
+		return nil
+	})
+	var batch []*reclaim.Reclaim
+	for i := range 40 {
+		r := reclaimOf(fmt.Sprintf("dd%014d-1772445600", i), fmt.Sprintf("batch-%d", i), reclaim.Pending)
+		r.Fence = 3
+		batch = append(batch, r)
+	}
+	err = st.Write(batch, nil)
+	require.ErrorIs(t, err, reclaim.ErrNotLeader)
+	require.ErrorContains(t, err, "past the renew deadline")
+	dyn, err := kubestoreAdmin(cl)
+	require.NoError(t, err)
+	list, err := dyn.Resource(kubestore.GVR).Namespace(ns).List(context.Background(), metav1.ListOptions{})
+	require.NoError(t, err)
+	sent := 0
+	for _, u := range list.Items {
+		if strings.HasPrefix(u.GetName(), "dd") {
+			sent++
+		}
+	}
+	require.Equal(t, passed, sent, "only the writes asked while leading reached the apiserver")
+	_, err = st.Journal([]byte(`{"alerts":[]}`))
+	require.ErrorIs(t, err, reclaim.ErrNotLeader, "nor a journal entry")
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -79,7 +79,7 @@ type Restorer interface {
 }
 
 // ErrNotRestorable says a reclaim has nothing to restore.
-var ErrNotRestorable = errors.New("nothing to restore: only a done scale-down or stop can be restored")
+var ErrNotRestorable = errors.New("nothing to restore: only a scale-down or stop that is done, or still in place after not_released, can be restored")
 
 // Restore undoes a scale-down or a stop, once.
 func (e *Engine) Restore(ctx context.Context, id, by string) (*Reclaim, error) {
@@ -91,7 +91,9 @@ func (e *Engine) restore(ctx context.Context, id, by string) (*Reclaim, error) {
 	if r == nil {
 		return nil, fmt.Errorf("no reclaim %s", id)
 	}
-	if r.State != Done || r.Workload == nil {
+	// Done, or not released with its stop still in place (or restored since).
+	stopped := r.State == Done || (r.State == NotReleased && (r.StopInPlace || r.Restore != nil))
+	if r.Workload == nil || !stopped {
 		return nil, ErrNotRestorable
 	}
 	rs, ok := e.o.Actor.(Restorer)
@@ -127,7 +129,7 @@ func (e *Engine) restore(ctx context.Context, id, by string) (*Reclaim, error) {
 	}
 	if _, err := e.update(id, func(c *Reclaim) []Event {
 		return []Event{e.event(c, "restore_asked", c.Workload.RestoredText(), by)}
-	}, func(c *Reclaim) bool { return true }); err != nil {
+	}, func(c *Reclaim) bool { c.StopInPlace = false; return true }); err != nil {
 		return nil, err
 	}
 	e.verifyRestore(ctx, r)

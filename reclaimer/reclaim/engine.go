@@ -256,6 +256,7 @@ const (
 	workUnsnooze                 // look whether a snooze has ended
 	workFinal                    // tell the owner the outcome
 	workRestore                  // look whether a restored workload runs again
+	workFollow                   // look whether a stop left in place was carried out
 )
 
 type work struct {
@@ -291,8 +292,10 @@ func (e *Engine) step(ctx context.Context, budget time.Duration) {
 			due = append(due, work{id, workUnsnooze, r.NextTry})
 		case r.State.Terminal() && !r.Final.Sent:
 			due = append(due, work{id, workFinal, later(r.Closed, r.NextTry)})
-		case r.State == Done && r.Restore.Pending():
+		case (r.State == Done || r.State == NotReleased) && r.Restore.Pending():
 			due = append(due, work{id, workRestore, later(r.Restore.AskedAt, r.NextTry)})
+		case r.State == NotReleased && r.StopInPlace && r.Restore == nil:
+			due = append(due, work{id, workFollow, later(r.Closed, r.NextTry)})
 		}
 	}
 	for _, w := range due {
@@ -341,6 +344,10 @@ func (e *Engine) step(ctx context.Context, budget time.Duration) {
 		case workRestore:
 			if r := e.snapshot(w.id); r != nil {
 				e.verifyRestore(ctx, r)
+			}
+		case workFollow:
+			if r := e.snapshot(w.id); r != nil {
+				e.follow(ctx, r)
 			}
 		}
 		e.mu.Lock()

@@ -164,8 +164,26 @@ func (e *Engine) ingest(alerts []Alert) (IngestResult, []*pendingWrite) {
 		slices.SortStableFunc(alerts, newestFirst)
 	}
 
+	cfg := e.o.Config
+	var others int // alerts of another cluster
+	var other string
+	defer func() {
+		if others > 0 {
+			e.o.Logger.Warn("refused alerts of another cluster: nothing is done or said about them",
+				"alerts", others, "cluster", cfg.Cluster, "label", cfg.ClusterLabel, "first", other)
+		}
+	}()
 	for _, a := range alerts {
 		e.o.Metrics.alertsReceived.WithLabelValues(a.Status).Inc()
+		if cfg.Cluster != "" && a.Labels.Get(cfg.ClusterLabel) != cfg.Cluster {
+			if others == 0 {
+				other = a.Labels.String()
+			}
+			others++
+			res.Ignored++
+			count(DecisionOtherCluster)
+			continue
+		}
 		t, ok := TargetFrom(a.Labels)
 		if !ok {
 			res.Ignored++

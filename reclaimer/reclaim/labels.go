@@ -24,12 +24,13 @@ const (
 	DecisionResolvedFirst Decision = "resolved_first" // a resolved alert never seen firing
 	DecisionNotReleased   Decision = "not_released"   // still firing after a stop the controller refused or ignored
 	DecisionNoDemand      Decision = "no_demand"      // the policy waits until GPUs of the kind are wanted
+	DecisionOtherCluster  Decision = "other_cluster"  // the alert names another cluster than the reclaimer's, or none
 )
 
 // Decisions lists every Decision.
 var Decisions = []Decision{DecisionPending, DecisionExempt, DecisionNotify, DecisionDuplicate, DecisionStale, DecisionCancelled,
 	DecisionSnoozed, DecisionKept, DecisionMinRuntime, DecisionOutsideWindow, DecisionRateLimited, DecisionNoPolicy, DecisionNotAUnit,
-	DecisionResolvedFirst, DecisionNotReleased, DecisionNoDemand}
+	DecisionResolvedFirst, DecisionNotReleased, DecisionNoDemand, DecisionOtherCluster}
 
 // Component is the part of the reclaimer an error came from: the
 // component label of gpureclaim_reclaimer_errors_total.

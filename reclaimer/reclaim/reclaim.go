@@ -260,6 +260,10 @@ type Reclaim struct {
 	Detail string `json:"detail,omitempty"`
 	// TargetGone: the target was already gone when the action ran.
 	TargetGone bool `json:"target_gone,omitempty"`
+	// StopInPlace: the reclaim ended not released and its stop is still
+	// written on the workload (release.on_not_released: keep, or taking
+	// it back failed). The engine follows it; a restore takes it back.
+	StopInPlace bool `json:"stop_in_place,omitempty"`
 	// Restore is a restore of what the action stopped, once asked; Snooze
 	// a snooze, a keep or a silence that mutes the alert. Most reclaims
 	// have neither, so each is kept only when there is one.
@@ -345,10 +349,12 @@ func (d Delivery) clone() Delivery {
 	return d
 }
 
-// Restorable says whether a restore may still be asked: a done stop or
-// scale-down that nobody has asked to restore yet.
+// Restorable says whether a restore may still be asked: a stop or
+// scale-down that is done, or still in place after not_released, that
+// nobody has asked to restore yet.
 func (r *Reclaim) Restorable() bool {
-	return r.State == Done && r.Workload != nil && r.Restore == nil && !r.DryRun
+	stopped := r.State == Done || (r.State == NotReleased && r.StopInPlace)
+	return stopped && r.Workload != nil && r.Restore == nil && !r.DryRun
 }
 
 // ActionText says what the action will do or did, for people: the action,

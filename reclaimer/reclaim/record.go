@@ -35,7 +35,7 @@ func ToAPI(r *Reclaim, events []Event) *v1alpha1.GPUReclaim {
 			ReleaseBy: at(r.ReleaseBy), ReleasedAt: at(r.ReleasedAt), SharedWith: r.SharedWith, Closed: at(r.Closed), NextTry: at(r.NextTry),
 			Wanted: r.Wanted, AwaitsDemand: r.AwaitsDemand,
 			Warning: deliveryToAPI(r.Warning), WarningRound: r.WarningRound, Final: deliveryToAPI(r.Final),
-			Attempts: r.Attempts, LastError: r.LastError, Planned: r.Planned, HeldBy: r.HeldBy, Killed: r.Killed, Detail: r.Detail, TargetGone: r.TargetGone, Fence: r.Fence,
+			Attempts: r.Attempts, LastError: r.LastError, Planned: r.Planned, HeldBy: r.HeldBy, Killed: r.Killed, Detail: r.Detail, TargetGone: r.TargetGone, StopInPlace: r.StopInPlace, Fence: r.Fence,
 			ReleaseAskedBy: r.Released,
 		},
 	}
@@ -101,7 +101,7 @@ func fromAPI(g *v1alpha1.GPUReclaim) *Reclaim {
 		ReleaseBy: tm(st.ReleaseBy), ReleasedAt: tm(st.ReleasedAt), SharedWith: st.SharedWith, Closed: tm(st.Closed), NextTry: tm(st.NextTry),
 		Wanted: st.Wanted, AwaitsDemand: st.AwaitsDemand,
 		Warning: deliveryFromAPI(st.Warning), WarningRound: st.WarningRound, Final: deliveryFromAPI(st.Final),
-		Attempts: st.Attempts, LastError: st.LastError, Planned: st.Planned, HeldBy: st.HeldBy, Killed: st.Killed, Detail: st.Detail, TargetGone: st.TargetGone, Fence: st.Fence,
+		Attempts: st.Attempts, LastError: st.LastError, Planned: st.Planned, HeldBy: st.HeldBy, Killed: st.Killed, Detail: st.Detail, TargetGone: st.TargetGone, StopInPlace: st.StopInPlace, Fence: st.Fence,
 		Released: st.ReleaseAskedBy,
 	}
 	if o := st.TopOwner; o != nil {

@@ -57,27 +57,20 @@ func (e *Engine) carriedOut(ctx context.Context, id string, res *Result, at time
 func (e *Engine) verify(ctx context.Context, r *Reclaim) {
 	v := e.verdict(ctx, r)
 	seen := e.now() // when the world was seen, not when the look began
-	kind := r.ReleaseKind()
 	switch v.Do {
 	case DoDone:
 		result := ActionDone
 		if r.TargetGone {
 			result = ActionGone
 		}
-		took := max(0, seen.Sub(r.ActedAt))
-		e.o.Metrics.releaseDuration.WithLabelValues(kind).Observe(took.Seconds())
-		idle := max(0, r.ActedAt.Sub(r.IdleSince()).Seconds())
-		e.o.Metrics.idleToAction.Observe(idle)
+		took := e.countRelease(r, seen, v.Shared)
+		e.o.Metrics.idleToAction.Observe(max(0, r.ActedAt.Sub(r.IdleSince()).Seconds()))
 		why := r.Detail
-		if v.Shared != "" {
-			// A share freed: the GPU is not, and is not counted.
+		switch {
+		case v.Shared != "":
 			why = fmt.Sprintf("%s; its share was seen freed %s after the action, and the GPU stays held: %s", r.Detail, took.Round(time.Second), v.Shared)
-		} else {
-			e.o.Metrics.reclaimedGPUs.Add(r.Target.Size())
-			e.o.Metrics.reclaimedIdle.Add(r.Target.Size() * idle)
-			if e.o.Verifier != nil {
-				why = fmt.Sprintf("%s; the GPU was seen released %s after the action", r.Detail, took.Round(time.Second))
-			}
+		case e.o.Verifier != nil:
+			why = fmt.Sprintf("%s; the GPU was seen released %s after the action", r.Detail, took.Round(time.Second))
 		}
 		// One result per action, counted with the write that ends it.
 		e.finishWith(r.ID, Done, why, nil, func(c *Reclaim) { c.SharedWith = v.Shared; e.o.Metrics.action(c.Action, result) })
@@ -93,8 +86,97 @@ func (e *Engine) verify(ctx context.Context, r *Reclaim) {
 			e.o.Logger.Error("recording a look at the release", "reclaim", r.ID, "err", err)
 		}
 	case DoNotReleased:
-		e.finishWith(r.ID, NotReleased, v.Why, nil, func(c *Reclaim) { e.o.Metrics.action(c.Action, ActionNotReleased) })
+		e.notReleased(ctx, r, v.Why)
 	}
+}
+
+// notReleased ends an action whose GPU was not seen released by its
+// deadline. A stop left written is carried out whenever its controller
+// comes back, with nobody told; so it is taken back (release.on_not_released:
+// undo) and the owner hears the workload was left running, or kept and
+// followed (keep), and the message says which.
+func (e *Engine) notReleased(ctx context.Context, r *Reclaim, why string) {
+	inPlace := r.Workload != nil && !r.DryRun
+	if inPlace {
+		rs, ok := e.o.Actor.(Restorer)
+		switch {
+		case !ok:
+			why += fmt.Sprintf("; the stop of %s stays in place", r.Workload)
+		case e.o.Config.Release.OnNotReleased == config.NotReleasedKeep:
+			why += fmt.Sprintf("; the stop of %s stays in place (release.on_not_released: keep): the workload stops if its controller carries it out, and restoring takes it back", r.Workload)
+		default:
+			if err := e.fenced(FencedAction); err != nil {
+				e.o.Logger.Warn("not taking a stop back", "reclaim", r.ID, "err", err)
+				return // the next leader looks again
+			}
+			if err := rs.Restore(ctx, r); err != nil {
+				e.o.Metrics.Error(ComponentKubernetes)
+				why += fmt.Sprintf("; taking the stop back failed, so it stays in place (restoring takes it back): %v", err)
+			} else {
+				inPlace = false
+				why += fmt.Sprintf("; the stop was taken back (%s) and the workload left running", r.Workload.RestoredText())
+			}
+		}
+	}
+	e.finishWith(r.ID, NotReleased, why, nil, func(c *Reclaim) {
+		c.StopInPlace = inPlace
+		e.o.Metrics.action(c.Action, ActionNotReleased)
+	})
+}
+
+// follow looks again at a stop left in place after not_released: once its
+// controller carries it out, the reclaim is done at the time the GPU was
+// seen released, and the owner is told again.
+func (e *Engine) follow(ctx context.Context, r *Reclaim) {
+	rel := e.look(ctx, r, false)
+	seen := e.now()
+	interval := time.Duration(e.o.Config.Release.Interval)
+	following := func(c *Reclaim) bool { return c.State == NotReleased && c.StopInPlace && c.Restore == nil }
+	if !rel.Done {
+		if _, err := e.update(r.ID, nil, func(c *Reclaim) bool {
+			if !following(c) {
+				return false
+			}
+			c.NextTry = seen.Add(interval)
+			return true
+		}); err != nil {
+			e.o.Logger.Error("recording a look at a stop left in place", "reclaim", r.ID, "err", err)
+		}
+		return
+	}
+	took := max(0, seen.Sub(r.ActedAt))
+	late := fmt.Sprintf("its controller carried the stop out late: the GPU was seen released %s after the action", took.Round(time.Second))
+	done, err := e.update(r.ID, func(c *Reclaim) []Event { return []Event{e.event(c, string(Done), late, "reclaimer")} }, func(c *Reclaim) bool {
+		if !following(c) {
+			return false
+		}
+		c.State, c.ReleasedAt, c.Closed, c.NextTry, c.SharedWith = Done, seen, seen, time.Time{}, rel.Shared
+		c.Reason, c.Detail = late, c.Detail+"; "+late
+		c.Final = Delivery{} // the owner hears the new end
+		return true
+	})
+	if err != nil {
+		e.o.Logger.Error("recording a stop carried out late", "reclaim", r.ID, "err", err)
+		return
+	}
+	if done.State == Done {
+		e.countRelease(r, seen, rel.Shared)
+	}
+	e.o.Logger.Info("reclaim done late", "reclaim", r.ID, "reason", late)
+}
+
+// countRelease counts an action's target seen released at seen, and says
+// how long after the action that was. A share freed frees no GPU, and is
+// not counted as reclaimed.
+func (e *Engine) countRelease(r *Reclaim, seen time.Time, shared string) time.Duration {
+	took := max(0, seen.Sub(r.ActedAt))
+	e.o.Metrics.releaseDuration.WithLabelValues(r.ReleaseKind()).Observe(took.Seconds())
+	if shared == "" {
+		idle := max(0, r.ActedAt.Sub(r.IdleSince()).Seconds())
+		e.o.Metrics.reclaimedGPUs.Add(r.Target.Size())
+		e.o.Metrics.reclaimedIdle.Add(r.Target.Size() * idle)
+	}
+	return took
 }
 
 // look asks the world whether the GPU is released (or, for a restore,

@@ -2,6 +2,7 @@ package reclaim_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -194,4 +195,98 @@ func TestOneRestoreWhatever(t *testing.T) {
 	}
 	wg.Wait()
 	require.Equal(t, []string{"stop batch/train-0", "restore batch/train-0"}, f.actor.Calls)
+}
+
+// A stop that did not release the GPU is taken back by default: no
+// controller carries it out later with nobody told, and the owner hears
+// the workload was left running. There is nothing left to restore.
+func TestNotReleasedTakesTheStopBack(t *testing.T) {
+	f := suspendedJob(t, "release: {timeouts: {Job: 2m}}\n")
+	f.verifier.Set(true, false, "held by pod batch/train-0 (Running)")
+	f.at(5 * time.Minute)
+	f.at(7 * time.Minute)
+	r := f.only()
+	require.Equal(t, reclaim.NotReleased, r.State)
+	require.Equal(t, []string{"stop batch/train-0", "restore batch/train-0"}, f.actor.Calls, "the stop is taken back")
+	require.False(t, r.StopInPlace)
+	require.Contains(t, r.Reason, "the stop was taken back (Job batch/train resumed) and the workload left running")
+	f.at(7*time.Minute + time.Second)
+	require.Contains(t, f.notifier.Text(reclaim.MsgNotReleased), "left running")
+	_, err := f.eng.Restore(context.Background(), r.ID, "alice")
+	require.ErrorIs(t, err, reclaim.ErrNotRestorable)
+
+	// Taking it back fails: the stop stays in place, the message says so,
+	// and a restore takes it back later.
+	g := suspendedJob(t, "release: {timeouts: {Job: 2m}}\n")
+	g.verifier.Set(true, false, "held by pod batch/train-0 (Running)")
+	g.actor.RestoreErr = errors.New("the apiserver is away")
+	g.at(5 * time.Minute)
+	g.at(7 * time.Minute)
+	r = g.only()
+	require.Equal(t, reclaim.NotReleased, r.State)
+	require.True(t, r.StopInPlace)
+	require.Contains(t, r.Reason, "taking the stop back failed, so it stays in place (restoring takes it back): the apiserver is away")
+	g.actor.RestoreErr = nil
+	_, err = g.eng.Restore(context.Background(), r.ID, "alice")
+	require.NoError(t, err)
+	r = g.only()
+	require.False(t, r.StopInPlace)
+	require.False(t, r.Restore.RestoredAt.IsZero(), "its pods never stopped: it runs")
+}
+
+// release.on_not_released: keep leaves the stop written and says so; the
+// engine follows it, and when the controller carries it out later the
+// reclaim is done at that time and the owner is told. Restore works from
+// not_released.
+func TestNotReleasedKeptIsFollowed(t *testing.T) {
+	f := suspendedJob(t, "release: {timeouts: {Job: 2m}, interval: 10s, on_not_released: keep}\n")
+	f.verifier.Set(true, false, "held by pod batch/train-0 (Running); KubeRay is down")
+	f.at(5 * time.Minute)
+	f.at(7 * time.Minute)
+	r := f.only()
+	require.Equal(t, reclaim.NotReleased, r.State)
+	require.True(t, r.StopInPlace)
+	require.Equal(t, []string{"stop batch/train-0"}, f.actor.Calls, "kept: not taken back")
+	require.Contains(t, r.Reason, "the stop of Job batch/train stays in place (release.on_not_released: keep)")
+	f.at(7*time.Minute + time.Second)
+	require.Contains(t, f.notifier.Text(reclaim.MsgNotReleased), "stays in place")
+
+	looks := f.verifier.ReleaseLooks
+	f.at(7*time.Minute + 5*time.Second)
+	require.Greater(t, f.verifier.ReleaseLooks, looks, "followed")
+	f.at(7*time.Minute + 8*time.Second)
+	require.Equal(t, reclaim.NotReleased, f.only().State)
+
+	// The controller comes back and carries the stop out.
+	f.verifier.Set(false, false, "")
+	f.at(9 * time.Minute)
+	r = f.only()
+	require.Equal(t, reclaim.Done, r.State)
+	require.Equal(t, reclaimtest.T0.Add(9*time.Minute), r.ReleasedAt, "the true time")
+	require.Equal(t, reclaimtest.T0.Add(5*time.Minute), r.ActedAt)
+	require.Contains(t, r.Reason, "carried the stop out late: the GPU was seen released 4m0s after the action")
+	f.at(9*time.Minute + time.Second)
+	kinds := f.notifier.Kinds()
+	require.Equal(t, reclaim.MsgReclaimed, kinds[len(kinds)-1], "the owner is told")
+	require.Contains(t, f.notifier.Sent[len(f.notifier.Sent)-1].Text, "carried the stop out late")
+	require.Equal(t, 1.0, f.metric("gpureclaim_reclaimer_reclaimed_gpus_total"))
+	require.Equal(t, 1.0, f.metric("gpureclaim_reclaimer_actions_total", "action", "stop", "result", "not_released"), "counted once, at its first end")
+	require.Equal(t, 0.0, f.metric("gpureclaim_reclaimer_actions_total", "action", "stop", "result", "done"))
+	require.True(t, f.only().Restorable())
+
+	// Kept and restored before the controller came back.
+	g := suspendedJob(t, "release: {timeouts: {Job: 2m}, on_not_released: keep}\n")
+	g.verifier.Set(true, false, "held")
+	g.at(5 * time.Minute)
+	g.at(7 * time.Minute)
+	g.at(7*time.Minute + time.Second)
+	_, err := g.eng.Restore(context.Background(), g.only().ID, "alice")
+	require.NoError(t, err)
+	r = g.only()
+	require.Equal(t, reclaim.NotReleased, r.State)
+	require.False(t, r.StopInPlace, "taken back")
+	require.Equal(t, []string{"stop batch/train-0", "restore batch/train-0"}, g.actor.Calls)
+	g.verifier.Set(false, false, "")
+	g.at(10 * time.Minute)
+	require.Equal(t, reclaim.NotReleased, g.only().State, "no longer followed once restored")
 }

@@ -3,12 +3,14 @@ package reclaim
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
 
 // A notification's decisions are in the index at once and written to the
-// store in the background, one notification after another. The answer
+// store in the background, in order; those queued behind one write go out
+// together in the next. The answer
 // waits for the write; on a store with a Journal (both have one) it waits
 // at most webhook.answer_within, then records the notification, as it
 // came, in the journal and answers: 10,000 alerts on kubernetes are
@@ -72,7 +74,10 @@ func (e *Engine) queueWrite(rs []*Reclaim, events []Event) *pendingWrite {
 	return w
 }
 
-// writeQueued writes the queued notifications in order, then ends.
+// writeQueued writes the queued notifications, then ends. The
+// notifications queued while one is written go out together, in one write
+// of their latest records: a thousand one-alert notifications (Alertmanager
+// grouping by unit) share the store's writers as one of a thousand would.
 func (e *Engine) writeQueued() {
 	for {
 		e.mu.Lock()
@@ -81,44 +86,84 @@ func (e *Engine) writeQueued() {
 			e.mu.Unlock()
 			return
 		}
-		w := e.queue[0]
+		n, size := 0, 0
+		for n < len(e.queue) && (n == 0 || size+len(e.queue[n].rs) <= writeBatch) {
+			size += len(e.queue[n].rs)
+			n++
+		}
+		batch := slices.Clone(e.queue[:n])
 		e.mu.Unlock()
 
-		err := e.writeOut(w)
+		err := e.writeOut(batch)
 
 		e.mu.Lock()
-		e.queue[0] = nil // its reclaims and events can go once written
-		e.queue = e.queue[1:]
-		for _, r := range w.rs {
-			if e.unwritten[r.ID] == w {
-				delete(e.unwritten, r.ID)
+		clear(e.queue[:n]) // their reclaims and events can go once written
+		e.queue = e.queue[n:]
+		for _, w := range batch {
+			for _, r := range w.rs {
+				if e.unwritten[r.ID] == w {
+					delete(e.unwritten, r.ID)
+				}
 			}
 		}
 		e.o.Metrics.unwritten.Set(float64(len(e.unwritten)))
 		e.mu.Unlock()
-		w.err = err
-		w.mu.Lock()
-		w.written = err == nil
-		entries := w.entries
-		w.mu.Unlock()
+		var entries []string
+		for _, w := range batch {
+			w.err = err
+			w.mu.Lock()
+			w.written = err == nil
+			entries = append(entries, w.entries...)
+			w.mu.Unlock()
+		}
 		if err == nil {
 			e.o.Failpoint("ingested")
 			e.retire(entries...) // before done: Flush means retired too
 		}
-		close(w.done)
+		for _, w := range batch {
+			close(w.done)
+		}
 		e.Kick()
 	}
 }
 
-// writeOut writes one notification's decisions, retrying while the store
-// fails and this replica leads.
-func (e *Engine) writeOut(w *pendingWrite) error {
+// writeBatch is the most reclaims the notifications queued behind one
+// another are written with at once; a larger notification goes alone.
+const writeBatch = decidePart
+
+// merged is what a batch of notifications writes: each reclaim once, as
+// the latest of them decided it, and every audit event in order.
+func merged(batch []*pendingWrite) ([]*Reclaim, []Event) {
+	if len(batch) == 1 {
+		return batch[0].rs, batch[0].events
+	}
+	at := map[string]int{}
+	var rs []*Reclaim
+	var events []Event
+	for _, w := range batch {
+		for _, r := range w.rs {
+			if i, ok := at[r.ID]; ok {
+				rs[i] = r
+				continue
+			}
+			at[r.ID] = len(rs)
+			rs = append(rs, r)
+		}
+		events = append(events, w.events...)
+	}
+	return rs, events
+}
+
+// writeOut writes a batch of notifications' decisions, retrying while the
+// store fails and this replica leads.
+func (e *Engine) writeOut(batch []*pendingWrite) error {
+	rs, events := merged(batch)
 	wait := firstWriteRetry
 	for {
 		if err := e.fenced(FencedWrite); err != nil {
 			return err
 		}
-		err := e.o.Store.Write(w.rs, w.events)
+		err := e.o.Store.Write(rs, events)
 		if err == nil {
 			return nil
 		}
@@ -132,17 +177,19 @@ func (e *Engine) writeOut(w *pendingWrite) error {
 			}
 			e.version++
 			e.mu.Unlock()
-			e.o.Logger.Warn("a notification's decisions were refused by the store: another replica leads", "reclaims", len(w.rs), "err", err)
+			e.o.Logger.Warn("a notification's decisions were refused by the store: another replica leads", "reclaims", len(rs), "err", err)
 			return err
 		}
 		e.o.Logger.Error("writing a notification's decisions failed: retrying; none is carried out before it is written",
-			"reclaims", len(w.rs), "first", w.rs[0].ID, "retry_in", wait, "err", err)
-		w.mu.Lock()
-		if w.lastErr == nil {
-			close(w.failed)
+			"reclaims", len(rs), "notifications", len(batch), "first", rs[0].ID, "retry_in", wait, "err", err)
+		for _, w := range batch {
+			w.mu.Lock()
+			if w.lastErr == nil {
+				close(w.failed)
+			}
+			w.lastErr = err
+			w.mu.Unlock()
 		}
-		w.lastErr = err
-		w.mu.Unlock()
 		time.Sleep(wait)
 		wait = min(2*wait, lastWriteRetry)
 	}

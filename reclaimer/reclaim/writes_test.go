@@ -362,3 +362,52 @@ func TestLargeNotificationsAreDecidedOneAtATime(t *testing.T) {
 func journalFirstPlusOne(t *testing.T) []byte {
 	return reclaimtest.Notification(t, reclaim.JournalFirst+1, reclaimtest.T0)
 }
+
+// sizedStore holds writes until the gate opens, and keeps what each wrote.
+type sizedStore struct {
+	gatedStore
+	mu     sync.Mutex
+	writes [][]string // the reclaims of each write, as ID:state
+	events []int
+}
+
+func (s *sizedStore) Write(rs []*reclaim.Reclaim, evs []reclaim.Event) error {
+	<-s.gate
+	s.mu.Lock()
+	var w []string
+	for _, r := range rs {
+		w = append(w, r.Target.Pod+":"+string(r.State))
+	}
+	s.writes, s.events = append(s.writes, w), append(s.events, len(evs))
+	s.mu.Unlock()
+	return s.Store.Write(rs, evs)
+}
+
+// Notifications queued behind a write go out together in the next, each
+// reclaim once as the latest of them decided it, with every audit event:
+// a thousand one-alert notifications share the store's writers as one of
+// a thousand alerts does.
+func TestNotificationsQueuedTogetherAreWrittenTogether(t *testing.T) {
+	f := newFixture(t, "webhook: {bearer_token_file: token, answer_within: 50ms}\n")
+	s := &sizedStore{gatedStore: gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: &memJournal{}}}
+	f.with(func(o *reclaim.Options) { o.Store = s })
+
+	for _, a := range []reclaim.Alert{
+		reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"), // written first, alone
+		reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-1"),
+		reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-2"),
+		reclaimtest.IdlePod("resolved", reclaimtest.T0, "ml", "nb-1"), // the same reclaim again
+	} {
+		_, err := f.eng.Ingest([]reclaim.Alert{a})
+		require.NoError(t, err)
+	}
+	close(s.gate)
+	require.NoError(t, f.eng.Flush())
+	require.Equal(t, [][]string{{"nb-0:pending"}, {"nb-1:cancelled", "nb-2:pending"}}, s.writes,
+		"the three queued behind the first in one write, nb-1 as the last decided it")
+	require.Equal(t, 3, s.events[1], "every notification's audit events: two decided, one cancelled")
+	stored, err := f.st.Load()
+	require.NoError(t, err)
+	require.Len(t, stored, 3)
+	require.Empty(t, s.ids(), "every journal entry retired")
+}

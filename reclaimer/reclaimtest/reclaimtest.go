@@ -144,6 +144,8 @@ type Actor struct {
 	Calls []string
 	Err   error
 	Once  bool
+	// RestoreErr is what every restore returns.
+	RestoreErr error
 	// PIDs is what a kill plans to end.
 	PIDs []int
 }
@@ -180,7 +182,7 @@ func (a *Actor) Restore(_ context.Context, r *reclaim.Reclaim) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.Calls = append(a.Calls, "restore "+r.Target.Holder())
-	return nil
+	return a.RestoreErr
 }
 
 func (a *Actor) Count() int {

@@ -71,6 +71,9 @@ type Options struct {
 	Logger   *slog.Logger
 	Clock    func() time.Time
 	Registry *prometheus.Registry
+	// Metrics are the server's, registered on Registry once for every
+	// term the replica leads; nil registers new ones.
+	Metrics *Metrics
 	// Ready reports whether the reclaimer can take notifications (the store is open).
 	Ready func() error
 	// TurnWait is how long a notification waits for its turn to be read
@@ -83,6 +86,26 @@ type Options struct {
 	Report ReportBuilder
 }
 
+// Metrics are the server's own: its requests and the notifications in flight.
+type Metrics struct {
+	requests *prometheus.CounterVec
+	inFlight prometheus.Gauge
+}
+
+// NewMetrics registers the server's metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	return &Metrics{
+		requests: promauto.With(reg).NewCounterVec(prometheus.CounterOpts{
+			Name: "gpureclaim_reclaimer_http_requests_total",
+			Help: "HTTP requests, by handler and status code.",
+		}, []string{"handler", "code"}),
+		inFlight: promauto.With(reg).NewGauge(prometheus.GaugeOpts{
+			Name: "gpureclaim_reclaimer_webhook_requests_in_flight",
+			Help: "Notifications being read or recorded: at most webhook.max_concurrent.",
+		}),
+	}
+}
+
 // New builds the server and its routes.
 func New(o Options) *Server {
 	if o.Logger == nil {
@@ -90,15 +113,12 @@ func New(o Options) *Server {
 	}
 	s := &Server{cfg: o.Config, engine: o.Engine, log: o.Logger, clock: o.Clock, gatherer: o.Registry, ready: o.Ready, mux: http.NewServeMux(),
 		turns: make(chan struct{}, max(1, o.Config.Webhook.MaxConcurrent)), turnWait: cmp.Or(o.TurnWait, 10*time.Second),
-		requests: promauto.With(o.Registry).NewCounterVec(prometheus.CounterOpts{
-			Name: "gpureclaim_reclaimer_http_requests_total",
-			Help: "HTTP requests, by handler and status code.",
-		}, []string{"handler", "code"}),
-		inFlight: promauto.With(o.Registry).NewGauge(prometheus.GaugeOpts{
-			Name: "gpureclaim_reclaimer_webhook_requests_in_flight",
-			Help: "Notifications being read or recorded: at most webhook.max_concurrent.",
-		}),
 	}
+	m := o.Metrics
+	if m == nil {
+		m = NewMetrics(o.Registry)
+	}
+	s.requests, s.inFlight = m.requests, m.inFlight
 	s.mux.HandleFunc("/webhook", s.webhook)
 	s.mux.Handle("GET /api/v1/reclaims", s.readers(s.list))
 	s.mux.Handle("GET /api/v1/reclaims/{id}", s.readers(s.get))
