@@ -19,6 +19,9 @@ GOLANGCI_LINT_VERSION := v2.15.0
 CONTROLLER_TOOLS_VERSION := v0.23.0
 # A real SMTP server, with an API to read what it was sent (the e-mail notifier's tests).
 MAILPIT_VERSION      := v1.33.1
+# Distributed engines the rules are evaluated on beside Prometheus.
+VICTORIAMETRICS_VERSION := v1.151.0
+THANOS_VERSION          := v0.41.0
 # prometheus-operator's CRDs, for validating the chart's ServiceMonitor,
 # PrometheusRule and AlertmanagerConfig on a real apiserver.
 PROMETHEUS_OPERATOR_VERSION := v0.94.0
@@ -39,7 +42,7 @@ LDFLAGS  := -X github.com/prometheus/common/version.Version=$(VERSION) \
 KUBE_BINS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl
 # The workload controllers the reclaimer's stops are tested against.
 OPERATORS := $(BIN)/ray-operator $(BIN)/training-operator.v1 $(BIN)/kueue
-TOOLS := $(BIN)/promtool $(BIN)/prometheus $(BIN)/alertmanager $(BIN)/amtool $(BIN)/etcd $(KUBE_BINS) $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/helm $(BIN)/crds/.$(PROMETHEUS_OPERATOR_VERSION) $(WORKLOAD_CRDS_STAMP) $(OPERATORS) $(BIN)/golangci-lint $(BIN)/mailpit $(BIN)/controller-gen
+TOOLS := $(BIN)/promtool $(BIN)/prometheus $(BIN)/alertmanager $(BIN)/amtool $(BIN)/etcd $(KUBE_BINS) $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/helm $(BIN)/crds/.$(PROMETHEUS_OPERATOR_VERSION) $(WORKLOAD_CRDS_STAMP) $(OPERATORS) $(BIN)/golangci-lint $(BIN)/mailpit $(BIN)/controller-gen $(BIN)/victoria-metrics $(BIN)/vmalert $(BIN)/thanos
 
 .PHONY: all build run demo test e2e soak bench bench-rules lint tools chromium rules dashboards crds manifests images backtest clean device-check
 
@@ -120,12 +123,14 @@ backtest: build
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-## bench-rules: the rules' cost in a real Prometheus over a day of series for 1,000 and 10,000 simulated GPUs, and sharded over 10,000.
-bench-rules: $(BIN)/prometheus
+## bench-rules: the rules' cost in a real Prometheus over a day of series for 1,000 and 10,000 simulated GPUs, and sharded over 10,000; then 10,000 in 4 clusters on Prometheus and on VictoriaMetrics with vmalert.
+bench-rules: $(BIN)/prometheus $(BIN)/victoria-metrics $(BIN)/vmalert
 	$(GO) run ./hack/rulesbench -gpus 1000 -prometheus $(BIN)/prometheus
 	$(GO) run ./hack/rulesbench -gpus 10000 -prometheus $(BIN)/prometheus
 	$(GO) run ./rules/gen -config hack/rulesbench/shards-256.yaml -o $(BIN)/rules-shards-256.yml
 	$(GO) run ./hack/rulesbench -gpus 10000 -shards 256 -interval 1m -evaluations 4 -rules $(BIN)/rules-shards-256.yml -prometheus $(BIN)/prometheus
+	$(GO) run ./hack/rulesbench -gpus 10000 -clusters 4 -evaluations 3 -prometheus $(BIN)/prometheus
+	$(GO) run ./hack/rulesbench -gpus 10000 -clusters 4 -evaluations 3 -victoria-metrics $(BIN)/victoria-metrics -vmalert $(BIN)/vmalert
 
 ## lint: go vet, gofmt, and golangci-lint with .golangci.yml (errcheck, staticcheck, unused, ...).
 lint: $(BIN)/golangci-lint
@@ -209,6 +214,30 @@ $(BIN)/controller-gen: $(BIN)/.controller-gen-$(CONTROLLER_TOOLS_VERSION)
 	@test -x $@ || { rm -f $< && $(MAKE) --no-print-directory $<; }
 
 $(BIN)/mailpit: $(BIN)/.mailpit-$(MAILPIT_VERSION)
+	@test -x $@ || { rm -f $< && $(MAKE) --no-print-directory $<; }
+
+# VictoriaMetrics single-node and vmalert, which evaluates the rules over it.
+$(BIN)/.victoriametrics-$(VICTORIAMETRICS_VERSION):
+	@mkdir -p $(BIN)
+	GOBIN=$(BIN) $(GO) install \
+		github.com/VictoriaMetrics/VictoriaMetrics/app/victoria-metrics@$(VICTORIAMETRICS_VERSION) \
+		github.com/VictoriaMetrics/VictoriaMetrics/app/vmalert@$(VICTORIAMETRICS_VERSION)
+	@touch $@
+
+$(BIN)/victoria-metrics $(BIN)/vmalert: $(BIN)/.victoriametrics-$(VICTORIAMETRICS_VERSION)
+	@test -x $@ || { rm -f $< && $(MAKE) --no-print-directory $<; }
+
+# Thanos (receive and query): go install refuses its replace directives, so
+# it is built from a copy of its module, with the slicelabels tag its own
+# build uses (its gRPC codec reads labels as slices).
+$(BIN)/.thanos-$(THANOS_VERSION):
+	@mkdir -p $(BIN) .cache
+	dir=$$($(GO) mod download -json github.com/thanos-io/thanos@$(THANOS_VERSION) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'); \
+	rm -rf .cache/thanos && cp -r "$$dir" .cache/thanos && chmod -R u+w .cache/thanos && \
+	cd .cache/thanos && $(GO) build -tags slicelabels -o $(BIN)/thanos ./cmd/thanos
+	@touch $@
+
+$(BIN)/thanos: $(BIN)/.thanos-$(THANOS_VERSION)
 	@test -x $@ || { rm -f $< && $(MAKE) --no-print-directory $<; }
 
 $(BIN)/kwok:

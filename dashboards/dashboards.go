@@ -7,6 +7,7 @@ package dashboards
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/grafana/grafana-foundation-sdk/go/cog"
 	"github.com/grafana/grafana-foundation-sdk/go/cog/variants"
@@ -16,8 +17,11 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/stat"
 	"github.com/grafana/grafana-foundation-sdk/go/table"
 	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/gpureclaim/gpureclaim/internal/names"
+	"github.com/gpureclaim/gpureclaim/internal/promscope"
 )
 
 // Uids of the dashboards; the alerts link to the node dashboard's.
@@ -42,7 +46,7 @@ var datasource = common.DataSourceRef{Type: ptr("prometheus"), Uid: ptr("${datas
 func dataqueries(targets []Target, instant bool) []cog.Builder[variants.Dataquery] {
 	var out []cog.Builder[variants.Dataquery]
 	for i, t := range targets {
-		q := prometheus.NewDataqueryBuilder().RefId(string(rune('A' + i))).Datasource(datasource).Expr(t.Expr)
+		q := prometheus.NewDataqueryBuilder().RefId(string(rune('A' + i))).Datasource(datasource).Expr(inClusters(t.Expr))
 		if t.LegendFormat != "" {
 			q.LegendFormat(t.LegendFormat)
 		}
@@ -71,6 +75,7 @@ func newLayout(uid, title, desc string) *layout {
 		Refresh("30s").
 		Time("now-6h", "now").
 		WithVariable(dashboard.NewDatasourceVariableBuilder("datasource").Label("Data source").Type("prometheus")).
+		WithVariable(queryVar(names.LabelCluster, "Cluster", "label_values(gpureclaim_unit_info, "+names.LabelCluster+")")).
 		Link(dashboard.NewDashboardLinkBuilder("gpureclaim").Type(dashboard.DashboardLinkTypeDashboards).
 			Tags([]string{"gpureclaim"}).AsDropdown(true).KeepTime(true).IncludeVars(false))}
 }
@@ -166,4 +171,32 @@ func Marshal(d dashboard.Dashboard) ([]byte, error) {
 		return nil, err
 	}
 	return append(b, '\n'), nil
+}
+
+// Grafana's range variables stand as durations no query uses while a query
+// is parsed, and are put back after.
+var rangeVars = []struct{ name, stand string }{
+	{"$__rate_interval", "1111s"}, {"$__range", "2222s"}, {"$__interval", "3333s"},
+}
+
+// clusterMatcher keeps a query to the clusters picked in the cluster
+// variable; with none picked (All: .*) it matches series without the label too.
+var clusterMatcher = labels.MustNewMatcher(labels.MatchRegexp, names.LabelCluster, "$"+names.LabelCluster)
+
+// inClusters adds the cluster variable's matcher to every selector of a
+// query that has none on the cluster label.
+func inClusters(expr string) string {
+	q := expr
+	for _, v := range rangeVars {
+		q = strings.ReplaceAll(q, v.name, v.stand)
+	}
+	q, err := promscope.Scope(q, clusterMatcher)
+	if err != nil {
+		panic(fmt.Sprintf("a dashboard query does not parse: %v", err)) // a bug in the generator
+	}
+	for _, v := range rangeVars {
+		d, _ := model.ParseDuration(v.stand)
+		q = strings.ReplaceAll(q, "["+d.String()+"]", "["+v.name+"]")
+	}
+	return q
 }

@@ -5,10 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/stretchr/testify/require"
@@ -60,7 +62,7 @@ func asList(v any) []any {
 }
 
 // grafanaVars stand in for what Grafana substitutes before a query runs.
-var grafanaVars = strings.NewReplacer("$__rate_interval", "1m", "$__interval", "1m", "$__range", "1h", "${datasource}", "prom", "$node", "n1", "$uuid", "GPU-1")
+var grafanaVars = strings.NewReplacer("$__rate_interval", "1m", "$__interval", "1m", "$__range", "1h", "${datasource}", "prom", "$node", "n1", "$uuid", "GPU-1", "$cluster", ".*")
 
 // known lists the metrics a query may name: METRICS.md's, the recording
 // rules', and Prometheus's own.
@@ -87,6 +89,10 @@ func known(t *testing.T) map[string]bool {
 	}
 	return k
 }
+
+// identity are the labels that name a thing one cluster may name as
+// another does.
+var identity = map[string]bool{"uuid": true, "gpu_uuid": true, "node": true, "instance": true, "namespace": true, "pod": true, "user": true}
 
 func TestDashboards(t *testing.T) {
 	metrics := known(t)
@@ -129,6 +135,22 @@ func TestDashboards(t *testing.T) {
 					switch n := node.(type) {
 					case *parser.VectorSelector:
 						require.True(t, metrics[n.Name], "%s names %q, which is neither in METRICS.md nor recorded", where, n.Name)
+						if where != "variable cluster" { // the one query over every cluster
+							require.True(t, slices.ContainsFunc(n.LabelMatchers, func(m *labels.Matcher) bool { return m.Name == "cluster" }),
+								"%s: %s reads every cluster, not those picked", where, n)
+						}
+					case *parser.AggregateExpr:
+						// Two clusters may name a node, a UUID or a pod
+						// alike: a query that splits by one keeps the
+						// cluster (a split by kind or action may add the
+						// clusters up).
+						if !n.Without && slices.ContainsFunc(n.Grouping, func(l string) bool { return identity[l] }) {
+							require.Contains(t, n.Grouping, "cluster", "%s: %s", where, n)
+						}
+					case *parser.BinaryExpr:
+						if m := n.VectorMatching; m != nil && m.On && len(m.MatchingLabels) > 0 {
+							require.Contains(t, m.MatchingLabels, "cluster", "%s: %s", where, n)
+						}
 					case *parser.Call:
 						switch n.Func.Name {
 						case "rate", "irate":

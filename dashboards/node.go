@@ -5,12 +5,12 @@ import "github.com/gpureclaim/gpureclaim/internal/names"
 // unitJoin adds the unit's node, index and MIG profile to a per-unit series,
 // and keeps only the chosen node and units.
 func unitJoin(expr string) string {
-	return expr + ` * on (uuid) group_left (node, gpu_index, mig_profile) max by (uuid, node, gpu_index, mig_profile) (gpureclaim_unit_info{node=~"$node", uuid=~"$uuid"})`
+	return expr + ` * on (` + names.LabelCluster + `, uuid) group_left (node, gpu_index, mig_profile) max by (` + names.LabelCluster + `, uuid, node, gpu_index, mig_profile) (gpureclaim_unit_info{node=~"$node", uuid=~"$uuid"})`
 }
 
 // gpuJoin does the same for a per-GPU series.
 func gpuJoin(expr string) string {
-	return expr + ` * on (gpu_uuid) group_left (node, gpu_index) max by (gpu_uuid, node, gpu_index) (gpureclaim_gpu_info{node=~"$node"})`
+	return expr + ` * on (` + names.LabelCluster + `, gpu_uuid) group_left (node, gpu_index) max by (` + names.LabelCluster + `, gpu_uuid, node, gpu_index) (gpureclaim_gpu_info{node=~"$node"})`
 }
 
 const unitLegend = "GPU {{gpu_index}} {{mig_profile}} {{uuid}}"
@@ -52,21 +52,21 @@ func node() *layout {
 
 	l.row("Who holds what")
 	add(l, tablePanel("Owners and their memory", "Each unit's owners (a pod's container, or a Unix user and Slurm job) and the memory they hold.", "bytes",
-		Target{Expr: `max by (node, gpu_index, mig_profile, uuid, namespace, pod, container, user, slurm_job) (` + unitJoin("gpureclaim_unit_owner_memory_used_bytes") + `)`}), 24, 9)
+		Target{Expr: `max by (` + names.LabelCluster + `, node, gpu_index, mig_profile, uuid, namespace, pod, container, user, slurm_job) (` + unitJoin("gpureclaim_unit_owner_memory_used_bytes") + `)`}), 24, 9)
 	add(l, tablePanel("MIG instances", "MIG instances on the node: profile, GPU and compute instance ids, compute slices (the value).", "none",
-		Target{Expr: `max by (node, gpu_index, uuid, profile, gpu_instance_id, compute_instance_id) (gpureclaim_mig_instance_slices * on (uuid) group_left (profile, gpu_instance_id, compute_instance_id) gpureclaim_mig_instance_info` + ` * on (uuid) group_left (node, gpu_index) max by (uuid, node, gpu_index) (gpureclaim_unit_info{node=~"$node", uuid=~"$uuid"}))`}), 12, 8)
+		Target{Expr: `max by (` + names.LabelCluster + `, node, gpu_index, uuid, profile, gpu_instance_id, compute_instance_id) (gpureclaim_mig_instance_slices * on (` + names.LabelCluster + `, uuid) group_left (profile, gpu_instance_id, compute_instance_id) gpureclaim_mig_instance_info` + ` * on (` + names.LabelCluster + `, uuid) group_left (node, gpu_index) max by (` + names.LabelCluster + `, uuid, node, gpu_index) (gpureclaim_unit_info{node=~"$node", uuid=~"$uuid"}))`}), 12, 8)
 	add(l, series("MPS tenants", "Processes running as MPS clients on each GPU; an MPS GPU with several tenants can be overcommitted.", "short",
 		Target{Expr: gpuJoin("gpureclaim_gpu_mps_clients"), LegendFormat: "GPU {{gpu_index}}"}), 12, 8)
 
 	l.row("Exporter")
 	add(l, series("Collector success", "1 when the part of sampling succeeded on every GPU.", "bool",
-		Target{Expr: `gpureclaim_exporter_collector_success * on (instance) group_left (node) max by (instance, node) (gpureclaim_driver_info{node=~"$node"})`, LegendFormat: "{{node}} {{collector}}"}), 8, 7)
+		Target{Expr: `gpureclaim_exporter_collector_success * on (` + names.LabelCluster + `, instance) group_left (node) max by (` + names.LabelCluster + `, instance, node) (gpureclaim_driver_info{node=~"$node"})`, LegendFormat: "{{node}} {{collector}}"}), 8, 7)
 	add(l, series("Sample age", "Time since the exporter last read NVML; scrapes serve that sample.", "s",
-		Target{Expr: `gpureclaim_exporter_sample_age_seconds * on (instance) group_left (node) max by (instance, node) (gpureclaim_driver_info{node=~"$node"})`, LegendFormat: "{{node}}"}), 8, 7)
+		Target{Expr: `gpureclaim_exporter_sample_age_seconds * on (` + names.LabelCluster + `, instance) group_left (node) max by (` + names.LabelCluster + `, instance, node) (gpureclaim_driver_info{node=~"$node"})`, LegendFormat: "{{node}}"}), 8, 7)
 	add(l, series("NVML errors", "Failed NVML calls per second, by call and return code.", "reqps",
-		Target{Expr: `sum by (node, call, error) (rate(gpureclaim_exporter_nvml_errors_total[$__rate_interval]) * on (instance) group_left (node) max by (instance, node) (gpureclaim_driver_info{node=~"$node"})) or vector(0)`, LegendFormat: "{{node}} {{call}} {{error}}"}), 8, 7)
+		Target{Expr: `sum by (` + names.LabelCluster + `, node, call, error) (rate(gpureclaim_exporter_nvml_errors_total[$__rate_interval]) * on (` + names.LabelCluster + `, instance) group_left (node) max by (` + names.LabelCluster + `, instance, node) (gpureclaim_driver_info{node=~"$node"})) or vector(0)`, LegendFormat: "{{node}} {{call}} {{error}}"}), 8, 7)
 
-	l.b.WithVariable(queryVar("node", "Node", "label_values(gpureclaim_unit_info, node)"))
-	l.b.WithVariable(queryVar("uuid", "Unit", `label_values(gpureclaim_unit_info{node=~"$node"}, uuid)`))
+	l.b.WithVariable(queryVar("node", "Node", `label_values(gpureclaim_unit_info{cluster=~"$cluster"}, node)`))
+	l.b.WithVariable(queryVar("uuid", "Unit", `label_values(gpureclaim_unit_info{cluster=~"$cluster",node=~"$node"}, uuid)`))
 	return l
 }

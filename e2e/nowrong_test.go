@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpureclaim/gpureclaim/internal/names"
+	"github.com/gpureclaim/gpureclaim/internal/sim/stack"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
@@ -25,7 +27,17 @@ const (
 // until the action was confirmed, and nothing kept it. It returns how many
 // actions it checked; any violation fails the test.
 func (su *suite) noWrongAction(t *testing.T) int {
-	items, err := su.s.Reclaims(ctx)
+	return noWrongAction(t, su.s, su.s.QueryAt)
+}
+
+// queryAt runs an instant query at a past time and returns each series'
+// labels.
+type queryAt func(ctx context.Context, q string, at time.Time) ([]map[string]string, error)
+
+// noWrongAction checks the actions a stack's reclaimer recorded against
+// the exporters' series that query reads.
+func noWrongAction(t *testing.T, s *stack.Stack, query queryAt) int {
+	items, err := s.Reclaims(ctx)
 	require.NoError(t, err)
 	checked := 0
 	for i := range items {
@@ -34,7 +46,7 @@ func (su *suite) noWrongAction(t *testing.T) int {
 		if r.DryRun || r.ActedAt.IsZero() {
 			continue
 		}
-		for _, v := range su.violations(r) {
+		for _, v := range violations(query, r) {
 			t.Errorf("%s (%s, %s due %s, confirmed %s): %s", r.ID, r.Target.UnitAndHolder(), r.Action,
 				r.ActAt.Format(time.RFC3339Nano), r.ActedAt.Format(time.RFC3339Nano), v)
 		}
@@ -46,12 +58,12 @@ func (su *suite) noWrongAction(t *testing.T) int {
 }
 
 // violations are what made an action wrong.
-func (su *suite) violations(r *reclaim.Reclaim) []string {
+func violations(query queryAt, r *reclaim.Reclaim) []string {
 	tg := r.Target
 	holder := fmt.Sprintf("uuid=%q, namespace=%q, pod=%q, user=%q", tg.UUID, tg.Namespace, tg.Pod, tg.User)
 	var out []string
 	some := func(q string, at time.Time) bool {
-		res, err := su.s.QueryAt(ctx, q, at)
+		res, err := query(ctx, q, at)
 		if err != nil {
 			out = append(out, err.Error())
 			return false

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/prometheus/common/model"
@@ -43,6 +44,13 @@ type Config struct {
 	// Thanos Ruler and Mimir's ruler all run groups concurrently. Default 1
 	// (no label needed); see BENCHMARKS.md for a fleet of 10,000 GPUs.
 	Shards int `yaml:"shards"`
+	// ClusterLabel is the label that names a series' cluster when several
+	// clusters' metrics meet in one engine (Thanos, VictoriaMetrics, Mimir):
+	// every aggregation and match of the rules keeps it, so that two
+	// clusters' pods of the same name stay apart and each alert names its
+	// cluster. Series without it (one cluster) give the same results.
+	// Default cluster.
+	ClusterLabel string `yaml:"cluster_label"`
 }
 
 // Idle: a held unit whose activity stays below Threshold for For.
@@ -239,11 +247,12 @@ func DefaultConfig() Config {
 		MIG:        MIG{PeakWindow: dur(24 * time.Hour), Headroom: 0.1, For: dur(time.Hour)},
 		Packing: Packing{Window: dur(7 * 24 * time.Hour), Step: dur(5 * time.Minute), Evidence: dur(3 * 24 * time.Hour), Quantile: 0.95,
 			ComputeCap: 0.9, MemoryCap: 0.95, Headroom: 0.1, For: dur(time.Hour), SharedResource: names.SharedGPUResource},
-		Exporter: Exporter{Job: names.ExporterJob, DownFor: dur(5 * time.Minute), StaleAfter: dur(time.Minute), FailingFor: dur(10 * time.Minute)},
-		Cost:     Cost{PricePerGPUHour: 2.5, Currency: "USD", Window: dur(24 * time.Hour), Step: dur(time.Minute)},
-		Shards:   1,
-		Links:    Links{Runbook: "https://github.com/gpureclaim/gpureclaim/blob/main/rules/runbook.md", Grafana: "http://localhost:3000"},
-		Demand:   Demand{KueueClusterQueues: ".+"},
+		Exporter:     Exporter{Job: names.ExporterJob, DownFor: dur(5 * time.Minute), StaleAfter: dur(time.Minute), FailingFor: dur(10 * time.Minute)},
+		Cost:         Cost{PricePerGPUHour: 2.5, Currency: "USD", Window: dur(24 * time.Hour), Step: dur(time.Minute)},
+		Shards:       1,
+		ClusterLabel: names.LabelCluster,
+		Links:        Links{Runbook: "https://github.com/gpureclaim/gpureclaim/blob/main/rules/runbook.md", Grafana: "http://localhost:3000"},
+		Demand:       Demand{KueueClusterQueues: ".+"},
 	}
 }
 
@@ -336,6 +345,9 @@ func (c *Config) Validate() error {
 	positive("overcommit.window", c.Overcommit.Window)
 	positive("overcommit.for", c.Overcommit.For)
 	positive("mig.peak_window", c.MIG.PeakWindow)
+	if !model.LegacyValidation.IsValidLabelName(c.ClusterLabel) || strings.HasPrefix(c.ClusterLabel, "__") {
+		errs = append(errs, fmt.Errorf("cluster_label: %q is not a label name", c.ClusterLabel))
+	}
 	if c.Shards < 1 || c.Shards > maxShards {
 		errs = append(errs, fmt.Errorf("shards: %d is not from 1 to %d", c.Shards, maxShards))
 	}

@@ -90,11 +90,19 @@ func Generate(c Config) File {
 	}
 	// The fleet's sums read every shard's records: one evaluation behind
 	// them, which a dashboard does not see.
-	return File{Groups: append(groups,
+	groups = append(groups,
 		Group{Name: "gpureclaim.fleet", Rules: append(fleetRules(c), demandRules(c)...)},
 		Group{Name: packingGroup, Interval: c.Packing.Step.String(), Rules: packingRules(c)},
 		Group{Name: "gpureclaim.exporter", Rules: exporterRules(c)},
-	)}
+	)
+	for i := range groups {
+		rs, err := clustered(groups[i].Rules, c.ClusterLabel)
+		if err != nil {
+			panic(fmt.Sprintf("the generator wrote a rule PromQL does not parse: %v", err)) // a bug, not a config error
+		}
+		groups[i].Rules = rs
+	}
+	return File{Groups: groups}
 }
 
 // unitGroup names the group of the per-unit rules (with shards, its prefix).
@@ -552,7 +560,7 @@ unless on (uuid) %s
 			Labels: map[string]string{"severity": "info", "action": "notify"},
 			Annotations: c.annotations("gpuwasted",
 				`Underused `+whatUnit,
-				`The `+whatUnit+` held by `+whoHolds+` averaged {{ $value | humanizePercentage }} {{ $labels.signal }} over `+c.Wasted.Window.String()+` while holding {{ with printf "`+names.RecMemoryRatio+`{uuid='%s'}" $labels.uuid | query }}{{ . | first | value | humanizePercentage }}{{ end }} of its memory.`,
+				`The `+whatUnit+` held by `+whoHolds+` averaged {{ $value | humanizePercentage }} {{ $labels.signal }} over `+c.Wasted.Window.String()+` while holding {{ with `+c.ofUnit(names.RecMemoryRatio, "")+` | query }}{{ . | first | value | humanizePercentage }}{{ end }} of its memory.`,
 				c.unitDashboard()),
 		},
 		{
@@ -569,7 +577,7 @@ unless on (uuid) %s
 			Labels: map[string]string{"severity": "warning", "action": "notify"},
 			Annotations: c.annotations("gpuovercommitted",
 				`Overcommitted `+whatUnit,
-				`{{ with printf "`+names.RecOwners+`{uuid='%s'}" $labels.uuid | query }}{{ . | first | value }}{{ end }} tenants share the `+whatUnit+` and its {{ if eq $labels.reason "memory" }}memory is {{ $value | humanizePercentage }} used: the next allocation may fail{{ else }}SMs are {{ $value | humanizePercentage }} busy: every tenant is slowed{{ end }}.`,
+				`{{ with `+c.ofUnit(names.RecOwners, "")+` | query }}{{ . | first | value }}{{ end }} tenants share the `+whatUnit+` and its {{ if eq $labels.reason "memory" }}memory is {{ $value | humanizePercentage }} used: the next allocation may fail{{ else }}SMs are {{ $value | humanizePercentage }} busy: every tenant is slowed{{ end }}.`,
 				c.unitDashboard()),
 		},
 	}
@@ -641,4 +649,11 @@ func exporterRules(c Config) []Rule {
 				`NVML has failed to read GPU {{ $labels.gpu_index }} ({{ $labels.gpu_uuid }}; empty when never read since the exporter started) on {{ $labels.instance }} for `+c.Exporter.FailingFor.String()+` (a GPU that fell off the bus reads ERROR_GPU_IS_LOST); see gpureclaim_exporter_nvml_errors_total.`, ""),
 		},
 	}
+}
+
+// ofUnit is an annotation's query of a record of the alert's unit in the
+// alert's cluster (an alert without the cluster label matches series
+// without it): on a ruler over a fleet a UUID is read where it fired.
+func (c Config) ofUnit(before, after string) string {
+	return fmt.Sprintf(`printf "%s{uuid='%%s',%s='%%s'}%s" $labels.uuid $labels.%s`, before, c.ClusterLabel, after, c.ClusterLabel)
 }

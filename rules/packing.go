@@ -91,9 +91,9 @@ unless on (uuid) %s{model=~".*A30.*"}
 // packable is GPUPackable: it tells the owner the exact change.
 func (c Config) packable() Rule {
 	pk := c.Packing
-	quantile := fmt.Sprintf(`{{ with printf "max(%s{uuid='%%s'})" $labels.uuid | query }}{{ . | first | value | humanizePercentage }}{{ end }}`, names.RecPackActivity)
-	peak := fmt.Sprintf(`{{ with printf "max(%s{uuid='%%s'})" $labels.uuid | query }}{{ . | first | value | humanize1024 }}B{{ end }}`, names.RecPackMemory)
-	limit := fmt.Sprintf(`{{ with printf "max(%s{uuid='%%s'}) * %s" $labels.uuid | query }}{{ . | first | value | humanize1024 }}B{{ end }}`, names.RecPackMemory, num(1+pk.Headroom))
+	quantile := `{{ with ` + c.ofUnit("max("+names.RecPackActivity, ")") + ` | query }}{{ . | first | value | humanizePercentage }}{{ end }}`
+	peak := `{{ with ` + c.ofUnit("max("+names.RecPackMemory, ")") + ` | query }}{{ . | first | value | humanize1024 }}B{{ end }}`
+	limit := `{{ with ` + c.ofUnit("max("+names.RecPackMemory, ") * "+num(1+pk.Headroom)) + ` | query }}{{ . | first | value | humanize1024 }}B{{ end }}`
 	return Rule{
 		Alert:  names.AlertPackable,
 		Expr:   Expr(packable),
@@ -105,7 +105,7 @@ func (c Config) packable() Rule {
 				`{{ if $labels.pod }}Ask for `+"`"+pk.SharedResource+`: 1`+"`"+` instead of `+"`nvidia.com/gpu: 1`"+`, with its memory capped at `+limit+` (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT under MPS, the framework's memory fraction under time-slicing)`+
 				`{{ else if $labels.slurm_job }}Ask for a GPU shard (`+"`--gres=shard:1`"+` where the cluster has shards) instead of a whole GPU, with its memory capped at `+limit+
 				`{{ else }}Run it on a shared GPU (MPS, with CUDA_MPS_PINNED_DEVICE_MEM_LIMIT at `+limit+`){{ end }}.`+
-				fmt.Sprintf(`{{ with printf "min(%s{uuid='%%s'})" $labels.uuid | query }} Or, isolated, it fits a {{ . | first | value }}g MIG slice of this GPU (`+"`nvidia.com/mig-{{ . | first | value }}g.<memory>gb`"+`, as the GPU's profiles name it).{{ end }}`, names.RecPackMIGFit)+
+				`{{ with `+c.ofUnit("min("+names.RecPackMIGFit, ")")+` | query }} Or, isolated, it fits a {{ . | first | value }}g MIG slice of this GPU (`+"`nvidia.com/mig-{{ . | first | value }}g.<memory>gb`"+`, as the GPU's profiles name it).{{ end }}`+
 				` gpureclaim-advisor plans which GPUs to share and replays the plan on the history.`,
 			c.unitDashboard()),
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/names"
 
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
@@ -189,6 +190,39 @@ func TestRecordingRulesAreNamedLevelMetricOperations(t *testing.T) {
 			require.Regexp(t, name, r.Record)
 			require.False(t, seen[r.Record], "%s recorded twice", r.Record)
 			seen[r.Record] = true
+		}
+	}
+}
+
+// Every aggregation of every generated rule keeps the cluster label, and
+// every match on labels matches on it: a rule written later without it
+// would merge two clusters' pods of the same name.
+func TestEveryAggregationKeepsTheCluster(t *testing.T) {
+	for _, file := range []string{"", "classes.yaml", "dcgm.yaml", "testdata/conf.good.yml"} {
+		c := DefaultConfig()
+		if file != "" {
+			var err error
+			c, err = Load(file)
+			require.NoError(t, err)
+		}
+		for _, g := range Generate(c).Groups {
+			for _, r := range g.Rules {
+				expr, err := parser.NewParser(parser.Options{}).ParseExpr(string(r.Expr))
+				require.NoError(t, err)
+				parser.Inspect(expr, func(node parser.Node, _ []parser.Node) error {
+					switch n := node.(type) {
+					case *parser.AggregateExpr:
+						if !n.Without {
+							require.Contains(t, n.Grouping, c.ClusterLabel, "%s %s%s: %s", file, r.Record, r.Alert, n)
+						}
+					case *parser.BinaryExpr:
+						if m := n.VectorMatching; m != nil && m.On && len(m.MatchingLabels) > 0 {
+							require.Contains(t, m.MatchingLabels, c.ClusterLabel, "%s %s%s: %s", file, r.Record, r.Alert, n)
+						}
+					}
+					return nil
+				})
+			}
 		}
 	}
 }

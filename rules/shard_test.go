@@ -51,21 +51,10 @@ func relabeling(t *testing.T, n int) []*relabel.Config {
 // alert of a small fleet, over 80 minutes, is the same series with the
 // same value, but for the shard label.
 func TestShardsComputeTheSame(t *testing.T) {
-	render := func(shards int) string {
-		c := DefaultConfig()
-		c.Shards = shards
-		c.MIG.PeakWindow = dur(time.Hour)
-		c.Packing.Window, c.Packing.Step, c.Packing.Evidence = dur(time.Hour), dur(time.Minute), dur(30*time.Minute)
-		b, err := Render(c)
-		require.NoError(t, err)
-		p := filepath.Join(t.TempDir(), "rules.yml")
-		require.NoError(t, os.WriteFile(p, b, 0o644))
-		return p
-	}
-	unsharded := render(1)
+	unsharded := fleetRuleFile(t, 1)
 	names := recordNames(t, unsharded)
 	one := evalFleet(t, unsharded, names, nil)
-	eight := evalFleet(t, render(8), names, relabeling(t, 8))
+	eight := evalFleet(t, fleetRuleFile(t, 8), names, relabeling(t, 8))
 	require.NotEmpty(t, one)
 	for name := range one {
 		require.NotEmpty(t, one[name], "%s: the fleet exercises it", name)
@@ -73,14 +62,71 @@ func TestShardsComputeTheSame(t *testing.T) {
 	require.Equal(t, one, eight)
 }
 
+// fleetRuleFile writes the rules, in shards, with the windows the small
+// fleet's 80 minutes fill.
+func fleetRuleFile(t *testing.T, shards int) string {
+	c := DefaultConfig()
+	c.Shards = shards
+	c.MIG.PeakWindow = dur(time.Hour)
+	c.Packing.Window, c.Packing.Step, c.Packing.Evidence = dur(time.Hour), dur(time.Minute), dur(30*time.Minute)
+	return writeRuleFile(t, filepath.Join(t.TempDir(), "rules.yml"), Generate(c).Groups...)
+}
+
+// writeRuleFile renders rule groups into a file at path.
+func writeRuleFile(t *testing.T, path string, groups ...Group) string {
+	b, err := render(File{Groups: groups})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, b, 0o644))
+	return path
+}
+
 // evalFleet replays a small fleet through a rule file, its targets
 // relabeled by rcs but one, and returns, per record (and ALERTS), its
 // series at the end without the shard label.
-func evalFleet(t *testing.T, file string, records []string, rcs []*relabel.Config) map[string][]string {
-	start := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+func evalFleet(t *testing.T, file string, records []string, rcs []*relabel.Config, clusters ...string) map[string][]string {
+	if clusters == nil {
+		clusters = []string{""}
+	}
 	ev, err := ruleeval.New(t.TempDir(), time.Minute, file)
 	require.NoError(t, err)
 	defer ev.Close()
+	for m := range fleetMinutes {
+		ts := fleetStart.Add(time.Duration(m) * time.Minute)
+		app := ev.Appender()
+		fleetSeries(rcs, clusters, func(ls labels.Labels, v float64) {
+			_, err := app.Append(0, ls, ts.UnixMilli(), v)
+			require.NoError(t, err)
+		})
+		require.NoError(t, app.Commit())
+		require.NoError(t, ev.Eval(ts))
+	}
+	out := map[string][]string{}
+	end := fleetStart.Add((fleetMinutes - 1) * time.Minute)
+	for _, name := range append(records, "ALERTS") {
+		v, err := ev.Query(name, end)
+		require.NoError(t, err)
+		var got []string
+		for _, s := range v {
+			ls := labels.NewBuilder(s.Metric).Del(names.LabelShard).Labels()
+			// Sums over shards add in another order: the last bits differ.
+			got = append(got, fmt.Sprintf("%s %.12g", ls, s.F))
+		}
+		sort.Strings(got)
+		out[name] = got
+	}
+	return out
+}
+
+// The small fleet's replay: its start and length, a sample a minute.
+var fleetStart = time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+
+const fleetMinutes = 80
+
+// fleetSeries gives add one minute's samples of a small fleet (idle,
+// busy, shared and MIG units, a pending pod), in each of the clusters (""
+// for series without the cluster label), its targets relabeled by rcs but
+// one. The clusters hold the same units, nodes and pods.
+func fleetSeries(rcs []*relabel.Config, clusters []string, add func(labels.Labels, float64)) {
 	type unit struct {
 		uuid, gpu, kind, profile, node string
 		owners                         []string
@@ -106,25 +152,28 @@ func evalFleet(t *testing.T, file string, records []string, rcs []*relabel.Confi
 	}
 	// A node scraped without the relabeling: the group of unlabeled series takes it.
 	units = append(units, unit{uuid: "gpu0", gpu: "gpu0", kind: "gpu", node: "unlabeled", owners: []string{"odd/pod-0"}})
-	for m := range 80 {
-		ts := start.Add(time.Duration(m) * time.Minute).UnixMilli()
-		app := ev.Appender()
+	for _, cluster := range clusters {
+		in := func(ls labels.Labels) labels.Labels {
+			if cluster == "" {
+				return ls
+			}
+			return labels.NewBuilder(ls).Set(names.LabelCluster, cluster).Labels()
+		}
 		for _, u := range units {
 			target := labels.NewBuilder(labels.FromStrings("__address__", u.node+":9847"))
 			if u.node != "unlabeled" {
 				relabel.ProcessBuilder(target, rcs...)
 			}
-			add := func(v float64, kv ...string) {
+			put := func(v float64, kv ...string) {
 				b := labels.NewBuilder(labels.FromStrings(append(kv, "job", names.ExporterJob, "instance", u.node+":9847")...))
 				if s := target.Get(names.LabelShard); s != "" {
 					b.Set(names.LabelShard, s)
 				}
-				_, err := app.Append(0, b.Labels(), ts, v)
-				require.NoError(t, err)
+				add(in(b.Labels()), v)
 			}
 			base := []string{"uuid", u.uuid, "gpu_uuid", u.gpu}
-			add(1, append([]string{"__name__", "gpureclaim_unit_info", "node", u.node, "kind", u.kind, "gpu_index", "0", "model", "H100", "mig_profile", u.profile}, base...)...)
-			add(u.activity, append([]string{"__name__", "gpureclaim_unit_sm_active_ratio"}, base...)...)
+			put(1, append([]string{"__name__", "gpureclaim_unit_info", "node", u.node, "kind", u.kind, "gpu_index", "0", "model", "H100", "mig_profile", u.profile}, base...)...)
+			put(u.activity, append([]string{"__name__", "gpureclaim_unit_sm_active_ratio"}, base...)...)
 			total, used := 80e9, 0.0
 			if u.kind == "mig" {
 				total = 40e9
@@ -139,23 +188,23 @@ func evalFleet(t *testing.T, file string, records []string, rcs []*relabel.Confi
 				}
 			}
 			if u.kind == "gpu" {
-				add(0, "__name__", "gpureclaim_gpu_mig_mode_enabled", "gpu_uuid", u.gpu)
+				put(0, "__name__", "gpureclaim_gpu_mig_mode_enabled", "gpu_uuid", u.gpu)
 			}
-			add(used, append([]string{"__name__", "gpureclaim_unit_memory_used_bytes"}, base...)...)
-			add(total, append([]string{"__name__", "gpureclaim_unit_memory_total_bytes"}, base...)...)
+			put(used, append([]string{"__name__", "gpureclaim_unit_memory_used_bytes"}, base...)...)
+			put(total, append([]string{"__name__", "gpureclaim_unit_memory_total_bytes"}, base...)...)
 			for _, o := range u.owners {
 				ns, pod, _ := strings.Cut(o, "/")
-				add(1, append([]string{"__name__", "gpureclaim_unit_owner_info", "namespace", ns, "pod", pod, "container", "c", "user", "", "slurm_job", "", "keep", "false"}, base...)...)
+				put(1, append([]string{"__name__", "gpureclaim_unit_owner_info", "namespace", ns, "pod", pod, "container", "c", "user", "", "slurm_job", "", "keep", "false"}, base...)...)
 			}
 			if u.kind == "mig" {
-				add(float64(u.slices), append([]string{"__name__", "gpureclaim_mig_instance_slices"}, base...)...)
+				put(float64(u.slices), append([]string{"__name__", "gpureclaim_mig_instance_slices"}, base...)...)
 				for _, p := range []struct {
 					name   string
 					slices int
 					gb     float64
 				}{{"1g.10gb", 1, 10}, {"2g.20gb", 2, 20}, {"3g.40gb", 3, 40}} {
-					add(p.gb*1e9, append([]string{"__name__", "gpureclaim_mig_profile_memory_bytes", "profile", p.name}, base...)...)
-					add(float64(p.slices), append([]string{"__name__", "gpureclaim_mig_profile_slices", "profile", p.name}, base...)...)
+					put(p.gb*1e9, append([]string{"__name__", "gpureclaim_mig_profile_memory_bytes", "profile", p.name}, base...)...)
+					put(float64(p.slices), append([]string{"__name__", "gpureclaim_mig_profile_slices", "profile", p.name}, base...)...)
 				}
 			}
 		}
@@ -164,27 +213,9 @@ func evalFleet(t *testing.T, file string, records []string, rcs []*relabel.Confi
 			2: {"__name__", "kube_pod_container_resource_requests", "namespace", "ml", "pod", "waiting-0", "container", "c", "resource", "nvidia_com_gpu", "unit", "integer"},
 			1: {"__name__", "kube_pod_status_phase", "namespace", "ml", "pod", "waiting-0", "uid", "w0", "phase", "Pending"},
 		} {
-			_, err := app.Append(0, labels.FromStrings(append(kv, "job", "kube-state-metrics", "instance", "ksm:8080")...), ts, v)
-			require.NoError(t, err)
+			add(in(labels.FromStrings(append(kv, "job", "kube-state-metrics", "instance", "ksm:8080")...)), v)
 		}
-		require.NoError(t, app.Commit())
-		require.NoError(t, ev.Eval(start.Add(time.Duration(m)*time.Minute)))
 	}
-	out := map[string][]string{}
-	end := start.Add(79 * time.Minute)
-	for _, name := range append(records, "ALERTS") {
-		v, err := ev.Query(name, end)
-		require.NoError(t, err)
-		var got []string
-		for _, s := range v {
-			ls := labels.NewBuilder(s.Metric).Del(names.LabelShard).Labels()
-			// Sums over shards add in another order: the last bits differ.
-			got = append(got, fmt.Sprintf("%s %.12g", ls, s.F))
-		}
-		sort.Strings(got)
-		out[name] = got
-	}
-	return out
 }
 
 func recordNames(t *testing.T, file string) []string {

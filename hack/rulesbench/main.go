@@ -4,8 +4,10 @@
 // units; idle, busy, wasted and intermittent), starts the pinned Prometheus
 // on it with the rules, and reads Prometheus's own figures: each group's
 // evaluation time (/api/v1/rules) and the head series the rules add
-// (/api/v1/status/tsdb). `make bench-rules` runs it; BENCHMARKS.md has
-// the figures.
+// (/api/v1/status/tsdb). With -victoria-metrics it imports the same
+// history into VictoriaMetrics and has vmalert evaluate the rules over it
+// instead; -clusters spreads the nodes over clusters, as a fleet's engine
+// holds them. `make bench-rules` runs it; BENCHMARKS.md has the figures.
 package main
 
 import (
@@ -19,10 +21,10 @@ import (
 	"math"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,7 +35,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/gpureclaim/gpureclaim/internal/names"
-	"github.com/gpureclaim/gpureclaim/internal/sim/cluster"
 	"github.com/gpureclaim/gpureclaim/rules"
 )
 
@@ -47,7 +48,17 @@ func main() {
 	interval := flag.Duration("interval", 30*time.Second, "the rules' evaluation interval (kube-prometheus-stack's default is 30s)")
 	shards := flag.Int("shards", 1, "label the targets' series with gpureclaim_shard as the rules config's shards: N asks (Prometheus's hashmod relabeling over this many shards); give rules rendered with the same N")
 	head := flag.Duration("head", 2*time.Hour, "the newest part of the history, held in Prometheus's head (in memory) as in a running Prometheus; the rest is a persisted block")
+	flag.IntVar(&clusters, "clusters", 1, "spread the nodes over this many clusters, each series labelled cluster=cN as a fleet's engine holds them")
+	vm := flag.String("victoria-metrics", "", "evaluate on VictoriaMetrics instead: this single-node binary holds the history, and -vmalert evaluates the rules over it")
+	flag.StringVar(&vmalertBin, "vmalert", "bin/vmalert", "the vmalert binary, with -victoria-metrics")
 	flag.Parse()
+	if *vm != "" {
+		if err := runVictoriaMetrics(*gpus, *hours, *evals, *rules, *vm, *interval); err != nil {
+			fmt.Fprintln(os.Stderr, "rulesbench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*gpus, *hours, *evals, *rules, *prom, *head, *shards, *interval); err != nil {
 		fmt.Fprintln(os.Stderr, "rulesbench:", err)
 		os.Exit(1)
@@ -56,7 +67,11 @@ func main() {
 
 const step = time.Minute
 
-var topRules *int
+var (
+	topRules   *int
+	clusters   int
+	vmalertBin string
+)
 
 // unit is one series set the exporter would serve for a unit.
 type unit struct {
@@ -152,6 +167,10 @@ func fleetSeries(us []unit, shards int) ([]series, error) {
 	var ss []series
 	for _, u := range us {
 		base := []string{"job", "gpureclaim-exporter", "instance", u.node + ":9847", "uuid", u.uuid, "gpu_uuid", u.gpuUUID}
+		if clusters > 1 {
+			n, _ := strconv.Atoi(strings.TrimPrefix(u.node, "gpu-node-"))
+			base = append(base, names.LabelCluster, fmt.Sprintf("c%d", n%clusters))
+		}
 		if shards > 1 {
 			lb := labels.NewBuilder(labels.FromStrings("__address__", u.node+":9847"))
 			relabel.ProcessBuilder(lb, rcs...)
@@ -320,24 +339,16 @@ func run(gpus, hours, evals int, rulesFile, promBin string, head time.Duration, 
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		return err
 	}
-	port, err := cluster.FreePort()
+	// Healthy, not ready: the rules are read while it replays its head.
+	cmd, base, err := serve(dir, "prometheus", promBin, "/-/healthy", func(addr string) []string {
+		return []string{"--config.file=" + filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path=" + data,
+			"--storage.tsdb.retention.time=30d", "--web.listen-address=" + addr, "--log.level=warn"}
+	})
 	if err != nil {
 		return err
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	cmd := exec.Command(promBin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+data,
-		"--storage.tsdb.retention.time=30d", "--web.listen-address="+addr, "--log.level=warn")
-	logf, err := os.Create(filepath.Join(dir, "prometheus.log"))
-	if err != nil {
-		return err
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-
-	base := "http://" + addr
+	defer stop(cmd)
+	began, cpu0 := time.Now(), cpuSeconds(cmd.Process.Pid)
 	seen := map[string][]float64{}
 	last := map[string]time.Time{}
 	rulesCost := map[string][]float64{}
@@ -402,6 +413,10 @@ func run(gpus, hours, evals int, rulesFile, promBin string, head time.Duration, 
 		top = append(top, rc{n, median(s)})
 	}
 	sort.Slice(top, func(i, j int) bool { return top[i].s > top[j].s })
+	took := time.Since(began)
+	cpu := cpuSeconds(cmd.Process.Pid) - cpu0
+	fmt.Printf("\nWhile evaluating (%s): Prometheus spent %.1f CPU-seconds (%.2f cores); peak resident memory %d MiB.\n",
+		took.Round(time.Second), cpu, cpu/took.Seconds(), peakRSS(cmd.Process.Pid)>>10)
 	fmt.Printf("\nCostliest rules (median of an evaluation):")
 	for _, r := range top[:min(*topRules, len(top))] {
 		fmt.Printf(" %s %.0f ms;", r.name, r.s*1000)

@@ -28,9 +28,14 @@ const (
 // Labels of the exporter's unit series that the rules keep on every alert
 // and the reclaimer reads as the target and its owner.
 const (
-	LabelUUID       = "uuid"             // the unit: a GPU's UUID or a MIG instance's
-	LabelGPUUUID    = "gpu_uuid"         // the GPU the unit is on
-	LabelShard      = "gpureclaim_shard" // with sharded rules: a target's shard (scrape relabeling), and the group that computed a record
+	LabelUUID    = "uuid"             // the unit: a GPU's UUID or a MIG instance's
+	LabelGPUUUID = "gpu_uuid"         // the GPU the unit is on
+	LabelShard   = "gpureclaim_shard" // with sharded rules: a target's shard (scrape relabeling), and the group that computed a record
+	// LabelCluster is the default label that names a series' cluster in a
+	// fleet of several (Prometheus external_labels, or a scrape relabel):
+	// the rules keep it in every aggregation, and a reclaimer acts only on
+	// the alerts of its own.
+	LabelCluster    = "cluster"
 	LabelNode       = "node"
 	LabelKind       = "kind" // KindGPU or KindMIG
 	LabelMIGProfile = "mig_profile"

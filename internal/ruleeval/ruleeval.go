@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/prometheus/rules"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
 )
 
 // Evaluator holds a TSDB, the rule groups and the time of the last evaluation.
@@ -33,6 +34,13 @@ type Evaluator struct {
 // New opens a TSDB in dir (a fresh folder) and loads the rule files,
 // evaluated every interval.
 func New(dir string, interval time.Duration, files ...string) (*Evaluator, error) {
+	return NewWithQuery(dir, interval, nil, files...)
+}
+
+// NewWithQuery is New with the rules' queries answered by query (another
+// engine, as Thanos Ruler asks Thanos Query); nil is Prometheus's engine
+// over the TSDB. The rules' results are written to the TSDB either way.
+func NewWithQuery(dir string, interval time.Duration, query rules.QueryFunc, files ...string) (*Evaluator, error) {
 	opts := tsdb.DefaultOptions()
 	db, err := tsdb.Open(dir, nil, nil, opts, nil)
 	if err != nil {
@@ -48,8 +56,11 @@ func New(dir string, interval time.Duration, files ...string) (*Evaluator, error
 		EnableNegativeOffset: true,
 	})
 	ctx := context.Background()
+	if query == nil {
+		query = rules.EngineQueryFunc(engine, db)
+	}
 	m := rules.NewManager(&rules.ManagerOptions{
-		QueryFunc:    rules.EngineQueryFunc(engine, db),
+		QueryFunc:    query,
 		AppendableV2: db,
 		Context:      ctx,
 		NotifyFunc:   func(context.Context, string, ...*rules.Alert) {},
@@ -92,7 +103,11 @@ func (e *Evaluator) Appender() storage.Appender { return e.db.Appender(e.ctx) }
 
 // Eval evaluates every group at ts, in order. It fails on the first rule
 // that could not be evaluated.
-func (e *Evaluator) Eval(ts time.Time) error {
+func (e *Evaluator) Eval(ts time.Time) error { return e.EvalEach(ts, nil) }
+
+// EvalEach is Eval, calling after with each group's rules once the group
+// is evaluated (to pass its results on before the next group reads them).
+func (e *Evaluator) EvalEach(ts time.Time, after func([]rules.Rule) error) error {
 	for _, g := range e.groups {
 		g.Eval(e.ctx, ts)
 		for _, r := range g.Rules() {
@@ -100,8 +115,45 @@ func (e *Evaluator) Eval(ts time.Time) error {
 				return fmt.Errorf("rule %s at %s: %w", r.Name(), ts.UTC().Format(time.RFC3339), err)
 			}
 		}
+		if after != nil {
+			if err := after(g.Rules()); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+// Sample is one sample of a series.
+type Sample struct {
+	Labels labels.Labels
+	T      int64
+	F      float64
+}
+
+// At reads the samples written at ts (in milliseconds) of the series
+// named name, as they are stored: stale markers too.
+func (e *Evaluator) At(name string, ts int64) ([]Sample, error) {
+	q, err := e.db.Querier(ts, ts)
+	if err != nil {
+		return nil, err
+	}
+	defer q.Close()
+	set := q.Select(e.ctx, false, nil, labels.MustNewMatcher(labels.MatchEqual, model.MetricNameLabel, name))
+	var out []Sample
+	for set.Next() {
+		s := set.At()
+		it := s.Iterator(nil)
+		for it.Next() != chunkenc.ValNone {
+			if t, v := it.At(); t == ts {
+				out = append(out, Sample{Labels: s.Labels(), T: t, F: v})
+			}
+		}
+		if err := it.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return out, set.Err()
 }
 
 // Alert is an active alert after the last Eval.

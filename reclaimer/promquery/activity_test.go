@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpureclaim/gpureclaim/internal/names"
@@ -62,4 +63,35 @@ func TestLastActiveOnPrometheus(t *testing.T) {
 	require.False(t, held)
 	_, held = ask(`ml"}) or vector(1) #`, "nb-0")
 	require.False(t, held, "the value stays a literal")
+}
+
+// On an engine that holds a fleet's series, the same pod name on the same
+// GPU UUID in two clusters, busy in a and idle in b: a client scoped to a
+// cluster reads that cluster's activity alone, where an unscoped one would
+// call b's pod active.
+func TestLastActiveInItsCluster(t *testing.T) {
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		for cluster, activity := range map[string]float64{"a": 0.6, "b": 0.01} {
+			fmt.Fprintf(w, "%s{%s=%q,uuid=\"GPU-a\",namespace=\"ml\",pod=\"nb-0\"} 1\n", names.UnitOwnerInfo, names.LabelCluster, cluster)
+			fmt.Fprintf(w, "%s{%s=%q,uuid=\"GPU-a\"} %g\n", names.RecActivity, names.LabelCluster, cluster, activity)
+		}
+	}))
+	t.Cleanup(target.Close)
+	prom := promtest.Scraping(t, nil, promtest.Job{Name: "fleet", URL: target.URL, HonorLabels: true})
+	ctx := context.Background()
+	ask := func(cluster string) (time.Time, bool) {
+		c := &Client{URL: prom.URL, Timeout: 5 * time.Second}
+		if cluster != "" {
+			c.Scope = labels.MustNewMatcher(labels.MatchEqual, names.LabelCluster, cluster)
+		}
+		last, held, err := c.LastActive(ctx, "ml", "nb-0", names.IdleThreshold, time.Minute, time.Second)
+		require.NoError(t, err)
+		return last, held
+	}
+	require.Eventually(t, func() bool { last, _ := ask("a"); return !last.IsZero() }, 30*time.Second, 200*time.Millisecond, "%s", prom.Log())
+	last, held := ask("b")
+	require.True(t, held, "b's pod holds its GPU")
+	require.True(t, last.IsZero(), "b's pod was never active: a's activity is not read")
+	last, _ = ask("")
+	require.False(t, last.IsZero(), "unscoped, the fleet's series mix: the reason for the scope")
 }

@@ -14,6 +14,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/gpureclaim/gpureclaim/internal/promscope"
 )
 
 // Client queries one Prometheus.
@@ -24,6 +28,10 @@ type Client struct {
 	HTTP *http.Client
 	// Timeout of one query; Prometheus is told it too.
 	Timeout time.Duration
+	// Scope, when set, is added to every series selector of every query
+	// (config's cluster and cluster_label): on an engine that holds a
+	// fleet's series, a reclaimer reads its own cluster's alone.
+	Scope *labels.Matcher
 }
 
 // maxResponseBytes bounds what a query's answer may be: restore_when asks
@@ -90,6 +98,10 @@ func (c *Client) instant(ctx context.Context, query string) ([]sample, error) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
 		defer cancel()
+	}
+	query, err := promscope.Scope(query, c.Scope)
+	if err != nil {
+		return nil, err
 	}
 	form := url.Values{"query": {query}}
 	if c.Timeout > 0 {

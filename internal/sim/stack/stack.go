@@ -73,6 +73,13 @@ type Options struct {
 	// DCGM makes the exporters serve dcgm-exporter's exposition, with no
 	// node action endpoint: the rules must be rendered for source: dcgm.
 	DCGM bool
+	// Cluster names the cluster in a fleet: Prometheus labels what it
+	// scrapes with it (external_labels), under names.LabelCluster.
+	Cluster string
+	// RemoteWrite is the fleet's engine that Prometheus sends every series
+	// to. With no Rules, Prometheus evaluates nothing: the engine's ruler
+	// does.
+	RemoteWrite string
 	// Log gets one line per component started.
 	Log io.Writer
 }
@@ -409,25 +416,35 @@ func (s *Stack) StartReclaimer(ctx context.Context, extra string) error {
 // StartPrometheus scrapes the exporters and the reclaimer every second and
 // evaluates the rules rendered from the rules config every second.
 func (s *Stack) StartPrometheus(ctx context.Context) error {
-	rulesPath := filepath.Join(s.o.Dir, "gpureclaim.rules.yml")
-	if err := os.WriteFile(rulesPath, s.o.Rules, 0o644); err != nil {
-		return err
-	}
 	var targets []string
 	for _, n := range s.o.Nodes {
 		targets = append(targets, fmt.Sprintf("%q", n.Addr))
 	}
-	cfg := fmt.Sprintf(`global: {scrape_interval: 1s, evaluation_interval: 1s}
-rule_files: [%q]
-alerting:
-  alertmanagers: [{static_configs: [{targets: [%q]}]}]
-scrape_configs:
+	var b strings.Builder
+	b.WriteString("global: {scrape_interval: 1s, evaluation_interval: 1s")
+	if s.o.Cluster != "" {
+		fmt.Fprintf(&b, ", external_labels: {%s: %q}", names.LabelCluster, s.o.Cluster)
+	}
+	b.WriteString("}\n")
+	if len(s.o.Rules) > 0 {
+		rulesPath := filepath.Join(s.o.Dir, "gpureclaim.rules.yml")
+		if err := os.WriteFile(rulesPath, s.o.Rules, 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "rule_files: [%q]\nalerting:\n  alertmanagers: [{static_configs: [{targets: [%q]}]}]\n", rulesPath, strings.TrimPrefix(s.AlertmanagerURL, "http://"))
+	}
+	if s.o.RemoteWrite != "" {
+		// Sent within a moment, for a ruler that reads windows of seconds.
+		fmt.Fprintf(&b, "remote_write: [{url: %q, queue_config: {batch_send_deadline: 100ms, min_backoff: 50ms, max_backoff: 1s}}]\n", s.o.RemoteWrite)
+	}
+	fmt.Fprintf(&b, `scrape_configs:
   - job_name: %s
     honor_labels: true
     static_configs: [{targets: [%s]}]
   - job_name: gpureclaim-reclaimer
     static_configs: [{targets: [%q]}]
-`, rulesPath, strings.TrimPrefix(s.AlertmanagerURL, "http://"), names.ExporterJob, strings.Join(targets, ", "), s.reclaimerAddr)
+`, names.ExporterJob, strings.Join(targets, ", "), s.reclaimerAddr)
+	cfg := b.String()
 	path := filepath.Join(s.o.Dir, "prometheus.yml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return err

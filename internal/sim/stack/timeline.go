@@ -56,11 +56,32 @@ func (s *Stack) Query(ctx context.Context, q string) ([]map[string]string, error
 
 // QueryAt runs an instant PromQL query at a past time (now when zero).
 func (s *Stack) QueryAt(ctx context.Context, q string, at time.Time) ([]map[string]string, error) {
+	return QueryAt(ctx, s.PrometheusURL, q, at)
+}
+
+// QueryAt runs an instant query on the query API at base (Prometheus, or
+// a fleet's engine) at a past time (now when zero), and returns each
+// series' labels.
+func QueryAt(ctx context.Context, base, q string, at time.Time) ([]map[string]string, error) {
 	v := url.Values{"query": {q}}
 	if !at.IsZero() {
-		v.Set("time", strconv.FormatFloat(float64(at.UnixMilli())/1000, 'f', 3, 64))
+		v.Set("time", seconds(at))
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.PrometheusURL+"/api/v1/query?"+v.Encode(), nil)
+	return series(ctx, base+"/api/v1/query?"+v.Encode(), q)
+}
+
+// QueryRange runs a range query, as a dashboard panel does, and returns
+// each series' labels.
+func QueryRange(ctx context.Context, base, q string, from, to time.Time, step time.Duration) ([]map[string]string, error) {
+	v := url.Values{"query": {q}, "start": {seconds(from)}, "end": {seconds(to)}, "step": {strconv.FormatFloat(step.Seconds(), 'f', -1, 64)}}
+	return series(ctx, base+"/api/v1/query_range?"+v.Encode(), q)
+}
+
+func seconds(t time.Time) string { return strconv.FormatFloat(float64(t.UnixMilli())/1000, 'f', 3, 64) }
+
+// series asks a query API and returns the labels of each series answered.
+func series(ctx context.Context, u, q string) ([]map[string]string, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, err

@@ -63,6 +63,10 @@ app.kubernetes.io/component: {{ .component }}
 {{- $c := deepCopy $r.config -}}
 {{- $_ := set $c "webhook" (merge (dict "bearer_token_file" (printf "%s/webhook/token" $dir)) (default dict $c.webhook)) -}}
 {{- $_ := set $c "alertmanager" (merge (dict "url" $r.alertmanagerURL) (default dict $c.alertmanager)) -}}
+{{- if .Values.cluster.name -}}
+{{- $_ := set $c "cluster" .Values.cluster.name -}}
+{{- $_ := set $c "cluster_label" .Values.cluster.label -}}
+{{- end -}}
 {{- if $r.readSecret.name -}}
 {{- $_ := set $c "web" (dict "auth" (dict "bearer_token_file" (printf "%s/read/token" $dir))) -}}
 {{- else -}}
