@@ -92,6 +92,24 @@ func TestDocsLinksResolve(t *testing.T) {
 	}
 }
 
+// The user's documentation says what is tested, not which test function
+// does: a name moves with the code, and means nothing to a reader.
+func TestDocsNameNoTestFunctions(t *testing.T) {
+	pages, _ := filepath.Glob("../docs/*.md")
+	more, _ := filepath.Glob("../deploy/*/README.md")
+	pages = append(append(pages, more...), "../README.md", "../METRICS.md", "../deploy/helm/gpureclaim/README.md")
+	testName := regexp.MustCompile(`\b(Test|Benchmark)[A-Z][A-Za-z0-9_]*`)
+	for _, p := range pages {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range testName.FindAllString(string(b), -1) {
+			t.Errorf("%s names the test function %s: say what it checks instead", p, name)
+		}
+	}
+}
+
 // anchors are the ids GitHub gives a page's headings.
 func anchors(t *testing.T, path string) []string {
 	b, err := os.ReadFile(path)
