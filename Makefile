@@ -123,14 +123,15 @@ backtest: build
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-## bench-rules: the rules' cost in a real Prometheus over a day of series for 1,000 and 10,000 simulated GPUs, and sharded over 10,000; then 10,000 in 4 clusters on Prometheus and on VictoriaMetrics with vmalert.
-bench-rules: $(BIN)/prometheus $(BIN)/victoria-metrics $(BIN)/vmalert
+## bench-rules: the rules' cost in a real Prometheus over a day of series for 1,000 and 10,000 simulated GPUs, and sharded over 10,000; then 10,000 in 4 clusters on Prometheus, on VictoriaMetrics with vmalert and on Thanos Ruler.
+bench-rules: $(BIN)/prometheus $(BIN)/victoria-metrics $(BIN)/vmalert $(BIN)/thanos
 	$(GO) run ./hack/rulesbench -gpus 1000 -prometheus $(BIN)/prometheus
 	$(GO) run ./hack/rulesbench -gpus 10000 -prometheus $(BIN)/prometheus
 	$(GO) run ./rules/gen -config hack/rulesbench/shards-256.yaml -o $(BIN)/rules-shards-256.yml
 	$(GO) run ./hack/rulesbench -gpus 10000 -shards 256 -interval 1m -evaluations 4 -rules $(BIN)/rules-shards-256.yml -prometheus $(BIN)/prometheus
 	$(GO) run ./hack/rulesbench -gpus 10000 -clusters 4 -evaluations 3 -prometheus $(BIN)/prometheus
 	$(GO) run ./hack/rulesbench -gpus 10000 -clusters 4 -evaluations 3 -victoria-metrics $(BIN)/victoria-metrics -vmalert $(BIN)/vmalert
+	$(GO) run ./hack/rulesbench -gpus 10000 -clusters 4 -evaluations 3 -prometheus $(BIN)/prometheus -thanos $(BIN)/thanos
 
 ## lint: go vet, gofmt, and golangci-lint with .golangci.yml (errcheck, staticcheck, unused, ...).
 lint: $(BIN)/golangci-lint
@@ -227,7 +228,7 @@ $(BIN)/.victoriametrics-$(VICTORIAMETRICS_VERSION):
 $(BIN)/victoria-metrics $(BIN)/vmalert: $(BIN)/.victoriametrics-$(VICTORIAMETRICS_VERSION)
 	@test -x $@ || { rm -f $< && $(MAKE) --no-print-directory $<; }
 
-# Thanos (receive and query): go install refuses its replace directives, so
+# Thanos (receive, query, sidecar and rule): go install refuses its replace directives, so
 # it is built from a copy of its module, with the slicelabels tag its own
 # build uses (its gRPC codec reads labels as slices).
 $(BIN)/.thanos-$(THANOS_VERSION):

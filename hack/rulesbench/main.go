@@ -6,7 +6,8 @@
 // evaluation time (/api/v1/rules) and the head series the rules add
 // (/api/v1/status/tsdb). With -victoria-metrics it imports the same
 // history into VictoriaMetrics and has vmalert evaluate the rules over it
-// instead; -clusters spreads the nodes over clusters, as a fleet's engine
+// instead; with -thanos, Thanos Ruler evaluates them through Thanos Query
+// over a sidecar beside that Prometheus; -clusters spreads the nodes over clusters, as a fleet's engine
 // holds them. `make bench-rules` runs it; BENCHMARKS.md has the figures.
 package main
 
@@ -51,7 +52,15 @@ func main() {
 	flag.IntVar(&clusters, "clusters", 1, "spread the nodes over this many clusters, each series labelled cluster=cN as a fleet's engine holds them")
 	vm := flag.String("victoria-metrics", "", "evaluate on VictoriaMetrics instead: this single-node binary holds the history, and -vmalert evaluates the rules over it")
 	flag.StringVar(&vmalertBin, "vmalert", "bin/vmalert", "the vmalert binary, with -victoria-metrics")
+	thanos := flag.String("thanos", "", "evaluate on Thanos Ruler instead: this thanos binary runs a sidecar beside -prometheus (which holds the history and evaluates nothing), Query, and the ruler")
 	flag.Parse()
+	if *thanos != "" {
+		if err := runThanos(*gpus, *hours, *evals, *rules, *prom, *thanos, *head, *interval); err != nil {
+			fmt.Fprintln(os.Stderr, "rulesbench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *vm != "" {
 		if err := runVictoriaMetrics(*gpus, *hours, *evals, *rules, *vm, *interval); err != nil {
 			fmt.Fprintln(os.Stderr, "rulesbench:", err)
@@ -276,18 +285,21 @@ func median(xs []float64) float64 {
 
 type groupsAnswer struct {
 	Data struct {
-		Groups []struct {
-			Name           string    `json:"name"`
-			EvaluationTime float64   `json:"evaluationTime"`
-			LastEvaluation time.Time `json:"lastEvaluation"`
-			Rules          []struct {
-				Name           string  `json:"name"`
-				EvaluationTime float64 `json:"evaluationTime"`
-				Health         string  `json:"health"`
-				LastError      string  `json:"lastError"`
-			} `json:"rules"`
-		} `json:"groups"`
+		Groups []group `json:"groups"`
 	} `json:"data"`
+}
+
+// group is a rule group as a ruler's /api/v1/rules tells it.
+type group struct {
+	Name           string    `json:"name"`
+	EvaluationTime float64   `json:"evaluationTime"`
+	LastEvaluation time.Time `json:"lastEvaluation"`
+	Rules          []struct {
+		Name           string  `json:"name"`
+		EvaluationTime float64 `json:"evaluationTime"`
+		Health         string  `json:"health"`
+		LastError      string  `json:"lastError"`
+	} `json:"rules"`
 }
 
 func get(url string, v any) error {
@@ -349,37 +361,8 @@ func run(gpus, hours, evals int, rulesFile, promBin string, head time.Duration, 
 	}
 	defer stop(cmd)
 	began, cpu0 := time.Now(), cpuSeconds(cmd.Process.Pid)
-	seen := map[string][]float64{}
-	last := map[string]time.Time{}
-	rulesCost := map[string][]float64{}
-	var errs []string
-	deadline := time.Now().Add(time.Duration(evals+3) * interval * 2)
-	for time.Now().Before(deadline) {
-		time.Sleep(time.Second)
-		var g groupsAnswer
-		if err := get(base+"/api/v1/rules", &g); err != nil {
-			continue
-		}
-		done := len(g.Data.Groups) > 0
-		for _, gr := range g.Data.Groups {
-			if !gr.LastEvaluation.IsZero() && gr.LastEvaluation.After(last[gr.Name]) {
-				last[gr.Name] = gr.LastEvaluation
-				seen[gr.Name] = append(seen[gr.Name], gr.EvaluationTime)
-				for _, r := range gr.Rules {
-					rulesCost[r.Name] = append(rulesCost[r.Name], r.EvaluationTime)
-					if r.Health == "err" {
-						errs = append(errs, r.Name+": "+r.LastError)
-					}
-				}
-			}
-			if len(seen[gr.Name]) < evals {
-				done = false
-			}
-		}
-		if done {
-			break
-		}
-	}
+	w := watchGroups(base, evals, interval, false)
+	seen, rulesCost := w.seen, w.rulesCost
 	if len(seen) == 0 {
 		b, _ := os.ReadFile(filepath.Join(dir, "prometheus.log"))
 		return fmt.Errorf("no rule group evaluated:\n%s", b)
@@ -422,8 +405,104 @@ func run(gpus, hours, evals int, rulesFile, promBin string, head time.Duration, 
 		fmt.Printf(" %s %.0f ms;", r.name, r.s*1000)
 	}
 	fmt.Println()
-	if len(errs) > 0 {
-		return fmt.Errorf("rules failed: %s", strings.Join(errs[:min(5, len(errs))], "; "))
+	w.printAlerts()
+	return w.err()
+}
+
+// groupTimes are what a ruler reported: each group's evaluation times,
+// each rule's, and the rules that failed.
+type groupTimes struct {
+	seen, rulesCost map[string][]float64
+	errs            []string
+	// alerts counts the ruler's alerts by name and state once a group has
+	// been evaluated twice: later, with no new samples, the inputs go stale.
+	alerts map[string]int
+}
+
+// watchGroups reads a ruler's /api/v1/rules every second until each group
+// has been evaluated evals times, or for twice as long as that takes.
+// sumRules: a group's time is the sum of its rules' (vmalert reports no
+// group time, and evaluates a group's rules in turn).
+func watchGroups(base string, evals int, interval time.Duration, sumRules bool) groupTimes {
+	w := groupTimes{seen: map[string][]float64{}, rulesCost: map[string][]float64{}}
+	last := map[string]time.Time{}
+	deadline := time.Now().Add(time.Duration(evals+3) * interval * 2)
+	for time.Now().Before(deadline) {
+		time.Sleep(time.Second)
+		var g groupsAnswer
+		if err := get(base+"/api/v1/rules", &g); err != nil {
+			continue
+		}
+		done := len(g.Data.Groups) > 0
+		for _, gr := range g.Data.Groups {
+			if !gr.LastEvaluation.IsZero() && gr.LastEvaluation.After(last[gr.Name]) {
+				last[gr.Name] = gr.LastEvaluation
+				took, sum := gr.EvaluationTime, 0.0
+				for _, r := range gr.Rules {
+					sum += r.EvaluationTime
+					w.rulesCost[r.Name] = append(w.rulesCost[r.Name], r.EvaluationTime)
+					if r.Health == "err" {
+						w.errs = append(w.errs, r.Name+": "+r.LastError)
+					}
+				}
+				if sumRules {
+					took = sum
+				}
+				w.seen[gr.Name] = append(w.seen[gr.Name], took)
+			}
+			if len(w.seen[gr.Name]) < evals {
+				done = false
+			}
+		}
+		if w.alerts == nil && slices.ContainsFunc(g.Data.Groups, func(gr group) bool { return len(w.seen[gr.Name]) >= 2 }) {
+			w.alerts = alertCounts(base)
+		}
+		if done {
+			break
+		}
 	}
-	return nil
+	return w
+}
+
+// alertCounts are a ruler's alerts by name and state.
+func alertCounts(base string) map[string]int {
+	var a struct {
+		Data struct {
+			Alerts []struct {
+				Labels map[string]string `json:"labels"`
+				State  string            `json:"state"`
+			} `json:"alerts"`
+		} `json:"data"`
+	}
+	n := map[string]int{}
+	if err := get(base+"/api/v1/alerts", &a); err != nil {
+		n["(unread: "+err.Error()+")"] = 0
+	}
+	for _, al := range a.Data.Alerts {
+		n[al.Labels["alertname"]+" "+al.State]++
+	}
+	return n
+}
+
+// printAlerts prints the alerts once a group had been evaluated twice, to
+// set one engine's beside another's.
+func (w groupTimes) printAlerts() {
+	keys := make([]string, 0, len(w.alerts))
+	for k := range w.alerts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	fmt.Printf("\nAlerts once a group was evaluated twice:")
+	for _, k := range keys {
+		fmt.Printf(" %s %d;", k, w.alerts[k])
+	}
+	fmt.Println()
+}
+
+// err names the first rules that failed, if any did.
+func (w groupTimes) err() error {
+	if len(w.errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("rules failed: %s", strings.Join(w.errs[:min(5, len(w.errs))], "; "))
 }

@@ -71,52 +71,9 @@ func runVictoriaMetrics(gpus, hours, evals int, rulesFile, vmBin string, interva
 	}
 	defer stop(va)
 
-	type ruleAnswer struct {
-		Name           string  `json:"name"`
-		EvaluationTime float64 `json:"evaluationTime"`
-		Health         string  `json:"health"`
-		LastError      string  `json:"lastError"`
-	}
-	var answer struct {
-		Data struct {
-			Groups []struct {
-				Name           string       `json:"name"`
-				LastEvaluation time.Time    `json:"lastEvaluation"`
-				Rules          []ruleAnswer `json:"rules"`
-			} `json:"groups"`
-		} `json:"data"`
-	}
-	seen := map[string][]float64{}
-	last := map[string]time.Time{}
-	var errs []string
 	began := time.Now()
-	deadline := began.Add(time.Duration(evals+3) * interval * 2)
-	for time.Now().Before(deadline) {
-		time.Sleep(time.Second)
-		if err := get(vaURL+"/api/v1/rules", &answer); err != nil {
-			continue
-		}
-		done := len(answer.Data.Groups) > 0
-		for _, g := range answer.Data.Groups {
-			if !g.LastEvaluation.IsZero() && g.LastEvaluation.After(last[g.Name]) {
-				last[g.Name] = g.LastEvaluation
-				sum := 0.0
-				for _, r := range g.Rules {
-					sum += r.EvaluationTime
-					if r.Health == "err" {
-						errs = append(errs, r.Name+": "+r.LastError)
-					}
-				}
-				seen[g.Name] = append(seen[g.Name], sum)
-			}
-			if len(seen[g.Name]) < evals {
-				done = false
-			}
-		}
-		if done {
-			break
-		}
-	}
+	w := watchGroups(vaURL, evals, interval, true)
+	seen := w.seen
 	took := time.Since(began)
 	if len(seen) == 0 {
 		return fmt.Errorf("vmalert evaluated no group")
@@ -134,10 +91,8 @@ func runVictoriaMetrics(gpus, hours, evals int, rulesFile, vmBin string, interva
 	}
 	fmt.Printf("\nWhile evaluating (%s): VictoriaMetrics and vmalert spent %.1f CPU-seconds (%.2f cores); peak resident memory %d MiB and %d MiB.\n",
 		took.Round(time.Second), cpu, cpu/took.Seconds(), peakRSS(vm.Process.Pid)>>10, peakRSS(va.Process.Pid)>>10)
-	if len(errs) > 0 {
-		return fmt.Errorf("rules failed: %s", strings.Join(errs[:min(5, len(errs))], "; "))
-	}
-	return nil
+	w.printAlerts()
+	return w.err()
 }
 
 // importHistory streams every series' samples into VictoriaMetrics an hour

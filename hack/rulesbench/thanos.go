@@ -1,0 +1,123 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gpureclaim/gpureclaim/internal/sim/cluster"
+)
+
+// runThanos is run on Thanos Ruler: the history in a Prometheus that
+// evaluates nothing, a Thanos sidecar beside it, Thanos Query over the
+// sidecar and the ruler, and thanos rule evaluating the rules through
+// Query, as a fleet's global ruler does; it reads its own records back
+// through Query. Beside the groups' times, the CPU of all four processes
+// and each one's peak resident memory.
+func runThanos(gpus, hours, evals int, rulesFile, promBin, thanosBin string, head, interval time.Duration) error {
+	dir, err := os.MkdirTemp("", "rulesbench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	data := filepath.Join(dir, "data")
+	us := fleet(gpus)
+	end := time.Now().Add(-30 * time.Second).Truncate(time.Second)
+	start := end.Add(-time.Duration(hours) * time.Hour)
+	ss, err := fleetSeries(us, 1)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	n, err := writeHistory(data, ss, start, end, head)
+	if err != nil {
+		return fmt.Errorf("writing the history: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "%d GPUs, %d units, %d clusters: %d series, %d samples written in %s\n", gpus, len(us), clusters, len(ss), n, time.Since(t0).Round(time.Second))
+
+	// The sidecar wants an external label that tells this Prometheus from
+	// its replicas; Query drops it as a replica label.
+	cfg := "global: {external_labels: {prometheus_replica: p0}}\n"
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	prom, promURL, err := serve(dir, "prometheus", promBin, "/-/ready", func(addr string) []string {
+		return []string{"--config.file=" + filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path=" + data,
+			"--storage.tsdb.retention.time=30d", "--web.listen-address=" + addr, "--log.level=warn"}
+	})
+	if err != nil {
+		return err
+	}
+	defer stop(prom)
+	sidecarGRPC, ruleGRPC := freeAddr(), freeAddr()
+	sidecar, _, err := serve(dir, "sidecar", thanosBin, "/-/ready", func(addr string) []string {
+		return []string{"sidecar", "--prometheus.url=" + promURL, "--tsdb.path=" + data, "--http-address=" + addr,
+			"--grpc-address=" + sidecarGRPC, "--log.level=warn"}
+	})
+	if err != nil {
+		return err
+	}
+	defer stop(sidecar)
+	query, queryURL, err := serve(dir, "query", thanosBin, "/-/ready", func(addr string) []string {
+		return []string{"query", "--http-address=" + addr, "--grpc-address=" + freeAddr(),
+			"--endpoint=" + sidecarGRPC, "--endpoint=" + ruleGRPC,
+			"--query.replica-label=prometheus_replica", "--query.replica-label=rule_replica", "--log.level=warn"}
+	})
+	if err != nil {
+		return err
+	}
+	defer stop(query)
+	abs, err := filepath.Abs(rulesFile)
+	if err != nil {
+		return err
+	}
+	cpu0 := cpuSeconds(prom.Process.Pid) + cpuSeconds(sidecar.Process.Pid) + cpuSeconds(query.Process.Pid)
+	rule, ruleURL, err := serve(dir, "rule", thanosBin, "/-/ready", func(addr string) []string {
+		return []string{"rule", "--http-address=" + addr, "--grpc-address=" + ruleGRPC, "--data-dir=" + filepath.Join(dir, "rule"),
+			"--rule-file=" + abs, "--eval-interval=" + interval.String(), "--query=" + strings.TrimPrefix(queryURL, "http://"),
+			`--label=rule_replica="r0"`, "--log.level=warn"}
+	})
+	if err != nil {
+		return err
+	}
+	defer stop(rule)
+	began := time.Now()
+	w := watchGroups(ruleURL, evals, interval, false)
+	took := time.Since(began)
+	if len(w.seen) == 0 {
+		b, _ := os.ReadFile(filepath.Join(dir, "rule.log"))
+		return fmt.Errorf("thanos rule evaluated no group:\n%s", b)
+	}
+	ruleCPU := cpuSeconds(rule.Process.Pid)
+	cpu := cpuSeconds(prom.Process.Pid) + cpuSeconds(sidecar.Process.Pid) + cpuSeconds(query.Process.Pid) - cpu0 + ruleCPU
+	groups := make([]string, 0, len(w.seen))
+	for g := range w.seen {
+		groups = append(groups, g)
+	}
+	sort.Strings(groups)
+	fmt.Printf("| GPUs | clusters | input series | rule group | evaluations | median | max |\n| --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, g := range groups {
+		d := w.seen[g]
+		fmt.Printf("| %d | %d | %d | %s | %d | %.0f ms | %.0f ms |\n", gpus, clusters, len(ss), g, len(d), median(d)*1000, slices.Max(d)*1000)
+	}
+	mib := func(pid int) int { return peakRSS(pid) >> 10 }
+	fmt.Printf("\nWhile evaluating (%s): Prometheus, sidecar, Query and Ruler spent %.1f CPU-seconds (%.2f cores; the ruler %.2f); peak resident memory %d, %d, %d and %d MiB.\n",
+		took.Round(time.Second), cpu, cpu/took.Seconds(), ruleCPU/took.Seconds(),
+		mib(prom.Process.Pid), mib(sidecar.Process.Pid), mib(query.Process.Pid), mib(rule.Process.Pid))
+	w.printAlerts()
+	return w.err()
+}
+
+// freeAddr is a loopback address free a moment ago, for a listener the
+// caller names before it starts (a gRPC port).
+func freeAddr() string {
+	port, err := cluster.FreePort()
+	if err != nil {
+		panic(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", port)
+}
