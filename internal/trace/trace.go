@@ -12,6 +12,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,6 +21,9 @@ import (
 
 // Trace is a loaded trace file: per workload, one sample per step.
 type Trace struct {
+	// Step is the interval the trace was sampled at (its most common gap
+	// between timestamps), so that no sample takes another's place: 57 s
+	// for traces/genai-pods.csv.gz.
 	Step  time.Duration
 	Start time.Time
 	// Duty and Memory hold one value per step from Start; NaN where not sampled.
@@ -115,19 +119,46 @@ func Read(r io.Reader) (*Trace, error) {
 	if len(rows) == 0 {
 		return nil, errors.New("trace has no rows")
 	}
-	const step = 60
-	n := int((maxTS-minTS)/step) + 1
-	t := &Trace{Step: step * time.Second, Start: time.Unix(minTS, 0).UTC(), Duty: map[string][]float64{}, Memory: map[string][]float64{}}
+	step := sampleStep(rows)
+	slot := func(ts int64) int { return int((ts - minTS + step/2) / step) }
+	n := slot(maxTS) + 1
+	t := &Trace{Step: time.Duration(step) * time.Second, Start: time.Unix(minTS, 0).UTC(), Duty: map[string][]float64{}, Memory: map[string][]float64{}}
 	for _, row := range rows {
 		d, ok := t.Duty[row.workload]
 		if !ok {
 			d, t.Memory[row.workload] = nanSlice(n), nanSlice(n)
 			t.Duty[row.workload] = d
 		}
-		i := int((row.ts - minTS) / step)
+		i := slot(row.ts)
+		if !math.IsNaN(d[i]) || !math.IsNaN(t.Memory[row.workload][i]) {
+			return nil, fmt.Errorf("pod %s: two samples at step %d (timestamps %d s apart, sampled every %d s)", row.workload, i, row.ts-minTS, step)
+		}
 		d[i], t.Memory[row.workload][i] = row.duty, row.mem
 	}
 	return t, nil
+}
+
+// sampleStep is the gap that most often separates two consecutive
+// timestamps of the trace, in seconds: the interval it was sampled at,
+// which a jittered timestamp does not move. A trace of one timestamp has
+// a step of a minute.
+func sampleStep(rows []traceRow) int64 {
+	ts := make([]int64, len(rows))
+	for i, row := range rows {
+		ts[i] = row.ts
+	}
+	slices.Sort(ts)
+	gaps := map[int64]int{}
+	var step int64 = 60
+	for i := 1; i < len(ts); i++ {
+		if g := ts[i] - ts[i-1]; g > 0 {
+			gaps[g]++
+			if gaps[g] > gaps[step] || (gaps[g] == gaps[step] && g < step) {
+				step = g
+			}
+		}
+	}
+	return step
 }
 
 func nanSlice(n int) []float64 {

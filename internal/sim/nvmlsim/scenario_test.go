@@ -97,6 +97,6 @@ func TestSharedTraceLoads(t *testing.T) {
 	tr, err := trace.Load("../../../traces/genai-pods.csv.gz")
 	require.NoError(t, err)
 	require.Len(t, tr.Workloads(), 99)
-	require.Equal(t, time.Minute, tr.Step)
-	require.Equal(t, 1369, len(tr.Duty[tr.Workloads()[0]]), "23 hours, a sample a minute")
+	require.Equal(t, 57*time.Second, tr.Step)
+	require.Equal(t, 1441, len(tr.Duty[tr.Workloads()[0]]), "22.8 hours, a sample every 57 s")
 }
