@@ -464,6 +464,20 @@ func watchGroups(base string, evals int, interval time.Duration, sumRules bool) 
 	return w
 }
 
+// printGroups prints each group's evaluations as a Markdown table.
+func (w groupTimes) printGroups(gpus, inputSeries int) {
+	groups := make([]string, 0, len(w.seen))
+	for g := range w.seen {
+		groups = append(groups, g)
+	}
+	sort.Strings(groups)
+	fmt.Printf("| GPUs | clusters | input series | rule group | evaluations | median | max |\n| --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, g := range groups {
+		d := w.seen[g]
+		fmt.Printf("| %d | %d | %d | %s | %d | %.0f ms | %.0f ms |\n", gpus, clusters, inputSeries, g, len(d), median(d)*1000, slices.Max(d)*1000)
+	}
+}
+
 // alertCounts are a ruler's alerts by name and state.
 func alertCounts(base string) map[string]int {
 	var a struct {

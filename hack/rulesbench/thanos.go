@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -94,16 +92,7 @@ func runThanos(gpus, hours, evals int, rulesFile, promBin, thanosBin string, hea
 	}
 	ruleCPU := cpuSeconds(rule.Process.Pid)
 	cpu := cpuSeconds(prom.Process.Pid) + cpuSeconds(sidecar.Process.Pid) + cpuSeconds(query.Process.Pid) - cpu0 + ruleCPU
-	groups := make([]string, 0, len(w.seen))
-	for g := range w.seen {
-		groups = append(groups, g)
-	}
-	sort.Strings(groups)
-	fmt.Printf("| GPUs | clusters | input series | rule group | evaluations | median | max |\n| --- | --- | --- | --- | --- | --- | --- |\n")
-	for _, g := range groups {
-		d := w.seen[g]
-		fmt.Printf("| %d | %d | %d | %s | %d | %.0f ms | %.0f ms |\n", gpus, clusters, len(ss), g, len(d), median(d)*1000, slices.Max(d)*1000)
-	}
+	w.printGroups(gpus, len(ss))
 	mib := func(pid int) int { return peakRSS(pid) >> 10 }
 	fmt.Printf("\nWhile evaluating (%s): Prometheus, sidecar, Query and Ruler spent %.1f CPU-seconds (%.2f cores; the ruler %.2f); peak resident memory %d, %d, %d and %d MiB.\n",
 		took.Round(time.Second), cpu, cpu/took.Seconds(), ruleCPU/took.Seconds(),

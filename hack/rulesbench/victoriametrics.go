@@ -9,8 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -73,22 +71,12 @@ func runVictoriaMetrics(gpus, hours, evals int, rulesFile, vmBin string, interva
 
 	began := time.Now()
 	w := watchGroups(vaURL, evals, interval, true)
-	seen := w.seen
 	took := time.Since(began)
-	if len(seen) == 0 {
+	if len(w.seen) == 0 {
 		return fmt.Errorf("vmalert evaluated no group")
 	}
 	cpu := cpuSeconds(vm.Process.Pid) - cpu0 + cpuSeconds(va.Process.Pid)
-	groups := make([]string, 0, len(seen))
-	for g := range seen {
-		groups = append(groups, g)
-	}
-	sort.Strings(groups)
-	fmt.Printf("| GPUs | clusters | input series | rule group | evaluations | median | max |\n| --- | --- | --- | --- | --- | --- | --- |\n")
-	for _, g := range groups {
-		d := seen[g]
-		fmt.Printf("| %d | %d | %d | %s | %d | %.0f ms | %.0f ms |\n", gpus, clusters, len(ss), g, len(d), median(d)*1000, slices.Max(d)*1000)
-	}
+	w.printGroups(gpus, len(ss))
 	fmt.Printf("\nWhile evaluating (%s): VictoriaMetrics and vmalert spent %.1f CPU-seconds (%.2f cores); peak resident memory %d MiB and %d MiB.\n",
 		took.Round(time.Second), cpu, cpu/took.Seconds(), peakRSS(vm.Process.Pid)>>10, peakRSS(va.Process.Pid)>>10)
 	w.printAlerts()
