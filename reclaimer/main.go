@@ -338,11 +338,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	webMetrics := rweb.NewMetrics(reg) // once: a replica may lead several terms
 	lead := func(ctx context.Context, leader reclaim.Leadership) error {
 		defer front.lead(nil) // the term ends: 503 again, until the next one
-		if f, ok := leader.(interface{ Fence() (string, int64) }); ok {
-			nodes.Fence = f.Fence
-		}
 		if leader != nil {
-			nodes.Leading = leader.Check
+			nodes.Fence, nodes.Leading = leader.Fence, leader.Check
 		}
 		if ks, ok := st.(*kubestore.Store); ok && leader != nil {
 			ks.Lead(ctx, leader.Check) // the Lease lost, its writes in flight end and no other is sent

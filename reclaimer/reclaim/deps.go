@@ -321,6 +321,9 @@ type Leadership interface {
 	// Token is this term's fencing token, recorded with every write: the
 	// store refuses a write with an older one.
 	Token() int64
+	// Fence is what an action on a node carries so that the node refuses
+	// an older term's: the Lease, by its UID, and this term's token.
+	Fence() (lease string, token int64)
 }
 
 // ErrNotLeader is a write, action or message refused because the replica

@@ -1033,7 +1033,8 @@ func (l *lease) Check() error {
 	return nil
 }
 
-func (l *lease) Token() int64 { l.mu.Lock(); defer l.mu.Unlock(); return l.token }
+func (l *lease) Token() int64           { l.mu.Lock(); defer l.mu.Unlock(); return l.token }
+func (l *lease) Fence() (string, int64) { return "test-lease", l.Token() }
 
 func (l *lease) lose() { l.mu.Lock(); l.lost = true; l.mu.Unlock() }
 
