@@ -194,7 +194,7 @@ func (e *Engine) ReleaseNow(ctx context.Context, id, by string) (*Reclaim, error
 		if c.State != Pending && c.State != Snoozed {
 			return false
 		}
-		c.State, c.ActAt, c.NextTry, c.Released = Pending, e.now(), time.Time{}, by
+		c.State, c.ActAt, c.NextTry, c.ReleaseAskedBy = Pending, e.now(), time.Time{}, by
 		c.Warning.Sent = true // the owner pressed the button on it
 		c.Reason = "released by " + by + ": acting now"
 		return true
@@ -202,7 +202,7 @@ func (e *Engine) ReleaseNow(ctx context.Context, id, by string) (*Reclaim, error
 	if err != nil {
 		return nil, err
 	}
-	if r.Released != by || r.State != Pending {
+	if r.ReleaseAskedBy != by || r.State != Pending {
 		return r, ErrNotPending
 	}
 	e.send(ctx, Message{Kind: MsgReleased, Reclaim: r, By: by, Text: fmt.Sprintf("%s released %s: reclaiming now.", by, r.Target.Unit())}, nil)

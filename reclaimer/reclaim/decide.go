@@ -258,7 +258,7 @@ func decideAction(r *Reclaim, p *config.Policy, c *config.Config, f Facts) Verdi
 	if p == nil {
 		return Verdict{Do: DoCancel, Why: "its policy is gone from the config"}
 	}
-	if r.Released == "" {
+	if r.ReleaseAskedBy == "" {
 		if next := nextInWindows(p.Windows, now); next.After(now) {
 			return Verdict{Do: DoWait, Until: next, Why: "outside the policy's windows; next at " + next.UTC().Format(time.RFC3339), Decision: DecisionOutsideWindow}
 		}
@@ -311,7 +311,7 @@ func decideAction(r *Reclaim, p *config.Policy, c *config.Config, f Facts) Verdi
 		return Verdict{Do: DoWait, Until: now.Add(dependencyWait), Why: "cannot re-check the alert in Alertmanager: " + err.Error()}
 	case chk.Status == AlertGone:
 		return Verdict{Do: DoCancel, Why: "the alert no longer fires: the GPU is busy again or was released"}
-	case chk.Status == AlertSilenced && r.Released == "":
+	case chk.Status == AlertSilenced && r.ReleaseAskedBy == "":
 		return Verdict{Do: DoSnooze, Silence: chk, Why: "the alert is silenced: " + chk.Reason, Decision: DecisionSnoozed}
 	}
 	// Then the keep, as late as the alert: a person may have marked the

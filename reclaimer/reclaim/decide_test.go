@@ -68,7 +68,7 @@ policies:
 	}
 	released := func(policy string) *Reclaim {
 		r := due(policy)
-		r.Released = "alice"
+		r.ReleaseAskedBy = "alice"
 		return r
 	}
 	snoozed := func(policy string) *Reclaim {

@@ -269,8 +269,8 @@ type Reclaim struct {
 	// have neither, so each is kept only when there is one.
 	Restore *Restore `json:"-"`
 	Snooze  *Snooze  `json:"-"`
-	// Released is who released the unit from the message: act at once.
-	Released string `json:"released,omitempty"`
+	// ReleaseAskedBy is who pressed release now in a message: act at once.
+	ReleaseAskedBy string `json:"released,omitempty"`
 	// WarningRound counts the warnings due: one more each time a snooze
 	// ends and the owner is warned again. A warning sent twice in one round
 	// (a retry, a resend after a crash) is the same message to a receiver.

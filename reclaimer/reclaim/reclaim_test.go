@@ -58,7 +58,7 @@ func TestPublicRecordRoundTrip(t *testing.T) {
 		Warning:      Delivery{Sent: true, At: now, FirstTry: now, Attempts: 2, Error: "e", Escalated: true, Refs: map[string]string{"slack.ts": "1"}, Channels: []string{"D0"}},
 		WarningRound: 2,
 		Final:        Delivery{Refs: map[string]string{"x": "y"}, Attempts: 1},
-		Attempts:     3, LastError: "boom", Planned: []int{1, 2}, HeldBy: []string{"ml/p/u1"}, Killed: []int{1}, Detail: "done", TargetGone: true, StopInPlace: true, Fence: 7, Released: "alice",
+		Attempts:     3, LastError: "boom", Planned: []int{1, 2}, HeldBy: []string{"ml/p/u1"}, Killed: []int{1}, Detail: "done", TargetGone: true, StopInPlace: true, Fence: 7, ReleaseAskedBy: "alice",
 		TopOwner: &TopOwner{APIVersion: "ray.io/v1", Kind: "RayCluster", Namespace: "ml", Name: "rc", Replicas: 2, Stop: StopPatch, Stopped: "suspended", Why: "w",
 			Above:  &TopOwner{APIVersion: "ray.io/v1", Kind: "RayJob", Namespace: "ml", Name: "rj"},
 			Claims: []Claim{{Namespace: "ml", Name: "gpu", Shared: true, Others: []string{"ml/q"}}}},

@@ -36,7 +36,7 @@ func ToAPI(r *Reclaim, events []Event) *v1alpha1.GPUReclaim {
 			Wanted: r.Wanted, AwaitsDemand: r.AwaitsDemand,
 			Warning: deliveryToAPI(r.Warning), WarningRound: r.WarningRound, Final: deliveryToAPI(r.Final),
 			Attempts: r.Attempts, LastError: r.LastError, Planned: r.Planned, HeldBy: r.HeldBy, Killed: r.Killed, Detail: r.Detail, TargetGone: r.TargetGone, StopInPlace: r.StopInPlace, Fence: r.Fence,
-			ReleaseAskedBy: r.Released,
+			ReleaseAskedBy: r.ReleaseAskedBy,
 		},
 	}
 	st := &g.Status
@@ -102,7 +102,7 @@ func fromAPI(g *v1alpha1.GPUReclaim) *Reclaim {
 		Wanted: st.Wanted, AwaitsDemand: st.AwaitsDemand,
 		Warning: deliveryFromAPI(st.Warning), WarningRound: st.WarningRound, Final: deliveryFromAPI(st.Final),
 		Attempts: st.Attempts, LastError: st.LastError, Planned: st.Planned, HeldBy: st.HeldBy, Killed: st.Killed, Detail: st.Detail, TargetGone: st.TargetGone, StopInPlace: st.StopInPlace, Fence: st.Fence,
-		Released: st.ReleaseAskedBy,
+		ReleaseAskedBy: st.ReleaseAskedBy,
 	}
 	if o := st.TopOwner; o != nil {
 		r.TopOwner = &TopOwner{APIVersion: o.APIVersion, Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Replicas: o.Replicas, Stop: o.Stop, Stopped: o.Stopped, Why: o.Why}
