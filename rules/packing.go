@@ -48,8 +48,10 @@ and on (%s) (%s)
 	return append(rs, forEachAudience([]Rule{c.packable()})...)
 }
 
-// packable selects the owners who need at most half a GPU and are not kept.
-var packable = fmt.Sprintf(`%s{keep!="true"} <= %s`, names.RecPackNeed, num(names.PackableNeed))
+// packable selects the owners who need at most half a GPU, are not kept,
+// and hold the GPU now: the window remembers a holder for days after it
+// is gone.
+var packable = fmt.Sprintf(`%s{keep!="true"} <= %s and on (uuid, %s, keep) %s`, names.RecPackNeed, num(names.PackableNeed), ownerLabels, names.RecHeld)
 
 // evidenced selects the owners who held their GPU for packing.evidence of the window.
 func (c Config) evidenced() string {
