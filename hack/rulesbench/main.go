@@ -360,7 +360,7 @@ func run(gpus, hours, evals int, rulesFile, promBin string, head time.Duration, 
 		return err
 	}
 	defer stop(cmd)
-	began, cpu0 := time.Now(), cpuSeconds(cmd.Process.Pid)
+	began, cpu0 := time.Now(), cpuSeconds(cmd)
 	w := watchGroups(base, evals, interval, false)
 	seen, rulesCost := w.seen, w.rulesCost
 	if len(seen) == 0 {
@@ -397,7 +397,7 @@ func run(gpus, hours, evals int, rulesFile, promBin string, head time.Duration, 
 	}
 	sort.Slice(top, func(i, j int) bool { return top[i].s > top[j].s })
 	took := time.Since(began)
-	cpu := cpuSeconds(cmd.Process.Pid) - cpu0
+	cpu := cpuSeconds(cmd) - cpu0
 	fmt.Printf("\nWhile evaluating (%s): Prometheus spent %.1f CPU-seconds (%.2f cores); peak resident memory %d MiB.\n",
 		took.Round(time.Second), cpu, cpu/took.Seconds(), peakRSS(cmd.Process.Pid)>>10)
 	fmt.Printf("\nCostliest rules (median of an evaluation):")

@@ -3,11 +3,10 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
-
-	"github.com/gpureclaim/gpureclaim/internal/sim/cluster"
 )
 
 // runThanos is run on Thanos Ruler: the history in a Prometheus that
@@ -51,7 +50,13 @@ func runThanos(gpus, hours, evals int, rulesFile, promBin, thanosBin string, hea
 		return err
 	}
 	defer stop(prom)
-	sidecarGRPC, ruleGRPC := freeAddr(), freeAddr()
+	var grpc [3]string // the sidecar's, Query's and the ruler's
+	for i := range grpc {
+		if grpc[i], err = freeAddr(); err != nil {
+			return err
+		}
+	}
+	sidecarGRPC, queryGRPC, ruleGRPC := grpc[0], grpc[1], grpc[2]
 	sidecar, _, err := serve(dir, "sidecar", thanosBin, "/-/ready", func(addr string) []string {
 		return []string{"sidecar", "--prometheus.url=" + promURL, "--tsdb.path=" + data, "--http-address=" + addr,
 			"--grpc-address=" + sidecarGRPC, "--log.level=warn"}
@@ -61,7 +66,7 @@ func runThanos(gpus, hours, evals int, rulesFile, promBin, thanosBin string, hea
 	}
 	defer stop(sidecar)
 	query, queryURL, err := serve(dir, "query", thanosBin, "/-/ready", func(addr string) []string {
-		return []string{"query", "--http-address=" + addr, "--grpc-address=" + freeAddr(),
+		return []string{"query", "--http-address=" + addr, "--grpc-address=" + queryGRPC,
 			"--endpoint=" + sidecarGRPC, "--endpoint=" + ruleGRPC,
 			"--query.replica-label=prometheus_replica", "--query.replica-label=rule_replica", "--log.level=warn"}
 	})
@@ -73,7 +78,8 @@ func runThanos(gpus, hours, evals int, rulesFile, promBin, thanosBin string, hea
 	if err != nil {
 		return err
 	}
-	cpu0 := cpuSeconds(prom.Process.Pid) + cpuSeconds(sidecar.Process.Pid) + cpuSeconds(query.Process.Pid)
+	readers := []*exec.Cmd{prom, sidecar, query} // what the ruler's queries cost
+	cpu0 := cpuSeconds(readers...)
 	rule, ruleURL, err := serve(dir, "rule", thanosBin, "/-/ready", func(addr string) []string {
 		return []string{"rule", "--http-address=" + addr, "--grpc-address=" + ruleGRPC, "--data-dir=" + filepath.Join(dir, "rule"),
 			"--rule-file=" + abs, "--eval-interval=" + interval.String(), "--query=" + strings.TrimPrefix(queryURL, "http://"),
@@ -90,8 +96,8 @@ func runThanos(gpus, hours, evals int, rulesFile, promBin, thanosBin string, hea
 		b, _ := os.ReadFile(filepath.Join(dir, "rule.log"))
 		return fmt.Errorf("thanos rule evaluated no group:\n%s", b)
 	}
-	ruleCPU := cpuSeconds(rule.Process.Pid)
-	cpu := cpuSeconds(prom.Process.Pid) + cpuSeconds(sidecar.Process.Pid) + cpuSeconds(query.Process.Pid) - cpu0 + ruleCPU
+	ruleCPU := cpuSeconds(rule)
+	cpu := cpuSeconds(readers...) - cpu0 + ruleCPU
 	w.printGroups(gpus, len(ss))
 	mib := func(pid int) int { return peakRSS(pid) >> 10 }
 	fmt.Printf("\nWhile evaluating (%s): Prometheus, sidecar, Query and Ruler spent %.1f CPU-seconds (%.2f cores; the ruler %.2f); peak resident memory %d, %d, %d and %d MiB.\n",
@@ -99,14 +105,4 @@ func runThanos(gpus, hours, evals int, rulesFile, promBin, thanosBin string, hea
 		mib(prom.Process.Pid), mib(sidecar.Process.Pid), mib(query.Process.Pid), mib(rule.Process.Pid))
 	w.printAlerts()
 	return w.err()
-}
-
-// freeAddr is a loopback address free a moment ago, for a listener the
-// caller names before it starts (a gRPC port).
-func freeAddr() string {
-	port, err := cluster.FreePort()
-	if err != nil {
-		panic(err)
-	}
-	return fmt.Sprintf("127.0.0.1:%d", port)
 }

@@ -54,7 +54,7 @@ func runVictoriaMetrics(gpus, hours, evals int, rulesFile, vmBin string, interva
 	}
 	resp.Body.Close()
 	fmt.Fprintf(os.Stderr, "%d GPUs, %d units, %d clusters: %d series, %d samples imported in %s\n", gpus, len(us), clusters, len(ss), n, time.Since(t0).Round(time.Second))
-	cpu0 := cpuSeconds(vm.Process.Pid)
+	cpu0 := cpuSeconds(vm)
 
 	abs, err := filepath.Abs(rulesFile)
 	if err != nil {
@@ -75,7 +75,7 @@ func runVictoriaMetrics(gpus, hours, evals int, rulesFile, vmBin string, interva
 	if len(w.seen) == 0 {
 		return fmt.Errorf("vmalert evaluated no group")
 	}
-	cpu := cpuSeconds(vm.Process.Pid) - cpu0 + cpuSeconds(va.Process.Pid)
+	cpu := cpuSeconds(vm) - cpu0 + cpuSeconds(va)
 	w.printGroups(gpus, len(ss))
 	fmt.Printf("\nWhile evaluating (%s): VictoriaMetrics and vmalert spent %.1f CPU-seconds (%.2f cores); peak resident memory %d MiB and %d MiB.\n",
 		took.Round(time.Second), cpu, cpu/took.Seconds(), peakRSS(vm.Process.Pid)>>10, peakRSS(va.Process.Pid)>>10)
@@ -127,11 +127,10 @@ func importHistory(base string, ss []series, start time.Time, minutes int) (int,
 
 // serve starts a binary on a free loopback port and waits for readyPath.
 func serve(dir, name, bin, readyPath string, args func(addr string) []string) (*exec.Cmd, string, error) {
-	port, err := cluster.FreePort()
+	addr, err := freeAddr()
 	if err != nil {
 		return nil, "", err
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	cmd := exec.Command(bin, args(addr)...)
 	logf, err := os.Create(filepath.Join(dir, name+".log"))
 	if err != nil {
@@ -158,16 +157,30 @@ func serve(dir, name, bin, readyPath string, args func(addr string) []string) (*
 
 func stop(cmd *exec.Cmd) { _ = cmd.Process.Kill(); _ = cmd.Wait() }
 
-// cpuSeconds is the CPU a process has spent (user and system).
-func cpuSeconds(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+// freeAddr is a loopback address free a moment ago, for a listener the
+// caller names before it starts.
+func freeAddr() (string, error) {
+	port, err := cluster.FreePort()
 	if err != nil {
-		return 0
+		return "", err
 	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100 // clock ticks
+	return fmt.Sprintf("127.0.0.1:%d", port), nil
+}
+
+// cpuSeconds is the CPU the processes have spent (user and system).
+func cpuSeconds(cmds ...*exec.Cmd) float64 {
+	sum := 0.0
+	for _, c := range cmds {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.Process.Pid))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+		ut, _ := strconv.ParseFloat(f[11], 64)
+		st, _ := strconv.ParseFloat(f[12], 64)
+		sum += (ut + st) / 100 // clock ticks
+	}
+	return sum
 }
 
 // peakRSS is a process's peak resident memory in KiB.
