@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Replays the shared trace through the defaults, the old defaults, simple
-# rules, the pause history, restore_when and a sweep of fixed waits with
+# rules, the pause history, the serving class's quiet, restore_when and a
+# sweep of fixed waits with
 # gpureclaim-backtest. Every figure is split into the pods a setting was
 # chosen on (tuned) and the pods held apart (--report.held-apart: by the
 # hash of the pod's id). Writes docs/backtest/results.md, the frontier plot
@@ -58,6 +59,9 @@ variant max "max < 1% for 30m" "$out/max1-30m.rules.yaml" act-at-once.reclaimer.
 variant new "**defaults**" - - Deployment
 variant restore "defaults + restore_when" - - Deployment --history.restore-on-demand
 variant pauses "defaults + pause history" "$out/pauses.rules.yaml" - Deployment --history.restore-on-demand
+# The shipped classes: the trace's pods are Deployments, class serving,
+# which waits 90m or, quiet, 10m (rules/classes.yaml).
+variant quiet "serving class, quiet" rules/classes.yaml - Deployment --history.restore-on-demand
 
 # The fixed waits: the defaults but for idle.reclaim_after (the grace,
 # 15m, comes on top); 45m is the defaults.
@@ -72,16 +76,16 @@ for m in 15 30 45 60 75 90 105 135 165; do
 	waits+=("wait:$((m + 15))m=$tmp/wait-$m.json")
 done
 frontier=$(report frontier -o "$out/frontier.svg" -title "Fixed waits (reclaim_after + grace) and policies on the shared trace" "${waits[@]}" \
-	"policy:old defaults=$tmp/old.json" "policy:defaults=$tmp/new.json" "policy:pause history=$tmp/pauses.json")
+	"policy:old defaults=$tmp/old.json" "policy:defaults=$tmp/new.json" "policy:pause history=$tmp/pauses.json" "policy:quiet=$tmp/quiet.json")
 # The same runs against their cost with restore on demand: every restore
 # is a cold start the returning work waits for (the fixed waits restore on
 # demand; the old defaults evict, which nothing restores).
 coldstarts=$(report frontier -o "$out/frontier-cold-starts.svg" -cold-starts 1 -title "Fixed waits and policies, restored on demand: freed against cold starts" "${waits[@]}" \
-	"policy:defaults=$tmp/restore.json" "policy:pause history=$tmp/pauses.json")
+	"policy:defaults=$tmp/restore.json" "policy:pause history=$tmp/pauses.json" "policy:quiet=$tmp/quiet.json")
 
 # The most any policy could free: one that knows every pause's length.
 bounds=$("$bin" --history.trace="$trace" --history.controller=Deployment --report.held-apart="$held" \
-	--report.bounds --bound.delays=0s,15m,30m,45m,60m --bound.cold-starts=0.5,1,1.29,2,5.31)
+	--report.bounds --bound.delays=0s,15m,25m,30m,45m,60m,105m --bound.cold-starts=0.5,1,1.18,2,4.91)
 
 plot=${PLOT_WORKLOAD:-6ebc62069627eabf9bf6659d9a78d228}
 "$bin" --history.trace="$trace" --rules=rules/gpureclaim.rules.yml --history.controller=Deployment \

@@ -24,11 +24,13 @@ type IdleClass struct {
 	Match []ClassSelector `yaml:"match"`
 	// Threshold, For and ReclaimAfter are the class's own idle.threshold,
 	// idle.for and idle.reclaim_after; unset, the idle section's. Pauses
-	// are the class's own idle.pauses; unset, none.
+	// and Quiet are the class's own idle.pauses and idle.quiet; unset,
+	// none.
 	Threshold    float64        `yaml:"threshold"`
 	For          model.Duration `yaml:"for"`
 	ReclaimAfter model.Duration `yaml:"reclaim_after"`
 	Pauses       *Pauses        `yaml:"pauses"`
+	Quiet        *Quiet         `yaml:"quiet"`
 }
 
 // ClassSelector matches holders by what kube-state-metrics says of their
@@ -57,13 +59,14 @@ type idleClass struct {
 	threshold      float64
 	forDur, after  model.Duration
 	pauses         *Pauses
+	quiet          *Quiet
 }
 
 // idleClasses are the classes the rules build: with none configured, one
 // unnamed class of idle's settings (no class label anywhere); else each
 // configured class, then the default.
 func (c Config) idleClasses() []idleClass {
-	def := idleClass{threshold: c.Idle.Threshold, forDur: c.Idle.For, after: c.Idle.ReclaimAfter, pauses: c.Idle.Pauses}
+	def := idleClass{threshold: c.Idle.Threshold, forDur: c.Idle.For, after: c.Idle.ReclaimAfter, pauses: c.Idle.Pauses, quiet: c.Idle.Quiet}
 	if len(c.Idle.Classes) == 0 {
 		return []idleClass{def}
 	}
@@ -73,7 +76,7 @@ func (c Config) idleClasses() []idleClass {
 		for _, m := range k.Match {
 			sels = append(sels, m.promql())
 		}
-		out = append(out, idleClass{name: k.Name, selector: strings.Join(sels, " or "), threshold: k.Threshold, forDur: k.For, after: k.ReclaimAfter, pauses: k.Pauses})
+		out = append(out, idleClass{name: k.Name, selector: strings.Join(sels, " or "), threshold: k.Threshold, forDur: k.For, after: k.ReclaimAfter, pauses: k.Pauses, quiet: k.Quiet})
 	}
 	def.name = DefaultClass
 	return append(out, def)
@@ -156,6 +159,10 @@ func (c *Config) validateClasses() []error {
 	if c.Idle.Pauses != nil {
 		window = c.Idle.Pauses.Window
 	}
+	var nsWindow model.Duration
+	if c.Idle.Quiet != nil {
+		nsWindow = c.Idle.Quiet.NamespaceWindow
+	}
 	for i := range c.Idle.Classes {
 		k := &c.Idle.Classes[i]
 		field := fmt.Sprintf("idle.classes[%d]", i)
@@ -192,6 +199,14 @@ func (c *Config) validateClasses() []error {
 		}{{"for", k.For}, {"reclaim_after", k.ReclaimAfter}} {
 			if d.v < 0 {
 				errs = append(errs, fmt.Errorf("%s.%s: must be a positive duration (e.g. 10m)", field, d.name))
+			}
+		}
+		if k.Quiet != nil {
+			errs = append(errs, fillQuiet(field+".quiet", k.Quiet, k.ReclaimAfter)...)
+			if nsWindow == 0 {
+				nsWindow = k.Quiet.NamespaceWindow
+			} else if k.Quiet.NamespaceWindow != nsWindow {
+				errs = append(errs, fmt.Errorf("%s.quiet.namespace_window: %s differs from %s: the rules keep one record of a namespace's work", field, k.Quiet.NamespaceWindow, nsWindow))
 			}
 		}
 		if k.Pauses != nil {

@@ -71,12 +71,15 @@ type Idle struct {
 	// Pauses, when set, make the reclaimer's copy wait out each workload's
 	// own pauses as well.
 	Pauses *Pauses `yaml:"pauses"`
+	// Quiet, when set, lets the reclaimer's copy fire sooner on a unit
+	// whose owner and namespace have gone quiet.
+	Quiet *Quiet `yaml:"quiet"`
 	// PartlyFor is how long some of a pod's or a Slurm job's GPUs must stay
 	// idle while others work before GPUAllocationPartlyIdle tells its
 	// owner. Default 1h.
 	PartlyFor model.Duration `yaml:"partly_for"`
 	// Classes give kinds of workload their own threshold, for,
-	// reclaim_after and pauses; see IdleClass. Default none.
+	// reclaim_after, pauses and quiet; see IdleClass. Default none.
 	Classes []IdleClass `yaml:"classes"`
 }
 
@@ -92,6 +95,74 @@ type Pauses struct {
 	Factor float64 `yaml:"factor"`
 	// Max caps the wait the pauses add. Default 4h.
 	Max model.Duration `yaml:"max"`
+}
+
+// Quiet picks the pauses likely to last: the reclaimer's copy of GPUIdle
+// fires after After on a unit that was busy for under UnitBusyBelow of
+// UnitWindow while its owner held it, in a namespace whose units were
+// busy for under NamespaceBusyBelow of NamespaceWindow, counted against
+// the most units it held in the last day (the team has stopped for the
+// day; units reclaimed count as quiet); otherwise after reclaim_after.
+// Busy is activity at or over idle.threshold.
+type Quiet struct {
+	// After is how long a quiet unit must stay idle before the reclaimer's
+	// copy fires; the grace comes on top. Below reclaim_after. Default 10m.
+	After model.Duration `yaml:"after"`
+	// UnitBusyBelow is the share of UnitWindow under which the unit was
+	// busy. Default 0.15.
+	UnitBusyBelow float64 `yaml:"unit_busy_below"`
+	// UnitWindow is how far back the unit's own work is measured; its
+	// owner must have held it that long. Default 4h.
+	UnitWindow model.Duration `yaml:"unit_window"`
+	// NamespaceBusyBelow is the share of NamespaceWindow under which the
+	// namespace's units were busy, on average over the most it held in
+	// the last day. Default 0.2.
+	NamespaceBusyBelow float64 `yaml:"namespace_busy_below"`
+	// NamespaceWindow is how far back the namespace's work is measured.
+	// Default 1h.
+	NamespaceWindow model.Duration `yaml:"namespace_window"`
+}
+
+// fillQuiet gives the fields of quiet left out their defaults and checks
+// them against the reclaim_after they shorten.
+func fillQuiet(field string, q *Quiet, reclaimAfter model.Duration) []error {
+	if q.After == 0 {
+		q.After = dur(10 * time.Minute)
+	}
+	// Chosen on the shared trace's tuned pods (docs/backtest.md).
+	if q.UnitBusyBelow == 0 {
+		q.UnitBusyBelow = 0.15
+	}
+	if q.UnitWindow == 0 {
+		q.UnitWindow = dur(4 * time.Hour)
+	}
+	if q.NamespaceBusyBelow == 0 {
+		q.NamespaceBusyBelow = 0.2
+	}
+	if q.NamespaceWindow == 0 {
+		q.NamespaceWindow = dur(time.Hour)
+	}
+	var errs []error
+	if q.After < 0 || q.After >= reclaimAfter {
+		errs = append(errs, fmt.Errorf("%s.after: %s must be positive and under reclaim_after (%s)", field, q.After, reclaimAfter))
+	}
+	for _, w := range []struct {
+		name string
+		v    model.Duration
+	}{{"unit_window", q.UnitWindow}, {"namespace_window", q.NamespaceWindow}} {
+		if w.v < 0 {
+			errs = append(errs, fmt.Errorf("%s.%s: must be a positive duration (e.g. 10m)", field, w.name))
+		}
+	}
+	for _, r := range []struct {
+		name string
+		v    float64
+	}{{"unit_busy_below", q.UnitBusyBelow}, {"namespace_busy_below", q.NamespaceBusyBelow}} {
+		if r.v <= 0 || r.v >= 1 {
+			errs = append(errs, fmt.Errorf("%s.%s: %g must be between 0 and 1 (exclusive)", field, r.name, r.v))
+		}
+	}
+	return errs
 }
 
 // fillPauses gives the fields of pauses left out their defaults and
@@ -179,7 +250,7 @@ type Packing struct {
 	Evidence model.Duration `yaml:"evidence"`
 	// Quantile of the activity taken as what the owner needs. Default 0.95.
 	Quantile float64 `yaml:"quantile"`
-	// ComputeCap bounds the summed activity of the owners of a shared GPU. Default 0.9.
+	// ComputeCap bounds the summed activity of the owners of a shared GPU. Default 1 (its capacity).
 	ComputeCap float64 `yaml:"compute_cap"`
 	// MemoryCap bounds their summed memory, as a share of the GPU's. Default 0.95.
 	MemoryCap float64 `yaml:"memory_cap"`
@@ -246,7 +317,7 @@ func DefaultConfig() Config {
 		Overcommit: Overcommit{MinTenants: 2, MemoryAbove: 0.95, ActivityAbove: 0.95, Window: dur(5 * time.Minute), For: dur(5 * time.Minute)},
 		MIG:        MIG{PeakWindow: dur(24 * time.Hour), Headroom: 0.1, For: dur(time.Hour)},
 		Packing: Packing{Window: dur(7 * 24 * time.Hour), Step: dur(5 * time.Minute), Evidence: dur(3 * 24 * time.Hour), Quantile: 0.95,
-			ComputeCap: 0.9, MemoryCap: 0.95, Headroom: 0.1, For: dur(time.Hour), SharedResource: names.SharedGPUResource},
+			ComputeCap: names.PackComputeCap, MemoryCap: names.PackMemoryCap, Headroom: names.PackHeadroom, For: dur(time.Hour), SharedResource: names.SharedGPUResource},
 		Exporter:     Exporter{Job: names.ExporterJob, DownFor: dur(5 * time.Minute), StaleAfter: dur(time.Minute), FailingFor: dur(10 * time.Minute)},
 		Cost:         Cost{PricePerGPUHour: 2.5, Currency: "USD", Window: dur(24 * time.Hour), Step: dur(time.Minute)},
 		Shards:       1,
@@ -328,6 +399,9 @@ func (c *Config) Validate() error {
 	positive("idle.partly_for", c.Idle.PartlyFor)
 	if p := c.Idle.Pauses; p != nil {
 		errs = append(errs, fillPauses("idle.pauses", p)...)
+	}
+	if q := c.Idle.Quiet; q != nil {
+		errs = append(errs, fillQuiet("idle.quiet", q, c.Idle.ReclaimAfter)...)
 	}
 	errs = append(errs, c.validateClasses()...)
 	ratio("wasted.activity_below", c.Wasted.ActivityBelow)

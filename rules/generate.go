@@ -242,7 +242,7 @@ and on (uuid) (%s == 1)
 	if in.rightsizing {
 		rs = append(rs, rightsizeRules(c, h)...)
 	}
-	return append(rs, pauseRules(c)...)
+	return append(append(rs, quietRules(c)...), pauseRules(c)...)
 }
 
 // rightsizeRules find, for each MIG instance, the smallest profile its
@@ -286,6 +286,11 @@ func shardSums(c Config) []Rule {
 		{Record: names.RecShardOwnerIdle, Expr: Expr(fmt.Sprintf("sum by (%s) (%s)", ownerLabels, names.RecIdleHeldGPUs))},
 		{Record: names.RecShardOwnerIdleHours, Expr: Expr(fmt.Sprintf("sum_over_time(%s[%s:%s]) * %s", names.RecShardOwnerIdle, c.Cost.Window, c.Cost.Step, num(time.Duration(c.Cost.Step).Hours())))},
 	}
+	if q := c.quiet(); q != nil {
+		rs = append(rs,
+			Rule{Record: names.RecShardNSBusy, Expr: Expr(fmt.Sprintf("sum by (namespace) (avg_over_time(%s[%s]))", names.RecOwnerBusy, q.NamespaceWindow))},
+			Rule{Record: names.RecShardNSHeld, Expr: Expr(fmt.Sprintf("count by (namespace) (%s)", names.RecOwnerBusy))})
+	}
 	if c.inputs().rightsizing {
 		rs = append(rs, Rule{Record: names.RecShardMIGFreed, Expr: Expr(fmt.Sprintf("sum(%s) or vector(0)", names.RecRightsizeFreed))})
 	}
@@ -315,6 +320,14 @@ func fleetRules(c Config) []Rule {
 		// evaluation interval: the idle series exist only while idle.
 		{Record: names.RecOwnerIdleHours, Expr: pick(fmt.Sprintf("sum_over_time(%s[%s:%s]) * %s", names.RecOwnerIdle, c.Cost.Window, c.Cost.Step, perStep), fmt.Sprintf("sum by (%s) (%s)", ownerLabels, names.RecShardOwnerIdleHours))},
 		{Record: names.RecNSIdleHours, Expr: pick(fmt.Sprintf("sum_over_time(%s[%s:%s]) * %s", names.RecNamespaceIdle, c.Cost.Window, c.Cost.Step, perStep), fmt.Sprintf("sum by (namespace) (%s)", names.RecShardOwnerIdleHours))},
+	}
+	if q := c.quiet(); q != nil {
+		// Over the most units the namespace held in the last day: its
+		// reclaimed units count as quiet, not as gone.
+		rs = append(rs,
+			Rule{Record: names.RecNamespaceHeld, Expr: pick(fmt.Sprintf("count by (namespace) (%s)", names.RecOwnerBusy), fmt.Sprintf("sum by (namespace) (%s)", names.RecShardNSHeld))},
+			Rule{Record: names.RecNamespaceBusy, Expr: Expr(fmt.Sprintf("  %s\n/\n  max_over_time(%s[1d])\n",
+				pick(fmt.Sprintf("sum by (namespace) (avg_over_time(%s[%s]))", names.RecOwnerBusy, q.NamespaceWindow), fmt.Sprintf("sum by (namespace) (%s)", names.RecShardNSBusy)), names.RecNamespaceHeld))})
 	}
 	rs = append(rs, costRules(c)...)
 	if c.inputs().rightsizing {
@@ -444,7 +457,7 @@ func idleAlerts(c Config) []Rule {
 			Expr:        Expr(c.suggest(names.RecIdleWhole+sel) + "\n"),
 			For:         k.forDur.String(),
 			Labels:      labels,
-			Annotations: c.idleAnnotations(k, k.forDur),
+			Annotations: c.idleAnnotations(k, k.forDur.String()),
 		}
 		for _, a := range forEachAudience([]Rule{r}) {
 			if a.Labels[names.LabelAudience] == names.AudienceReclaimer {
@@ -489,19 +502,11 @@ func forEachAudience(rs []Rule) []Rule {
 	return out
 }
 
-// pauseRules remember, per owner, when the unit was last busy and how
-// long its pauses lasted when its work came back. The last-busy record
-// outlives its owner's series by the window, so that a pause during which
-// the workload was reclaimed and came back counts too. The pause rule
-// reads the last-busy record before this evaluation updates it: a group
-// evaluates in order.
+// pauseRules remember, per owner, how long its pauses lasted when its
+// work came back. The pause rule reads the last-busy record before this
+// evaluation updates it: a group evaluates in order.
 func pauseRules(c Config) []Rule {
-	var p *Pauses
-	for _, k := range c.idleClasses() {
-		if k.pauses != nil {
-			p = k.pauses // every class's window is the same (validateClasses)
-		}
-	}
+	p := c.pauses()
 	if p == nil {
 		return nil
 	}
@@ -512,35 +517,124 @@ func pauseRules(c Config) []Rule {
 and on (%s)
   (%s and on (uuid) %s)
 `, names.RecIdleSince, int64(time.Duration(c.Idle.Lookback).Seconds()), ownerKey, names.RecHeld, busy))},
-		{Record: names.RecIdleSince, Expr: Expr(fmt.Sprintf(`    (%s * 0 + time()) and on (uuid) %s
-  or
-    %s > (time() - %d)
-  or
-    %s * 0 + time()
-`, names.RecHeld, busy, names.RecIdleSince, int64(time.Duration(p.Window).Seconds()), names.RecHeld))},
+		idleSinceRule(c, max(p.Window, c.idleSinceKeep())),
 		{Record: names.RecPauseLongest, Expr: Expr(fmt.Sprintf("max_over_time(%s[%s])", names.RecPauseEnded, p.Window))},
 	}
 }
 
+// pauses is the pause history's settings, when a class keeps one (every
+// class's window is the same: validateClasses).
+func (c Config) pauses() *Pauses {
+	var p *Pauses
+	for _, k := range c.idleClasses() {
+		if k.pauses != nil {
+			p = k.pauses
+		}
+	}
+	return p
+}
+
+// quiet is a class's quiet settings, when one has them (every class's
+// namespace window is the same: validateClasses).
+func (c Config) quiet() *Quiet {
+	var q *Quiet
+	for _, k := range c.idleClasses() {
+		if k.quiet != nil {
+			q = k.quiet
+		}
+	}
+	return q
+}
+
+// idleSinceRule remembers, per owner, when the unit was last busy (or
+// when the owner was first seen). The record outlives its owner's series
+// by keep, so that a pause during which the workload was reclaimed and
+// came back counts too.
+func idleSinceRule(c Config, keep model.Duration) Rule {
+	busy := fmt.Sprintf("(%s >= %s)", RecActivityLookback(c), num(c.Idle.Threshold))
+	return Rule{Record: names.RecIdleSince, Expr: Expr(fmt.Sprintf(`    (%s * 0 + time()) and on (uuid) %s
+  or
+    %s > (time() - %d)
+  or
+    %s * 0 + time()
+`, names.RecHeld, busy, names.RecIdleSince, int64(time.Duration(keep).Seconds()), names.RecHeld))}
+}
+
+// quietRules record whether each held unit is busy, for the quiet
+// windows, and, without pauses, when it was last busy.
+func quietRules(c Config) []Rule {
+	if c.quiet() == nil {
+		return nil
+	}
+	rs := []Rule{{Record: names.RecOwnerBusy, Expr: Expr(fmt.Sprintf("  %s * 0\n+ on (uuid) group_left ()\n  (%s >= bool %s)\n", names.RecHeld, RecActivityLookback(c), num(c.Idle.Threshold)))}}
+	if c.pauses() == nil {
+		rs = append(rs, idleSinceRule(c, c.idleSinceKeep()))
+	}
+	return rs
+}
+
+// idleSinceKeep is how long the last-busy record is kept without a new
+// value: past it the record starts again, so it must outlast the longest
+// wait it times, and a workload reclaimed overnight.
+func (c Config) idleSinceKeep() model.Duration {
+	keep := dur(24 * time.Hour)
+	for _, k := range c.idleClasses() {
+		if k.quiet != nil {
+			keep = max(keep, k.after)
+		}
+	}
+	return keep
+}
+
 // idleAnnotations are GPUIdle's, for a class's copy that fires after d.
-func (c Config) idleAnnotations(k idleClass, d model.Duration) map[string]string {
+func (c Config) idleAnnotations(k idleClass, d string) map[string]string {
 	return with(c.annotations("gpuidle",
 		`Idle `+whatUnit,
-		`The `+whatUnit+` is held by `+whoHolds+` but its {{ $labels.signal }} has stayed below `+num(k.threshold*100)+`% for `+d.String()+` (now {{ $value | humanizePercentage }}).`,
+		`The `+whatUnit+` is held by `+whoHolds+` but its {{ $labels.signal }} has stayed below `+num(k.threshold*100)+`% for `+d+` (now {{ $value | humanizePercentage }}).`,
 		c.unitDashboard()), "idle_for", c.Idle.Lookback.String())
 }
 
-// reclaimIdle is the reclaimer's copy of a class's GPUIdle: it fires after
-// the class's reclaim_after and, with pauses, only once the unit has been
-// idle beyond its owner's longest recent pause.
+// reclaimIdle is the reclaimer's copy of a class's GPUIdle: it fires
+// after the class's reclaim_after, or, with quiet, after quiet.after on a
+// quiet unit in a quiet namespace; with pauses, only once the unit has
+// been idle beyond its owner's longest recent pause.
 func reclaimIdle(c Config, k idleClass, r Rule, sel string) Rule {
 	r.For = k.after.String()
-	r.Annotations = c.idleAnnotations(k, k.after)
+	r.Annotations = c.idleAnnotations(k, k.after.String())
+	idle := names.RecIdleWhole + sel
+	if q := k.quiet; q != nil {
+		// The alert waits quiet.after either way; the unit must also have
+		// been idle for the rest of reclaim_after (since the evaluation
+		// after its last busy one, as the plain alert counts), or be
+		// quiet. The owner must have held the unit for the whole window it
+		// is judged on.
+		r.For = q.After.String()
+		r.Annotations = c.idleAnnotations(k, fmt.Sprintf("%s after its last %s of little work in a quiet namespace, or for %s", q.After, q.UnitWindow, k.after))
+		idle = fmt.Sprintf(`(
+    %s
+  and on (%s)
+    (time() - %s > %d)
+or
+    %s
+  and on (%s)
+    (avg_over_time(%s[%s]) < %s)
+  and on (%s)
+    (%s offset %s)
+  and on (namespace)
+    (%s < %s)
+)`, idle, ownerKey, names.RecIdleSince, int64(time.Duration(k.after-q.After).Seconds()),
+			idle, ownerKey, names.RecOwnerBusy, q.UnitWindow, num(q.UnitBusyBelow),
+			ownerKey, names.RecOwnerBusy, q.UnitWindow,
+			names.RecNamespaceBusy, num(q.NamespaceBusyBelow))
+	}
 	if p := k.pauses; p != nil {
-		r.Expr = Expr(c.suggest(fmt.Sprintf(`  %s%s
+		idle = fmt.Sprintf(`  %s
 unless on (%s)
   (time() - %s < clamp_max(%s * %s, %d))
-`, names.RecIdleWhole, sel, ownerKey, names.RecIdleSince, names.RecPauseLongest, num(p.Factor), int64(time.Duration(p.Max).Seconds()))) + "\n")
+`, idle, ownerKey, names.RecIdleSince, names.RecPauseLongest, num(p.Factor), int64(time.Duration(p.Max).Seconds()))
+	}
+	if idle != names.RecIdleWhole+sel {
+		r.Expr = Expr(c.suggest(idle) + "\n")
 	}
 	return r
 }

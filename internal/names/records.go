@@ -25,12 +25,18 @@ const (
 	// A pod's or a Slurm job's allocation: the units it holds, those idle,
 	// and the idle units whose whole allocation is idle (only those can be
 	// reclaimed: stopping the pod or the job stops the busy ones too).
-	RecAllocUnits      = "owner:gpureclaim_allocation_units:count"
-	RecAllocIdle       = "owner:gpureclaim_allocation_idle_units:count"
-	RecIdleWhole       = "uuid_owner:gpureclaim_unit_idle_whole:activity"
-	RecPauseEnded      = "uuid_owner:gpureclaim_unit_pause:seconds"
-	RecIdleSince       = "uuid_owner:gpureclaim_unit_idle_since_timestamp:seconds"
-	RecPauseLongest    = "uuid_owner:gpureclaim_unit_pause_seconds:max_pauses_window"
+	RecAllocUnits   = "owner:gpureclaim_allocation_units:count"
+	RecAllocIdle    = "owner:gpureclaim_allocation_idle_units:count"
+	RecIdleWhole    = "uuid_owner:gpureclaim_unit_idle_whole:activity"
+	RecPauseEnded   = "uuid_owner:gpureclaim_unit_pause:seconds"
+	RecIdleSince    = "uuid_owner:gpureclaim_unit_idle_since_timestamp:seconds"
+	RecPauseLongest = "uuid_owner:gpureclaim_unit_pause_seconds:max_pauses_window"
+	// Quiet: whether a held unit is busy, the units a namespace holds,
+	// and the busy share of the most it held in the last day over the
+	// quiet window.
+	RecOwnerBusy       = "uuid_owner:gpureclaim_unit_busy:bool"
+	RecNamespaceHeld   = "namespace:gpureclaim_units_held:count"
+	RecNamespaceBusy   = "namespace:gpureclaim_unit_busy:ratio_quiet_window"
 	RecWastedMemory    = "uuid:gpureclaim_unit_wasted_memory:bytes"
 	RecMemoryPressure  = "uuid:gpureclaim_unit_memory_pressure:ratio"
 	RecSMSaturation    = "uuid:gpureclaim_unit_sm_saturation:ratio"
@@ -70,8 +76,21 @@ const (
 	RecShardMIGFreed       = "shard:gpureclaim_mig_rightsize_freed:bytes"
 	RecShardOwnerIdle      = "shard_owner:gpureclaim_gpus_idle_held:sum"
 	RecShardOwnerIdleHours = "shard_owner:gpureclaim_idle_gpu_hours:cost_window"
+	RecShardNSBusy         = "shard_namespace:gpureclaim_unit_busy:sum_quiet_window"
+	RecShardNSHeld         = "shard_namespace:gpureclaim_units_held:count"
 )
 
 // PackableNeed is the share of a GPU at or under which a whole GPU's one
 // owner is packable (GPUPackable): it leaves room for another like it.
 const PackableNeed = 0.5
+
+// The caps a shared GPU is planned within, the same for the packing rules
+// and the advisor: summed activity up to the GPU's capacity (a duty cycle
+// cannot pass it; work over it waits its turn), summed memory up to
+// PackMemoryCap of the GPU's, each workload's memory peak with
+// PackHeadroom.
+const (
+	PackComputeCap = 1.0
+	PackMemoryCap  = 0.95
+	PackHeadroom   = 0.1
+)
