@@ -60,6 +60,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.model, "gpu.model", "H100-80GB", "The GPU model the workloads run on: "+strings.Join(packing.ModelNames(), ", ")+".")
 	fs.Float64Var(&o.packing.ComputeCap, "plan.compute-cap", o.packing.ComputeCap, "Summed activity on a shared GPU stays under this at every planning step (0-1].")
 	fs.Float64Var(&o.packing.ComputeSlack, "plan.compute-slack", o.packing.ComputeSlack, "Share of the planning steps a shared GPU's summed activity may pass the compute cap [0-1).")
+	fs.BoolVar(&o.packing.Exact, "plan.exact", o.packing.Exact, "Search for the plan on the fewest GPUs within the caps and keep it over first fit's; the report says whether it proved the optimum.")
 	fs.BoolVar(&o.packing.Bound, "plan.bound", false, "Also check every pair and triple of packable workloads for the fewest GPUs any plan within the caps holds: a check of the plan, cubic in the workloads.")
 	fs.Float64Var(&o.packing.MemoryCap, "plan.memory-cap", o.packing.MemoryCap, "Summed memory on a shared GPU stays under this share of its memory (0-1].")
 	fs.Float64Var(&o.packing.Headroom, "plan.headroom", o.packing.Headroom, "Added to each workload's memory (its peak, for its limit) [0-1].")

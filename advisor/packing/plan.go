@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
+
+	"github.com/gpureclaim/gpureclaim/internal/names"
 )
 
 // Workload is one workload's measured use: one value per step from the
@@ -32,14 +34,16 @@ type Options struct {
 	// Model is the GPU model every workload runs on (its memory and MIG table).
 	Model gpus.Config
 	// ComputeCap bounds the summed activity on a shared GPU at every step
-	// of the planning window (0.9), but for ComputeSlack of them.
+	// of the planning window, but for ComputeSlack of them: 1, the GPU's
+	// capacity (a duty cycle cannot pass it, and two workloads that sum to
+	// it take turns).
 	ComputeCap float64
 	// ComputeSlack is the share of planning steps a shared GPU's summed
 	// activity may pass ComputeCap: work that waits a little, not memory
-	// that overflows (0.002).
+	// that overflows (0.05).
 	ComputeSlack float64
 	// MemoryCap bounds the summed memory limits on a shared GPU, as a
-	// share of its memory (0.95).
+	// share of its memory (names.PackMemoryCap).
 	MemoryCap float64
 	// Headroom is added to each workload's memory peak to make its limit (0.1).
 	Headroom float64
@@ -55,6 +59,9 @@ type Options struct {
 	// CostPerGPUHour prices a GPU-hour (the rules' cost config); 0 leaves cost out.
 	CostPerGPUHour float64
 	Currency       string
+	// Exact searches for the plan on the fewest GPUs (exactGroups) and
+	// keeps it over first fit's when it finds one.
+	Exact bool
 	// Bound also checks every pair and triple of packable workloads for
 	// the fewest GPUs any plan within the caps could hold (Plan.Bound).
 	Bound bool
@@ -62,7 +69,7 @@ type Options struct {
 
 // DefaultOptions are the limits the advisor plans with unless told.
 func DefaultOptions() Options {
-	return Options{Model: gpus.H100_SXM5_80GB, ComputeCap: 0.9, MemoryCap: 0.95, Headroom: 0.1, ComputeSlack: 0.002, MemoryBySeries: true, PlanShare: 0.5, Step: time.Minute}
+	return Options{Model: gpus.H100_SXM5_80GB, ComputeCap: names.PackComputeCap, MemoryCap: names.PackMemoryCap, Headroom: names.PackHeadroom, ComputeSlack: 0.05, MemoryBySeries: true, PlanShare: 0.5, Step: time.Minute, Exact: true}
 }
 
 // Sharing mechanisms of a shared GPU.
@@ -109,6 +116,8 @@ type Plan struct {
 	GPUs      []GPU     `json:"shared_gpus"`
 	Summary   Summary   `json:"summary"`
 	Bound     *Bound    `json:"bound,omitempty"`
+	// Exact is the exact search's result, when it ran (Options.Exact).
+	Exact *Exact `json:"exact,omitempty"`
 }
 
 // Make plans on the first PlanShare of the steps and replays the rest.
@@ -174,10 +183,12 @@ type bin struct {
 	used     []float64 // summed memory with headroom, per planning step
 }
 
-// place packs the packable workloads first-fit, largest memory limit
-// first: a workload joins the first GPU where the summed limits stay under
+// place packs the packable workloads: first fit, largest memory limit
+// first (a workload joins the first GPU where the summed limits stay under
 // the memory cap and the summed activity under the compute cap at every
-// planning step. A GPU left with one workload is no sharing: it keeps its GPU.
+// planning step), then the exact search, which keeps first fit's plan
+// unless it finds one on fewer GPUs. A GPU left with one workload is no
+// sharing: it keeps its GPU.
 func (p *Plan) place(split int) {
 	o := p.Options
 	usable := usableMemory(&o)
@@ -212,21 +223,32 @@ func (p *Plan) place(split int) {
 			bins = append(bins, b)
 		}
 	}
-	for _, b := range bins {
-		if len(b.members) < 2 {
+	groups := make([][]int, len(bins))
+	for k, b := range bins {
+		groups[k] = b.members
+	}
+	if o.Exact {
+		groups, p.Exact = p.exactGroups(order, groups, split)
+	}
+	for _, members := range groups {
+		if len(members) < 2 {
 			// No partner: a smaller slice, or its own GPU.
-			f := &p.Advice[b.members[0]].Fit
+			f := &p.Advice[members[0]].Fit
 			f.Kind, f.Why = FitWhole, f.Why+"; no workload shares a GPU with it within the caps"
 			if f.Profile != "" {
 				f.Kind = FitMIG
 			}
 			continue
 		}
+		b := newBin(split)
+		for _, i := range members {
+			b.add(i, &p.Advice[i], o.Headroom)
+		}
 		g := GPU{Index: len(p.GPUs), Sharing: SharingMPS, MemoryLimitBytes: b.memory}
 		if len(b.domains) > 1 {
 			g.Sharing = SharingTimeSlicing
 		}
-		for _, i := range b.members {
+		for _, i := range members {
 			g.Workloads = append(g.Workloads, p.Advice[i].ID)
 			p.Advice[i].GPU = g.Index
 		}

@@ -8,6 +8,9 @@ type Replay struct {
 	// memory (summed memory used).
 	OverCompute int `json:"steps_over_compute_cap"`
 	OverMemory  int `json:"steps_over_memory"`
+	// Overloaded counts the steps over the compute cap that sharing
+	// caused: the sum passes it while no workload alone does.
+	Overloaded int `json:"steps_overloaded_by_sharing"`
 	// The worst step's summed activity and memory.
 	WorstActivity    float64 `json:"worst_activity"`
 	WorstMemoryBytes float64 `json:"worst_memory_bytes"`
@@ -25,10 +28,11 @@ type Summary struct {
 	GPUsBefore int     `json:"gpus_before"`
 	GPUsAfter  int     `json:"gpus_after"`
 	FreedShare float64 `json:"freed_share"`
-	// GPU-minutes of the shared GPUs over the compute cap and over memory,
-	// as shares of all GPU-minutes after.
+	// GPU-minutes of the shared GPUs over the compute cap, overloaded by
+	// sharing, and over memory, as shares of all GPU-minutes after.
 	GPUMinutes          float64 `json:"gpu_minutes_after"`
 	OverComputeShare    float64 `json:"over_compute_share"`
+	OverloadedShare     float64 `json:"overloaded_share"`
 	OverMemoryShare     float64 `json:"over_memory_share"`
 	EffectiveUtilBefore float64 `json:"effective_utilization_before"`
 	EffectiveUtilAfter  float64 `json:"effective_utilization_after"`
@@ -87,10 +91,11 @@ func (p *Plan) replay(split int) {
 		g := &p.GPUs[gi]
 		over := map[string]bool{}
 		for t := split; t < p.Steps; t++ {
-			var act, mem float64
+			var act, mem, alone float64
 			for _, id := range g.Workloads {
 				a := byID[id]
 				act += at(a.Workload.Activity, t)
+				alone = max(alone, at(a.Workload.Activity, t))
 				m := at(a.Workload.Memory, t)
 				mem += m
 				if m > a.Fit.MemoryLimitBytes {
@@ -99,6 +104,9 @@ func (p *Plan) replay(split int) {
 			}
 			if act > o.ComputeCap {
 				g.Replay.OverCompute++
+				if alone <= o.ComputeCap {
+					g.Replay.Overloaded++
+				}
 			}
 			if mem > capacity {
 				g.Replay.OverMemory++
@@ -113,11 +121,13 @@ func (p *Plan) replay(split int) {
 			}
 		}
 		s.OverComputeShare += float64(g.Replay.OverCompute)
+		s.OverloadedShare += float64(g.Replay.Overloaded)
 		s.OverMemoryShare += float64(g.Replay.OverMemory)
 	}
 	s.GPUMinutes = float64(s.GPUsAfter*steps) * o.Step.Minutes()
 	if s.GPUsAfter > 0 {
 		s.OverComputeShare /= float64(s.GPUsAfter * steps)
+		s.OverloadedShare /= float64(s.GPUsAfter * steps)
 		s.OverMemoryShare /= float64(s.GPUsAfter * steps)
 		s.EffectiveUtilAfter = work / float64(s.GPUsAfter*steps)
 	}

@@ -47,10 +47,18 @@ func (p *Plan) write(w io.Writer, md bool) error {
 		{"packed onto shared GPUs", fmt.Sprintf("%d on %d GPUs", s.Packed, len(p.GPUs))},
 		{"GPUs held before → after", fmt.Sprintf("%d → %d", s.GPUsBefore, s.GPUsAfter)},
 		{"GPUs freed", pct(s.FreedShare)},
+		{"GPU-minutes overloaded by sharing (over the compute cap, no workload alone over it)", pct(s.OverloadedShare)},
 		{"GPU-minutes over the compute cap", pct(s.OverComputeShare)},
 		{"GPU-minutes over memory", pct(s.OverMemoryShare)},
 		{"packed workloads over their own memory limit", fmt.Sprint(s.OverTheirLimit)},
 		{"effective utilization before → after", fmt.Sprintf("%s → %s", pct(s.EffectiveUtilBefore), pct(s.EffectiveUtilAfter))},
+	}
+	if ex := p.Exact; ex != nil {
+		v := fmt.Sprintf("%d GPUs for the packable workloads (first fit: %d; no plan takes fewer than %d), proven optimal", ex.GPUs, ex.FirstFit, ex.LowerBound)
+		if !ex.Proven {
+			v = fmt.Sprintf("%d GPUs for the packable workloads (first fit: %d; no plan takes fewer than %d), not proven within the search's limits", ex.GPUs, ex.FirstFit, ex.LowerBound)
+		}
+		rows = append(rows, [2]string{"exact search, on the planning steps", v})
 	}
 	if bd := p.Bound; bd != nil {
 		rows = append(rows, [2]string{"bound: fewest GPUs any plan within the caps holds", fmt.Sprintf("%d (at most %s freed; %d workloads share with none, %d triples fit, each holding one of %d)", bd.GPUsAfter, pct(bd.FreedShare), bd.Alone, bd.Triples, bd.Cover)})
