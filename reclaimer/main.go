@@ -32,7 +32,6 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/cli"
 	"github.com/gpureclaim/gpureclaim/internal/httpserver"
 	"github.com/gpureclaim/gpureclaim/internal/logging"
-	"github.com/gpureclaim/gpureclaim/internal/loop"
 	"github.com/gpureclaim/gpureclaim/reclaimer/alertmanager"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/email"
@@ -43,7 +42,6 @@ import (
 	"github.com/gpureclaim/gpureclaim/reclaimer/notify"
 	"github.com/gpureclaim/gpureclaim/reclaimer/promquery"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
-	"github.com/gpureclaim/gpureclaim/reclaimer/report"
 	"github.com/gpureclaim/gpureclaim/reclaimer/route"
 	rslack "github.com/gpureclaim/gpureclaim/reclaimer/slack"
 	"github.com/gpureclaim/gpureclaim/reclaimer/slurm"
@@ -305,7 +303,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gpureclaim-reclaimer:", err)
 		return 1
 	}
-	am, prom, nodes := cl.am, cl.prom, cl.nodes
 	var events reclaim.Events
 	var owners reclaim.OwnerLookup
 	var kc *kube.Client
@@ -317,7 +314,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		events, owners = kc, kc
 	}
 	routes := router(cfg, cl, kc)
-	notifiers, err := buildNotifiers(cfg, logger, am, owners, st)
+	notifiers, err := buildNotifiers(cfg, logger, cl.am, owners, st)
 	if err != nil {
 		fmt.Fprintln(stderr, "gpureclaim-reclaimer:", err)
 		return 1
@@ -334,74 +331,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	go func() {
 		errc <- web.ListenAndServe(hs, &web.FlagConfig{WebListenAddresses: &[]string{o.listen}, WebConfigFile: &o.webConfig}, logger)
 	}()
-	fail := failpoint()
-	webMetrics := rweb.NewMetrics(reg) // once: a replica may lead several terms
-	lead := func(ctx context.Context, leader reclaim.Leadership) error {
-		defer front.lead(nil) // the term ends: 503 again, until the next one
-		if leader != nil {
-			nodes.Fence, nodes.Leading = leader.Fence, leader.Check
-		}
-		if ks, ok := st.(*kubestore.Store); ok && leader != nil {
-			ks.Lead(ctx, leader.Check) // the Lease lost, its writes in flight end and no other is sent
-		}
-		eo := reclaim.Options{
-			Config: cfg, Store: st, Checker: am, Inspector: routes, Actor: routes, Verifier: routes, Events: events,
-			Notifiers: notifiers.list, Clock: time.Now, Logger: logger, Metrics: metrics, Failpoint: fail, Leadership: leader,
-		}
-		if prom != nil {
-			eo.Prometheus = prom
-		}
-		eng, err := reclaim.New(eo)
-		if err != nil {
-			return err
-		}
-		var activity rweb.ActivityReader
-		if prom != nil {
-			activity = prom
-		}
-		var weekly rweb.ReportBuilder
-		if prom != nil {
-			weekly = func(ctx context.Context, window time.Duration) (report.Report, error) {
-				return report.Build(ctx, prom, eng.List(), report.Options{To: time.Now(), Window: window})
-			}
-		}
-		srv := rweb.New(rweb.Options{Config: cfg, Engine: eng, Logger: logger, Clock: time.Now, Registry: reg, Metrics: webMetrics, Ready: ready(st, leader), Activity: activity, Report: weekly})
-		notifiers.mount(ctx, srv, eng)
-		go loop.Every(ctx, time.Hour, func() {
-			if n, err := eng.Prune(time.Now().Add(-o.retention)); err != nil {
-				logger.Error("pruning the store", "err", err)
-			} else if n > 0 {
-				logger.Info("pruned finished reclaims", "count", n)
-			}
-		})
-		if prom != nil {
-			go loop.Every(ctx, time.Duration(cfg.Prometheus.Interval), func() { eng.RestoreOnDemand(ctx, prom) })
-		}
-		if cfg.Report.On() && weekly != nil {
-			// Due at the configured time of the week, by the leader of the
-			// moment; one that takes over later waits for the next week.
-			next := cfg.Report.Next(time.Now())
-			go loop.Every(ctx, time.Minute, func() {
-				now := time.Now()
-				if now.Before(next) {
-					return
-				}
-				week := next.UTC().Format("2006-01-02")
-				next = cfg.Report.Next(now)
-				rep, err := weekly(ctx, report.DefaultWindow)
-				if err != nil {
-					logger.Error("building the weekly report", "err", err)
-					return
-				}
-				report.Send(ctx, eng, rep, week)
-				logger.Info("sent the weekly report", "week_ending", week, "namespaces", len(rep.Namespaces), "owners", len(rep.Owners))
-			})
-		}
-		front.lead(srv)
-		logger.Info("reclaimer acting", "listen", o.listen, "policies", len(cfg.Policies), "dry_run", cfg.DryRun, "storage", o.backend)
-		eng.Run(ctx, o.step)
-		return nil
-	}
+	r := &wiring{o: o, cfg: cfg, st: st, cl: cl, routes: routes, events: events, notifiers: notifiers, logger: logger, metrics: metrics,
+		fail: failpoint(), reg: reg, webMetrics: rweb.NewMetrics(reg), front: front}
+	lead := r.lead
 	go func() {
 		if o.election.on {
 			errc <- elect(ctx, o, rc, logger, lead)

@@ -230,10 +230,12 @@ func (e *Engine) Kick() {
 	}
 }
 
-// Run steps every tick until ctx ends, and at once after each Kick. A
-// step takes about a tick at most, then starts over with what is due
-// then: a burst of warnings does not hold up an action that falls due.
-func (e *Engine) Run(ctx context.Context, tick time.Duration) {
+// Run steps every tick until ctx ends, and at once after each Kick, and
+// runs the jobs on their own timers meanwhile. A step takes about a tick
+// at most, then starts over with what is due then: a burst of warnings
+// does not hold up an action that falls due.
+func (e *Engine) Run(ctx context.Context, tick time.Duration, jobs ...Job) {
+	e.runJobs(ctx, jobs)
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	for {

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/gpureclaim/gpureclaim/internal/names"
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/promquery"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
@@ -250,4 +252,26 @@ func Send(ctx context.Context, s Sender, rep Report, week string) {
 			part(o.Name, reclaim.Target{User: o.User}, Report{From: rep.From, To: rep.To, Currency: rep.Currency, Owners: []Row{o}})
 		}
 	}
+}
+
+// WeeklyJob sends the report when it is due (config.Report.Next), by the
+// leader of the moment: it checks every minute, and a leader that takes
+// over after the time waits for the next week, so that a week is not
+// sent twice by two terms. build makes the report of the window.
+func WeeklyJob(when config.Report, build func(ctx context.Context, window time.Duration) (Report, error), s Sender, logger *slog.Logger, now time.Time) reclaim.Job {
+	next := when.Next(now)
+	return reclaim.Job{Name: "weekly report", Every: time.Minute, Run: func(ctx context.Context, now time.Time) error {
+		if now.Before(next) {
+			return nil
+		}
+		week := next.UTC().Format("2006-01-02")
+		next = when.Next(now)
+		rep, err := build(ctx, DefaultWindow)
+		if err != nil {
+			return fmt.Errorf("building the report of the week ending %s: %w", week, err)
+		}
+		Send(ctx, s, rep, week)
+		logger.Info("sent the weekly report", "week_ending", week, "namespaces", len(rep.Namespaces), "owners", len(rep.Owners))
+		return nil
+	}}
 }

@@ -3,6 +3,7 @@ package report_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/testkit/promtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/promquery"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/report"
 )
 
@@ -141,4 +143,41 @@ func TestSend(t *testing.T) {
 		require.True(t, strings.HasPrefix(m.Key, "report/2026-W49"), m.Key)
 		require.True(t, m.Again, "looked for before it is sent")
 	}
+}
+
+// The weekly job sends the report once when it falls due, and a leader
+// that takes over after the time waits for the next week.
+func TestWeeklyJob(t *testing.T) {
+	cfg := reclaimtest.Config(t, "prometheus: {url: http://127.0.0.1:9}\nreport: {day: mon, at: \"09:00\"}\n")
+	monday := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	build := func(context.Context, time.Duration) (report.Report, error) {
+		return report.Report{Namespaces: []report.Row{{Name: "ml", IdleGPUHours: 2}}}, nil
+	}
+	var s sent
+	job := report.WeeklyJob(cfg.Report, build, &s, slog.New(slog.DiscardHandler), monday.Add(-time.Hour))
+	require.Equal(t, time.Minute, job.Every)
+	ctx := context.Background()
+	require.NoError(t, job.Run(ctx, monday.Add(-time.Minute)))
+	require.Empty(t, s, "not due yet")
+	require.NoError(t, job.Run(ctx, monday.Add(time.Minute)))
+	require.Len(t, s, 2, "the admins' and the namespace's")
+	require.Equal(t, "report/2026-11-30", s[0].Key)
+	require.NoError(t, job.Run(ctx, monday.Add(2*time.Minute)))
+	require.Len(t, s, 2, "once a week")
+	require.NoError(t, job.Run(ctx, monday.AddDate(0, 0, 7).Add(time.Minute)))
+	require.Len(t, s, 4)
+	require.Equal(t, "report/2026-12-07", s[2].Key)
+
+	// A leader from 10:00 on Monday waits for the next Monday.
+	s = nil
+	late := report.WeeklyJob(cfg.Report, build, &s, slog.New(slog.DiscardHandler), monday.Add(time.Hour))
+	require.NoError(t, late.Run(ctx, monday.Add(time.Hour)))
+	require.Empty(t, s)
+
+	// A failure to build is the job's error; the week is not sent.
+	failing := report.WeeklyJob(cfg.Report, func(context.Context, time.Duration) (report.Report, error) {
+		return report.Report{}, context.DeadlineExceeded
+	}, &s, slog.New(slog.DiscardHandler), monday.Add(-time.Hour))
+	require.ErrorIs(t, failing.Run(ctx, monday.Add(time.Minute)), context.DeadlineExceeded)
+	require.Empty(t, s)
 }
