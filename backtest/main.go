@@ -130,7 +130,7 @@ func runBacktest(ctx context.Context, o *backtestOptions, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	ctl, err := replayedController(cfg, o.controller)
+	topOwner, err := replayedController(cfg, o.controller)
 	if err != nil {
 		return err
 	}
@@ -140,13 +140,13 @@ func runBacktest(ctx context.Context, o *backtestOptions, stdout io.Writer) erro
 		if err != nil {
 			return fmt.Errorf("--history.trace: %w", err)
 		}
-		h = backtest.FromTrace(tr, ctl)
+		h = backtest.FromTrace(tr, topOwner)
 	} else {
 		f, err := os.Open(o.prometheus)
 		if err != nil {
 			return fmt.Errorf("--history.prometheus: %w", err)
 		}
-		h, err = backtest.FromPrometheus(f, ctl, o.dcgmHonorLabels)
+		h, err = backtest.FromPrometheus(f, topOwner, o.dcgmHonorLabels)
 		f.Close()
 		if err != nil {
 			return fmt.Errorf("--history.prometheus: %s: %w", o.prometheus, err)
@@ -162,7 +162,7 @@ func runBacktest(ctx context.Context, o *backtestOptions, stdout io.Writer) erro
 	defer os.RemoveAll(dir)
 	var coldStarts map[string]time.Duration
 	if o.coldStart > 0 {
-		coldStarts = map[string]time.Duration{ctl.Kind: o.coldStart}
+		coldStarts = map[string]time.Duration{topOwner.Kind: o.coldStart}
 	}
 	res, err := backtest.Run(ctx, h, backtest.Options{RuleFiles: o.rules, Config: cfg, Dir: dir, RegretWindow: o.regret, IdleThreshold: o.threshold,
 		RestoreOnDemand: o.restoreOnDemand, ColdStarts: coldStarts})
@@ -236,11 +236,11 @@ func replayedController(cfg *config.Config, kind string) (reclaim.TopOwner, erro
 		if w.Kind != kind {
 			continue
 		}
-		ctl := reclaim.TopOwner{APIVersion: w.Group + "/" + w.Version, Kind: w.Kind, Namespace: "replay", Name: "replayed", Stop: reclaim.StopPatch, Stopped: w.Stopped}
+		topOwner := reclaim.TopOwner{APIVersion: w.Group + "/" + w.Version, Kind: w.Kind, Namespace: "replay", Name: "replayed", Stop: reclaim.StopPatch, Stopped: w.Stopped}
 		if w.Scale {
-			ctl.Stop, ctl.Replicas, ctl.Stopped = reclaim.StopScale, 1, "scaled down"
+			topOwner.Stop, topOwner.Replicas, topOwner.Stopped = reclaim.StopScale, 1, "scaled down"
 		}
-		return ctl, nil
+		return topOwner, nil
 	}
 	return reclaim.TopOwner{}, fmt.Errorf("--history.controller: %q is not a workload kind the config knows (%s) or empty", kind, strings.Join(kinds, ", "))
 }

@@ -129,9 +129,9 @@ func TestManifestsOnAPIServer(t *testing.T) {
 		createPod(t, admin, team, "inference-1-abcde", &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: ptr(true)})
 
 		r := &reclaim.Reclaim{ID: "r2", ActAt: time.Now(), Target: reclaim.Target{Alertname: "GPUIdle", UUID: "GPU-2", Namespace: team, Pod: "inference-1-abcde"}}
-		ctl, err := rc.TopOwner(ctx, r.Target)
+		topOwner, err := rc.TopOwner(ctx, r.Target)
 		require.NoError(t, err)
-		require.Equal(t, reclaim.TopOwner{APIVersion: "apps/v1", Kind: "Deployment", Namespace: team, Name: "inference", Replicas: 3, Stop: reclaim.StopScale, Stopped: "scaled down"}, ctl)
+		require.Equal(t, reclaim.TopOwner{APIVersion: "apps/v1", Kind: "Deployment", Namespace: team, Name: "inference", Replicas: 3, Stop: reclaim.StopScale, Stopped: "scaled down"}, topOwner)
 		res, err := rc.ScaleDown(ctx, r, 0)
 		require.NoError(t, err)
 		d, err = admin.AppsV1().Deployments(team).Get(ctx, "inference", metav1.GetOptions{})
@@ -154,9 +154,9 @@ func TestManifestsOnAPIServer(t *testing.T) {
 		require.NoError(t, err)
 		createPod(t, admin, team, "train-abcde", &metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID, Controller: ptr(true)})
 		r := &reclaim.Reclaim{ID: "r3", ActAt: time.Now(), Target: reclaim.Target{Alertname: "GPUIdle", UUID: "GPU-3", Namespace: team, Pod: "train-abcde"}}
-		ctl, err := rc.TopOwner(ctx, r.Target)
+		topOwner, err := rc.TopOwner(ctx, r.Target)
 		require.NoError(t, err)
-		r.TopOwner = &ctl
+		r.TopOwner = &topOwner
 		res, err := rc.Stop(ctx, r)
 		require.NoError(t, err)
 		require.Equal(t, "Job team-a/train suspended", res.Detail)

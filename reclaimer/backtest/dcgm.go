@@ -27,7 +27,7 @@ type dcgmSeries struct {
 // field has samples, and its series are the unit's fields that name it
 // (dcgm-exporter repeats them for each pod of a shared GPU), so taking it
 // off the unit takes them away.
-func fromDCGM(h History, all []Series, n int, ctl reclaim.TopOwner, honorLabels bool) (History, error) {
+func fromDCGM(h History, all []Series, n int, topOwner reclaim.TopOwner, honorLabels bool) (History, error) {
 	// Scraped without honor_labels (as the rules assume by default), the
 	// mapping's labels are exported_* and pod is dcgm-exporter's own.
 	prefix := names.DCGMExported
@@ -59,7 +59,7 @@ func fromDCGM(h History, all []Series, n int, ctl reclaim.TopOwner, honorLabels 
 	for _, k := range keys {
 		ss := byOwner[k]
 		d := ss[0]
-		w := Workload{TopOwner: ctl, key: k, Owner: d.namespace, ID: d.namespace + "/" + d.pod}
+		w := Workload{TopOwner: topOwner, key: k, Owner: d.namespace, ID: d.namespace + "/" + d.pod}
 		if ids[w.ID]++; ids[w.ID] > 1 {
 			w.ID += "@" + d.uuid
 		}

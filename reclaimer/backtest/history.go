@@ -78,16 +78,16 @@ const unitMemory = 80 << 30
 
 // FromTrace turns a loaded trace (duty cycle and memory per pod and
 // minute) into a history of utilization: each pod holds one GPU of its own.
-// ctl is what runs each pod (the trace does not say).
-func FromTrace(tr *trace.Trace, ctl reclaim.TopOwner) History {
+// topOwner is what runs each pod (the trace does not say).
+func FromTrace(tr *trace.Trace, topOwner reclaim.TopOwner) History {
 	h := History{Start: tr.Start, Step: tr.Step, Signal: "utilization"}
 	for _, id := range tr.Workloads() {
-		h.Workloads = append(h.Workloads, traceWorkload(id, tr.Duty[id], tr.Memory[id], ctl))
+		h.Workloads = append(h.Workloads, traceWorkload(id, tr.Duty[id], tr.Memory[id], topOwner))
 	}
 	return h
 }
 
-func traceWorkload(id string, activity, memory []float64, ctl reclaim.TopOwner) Workload {
+func traceWorkload(id string, activity, memory []float64, topOwner reclaim.TopOwner) Workload {
 	uuid := "GPU-" + id
 	unit := []string{names.LabelUUID, uuid, names.LabelGPUUUID, uuid, "instance", "replay", "job", names.ExporterJob}
 	name := func(n string, extra ...string) labels.Labels {
@@ -102,7 +102,7 @@ func traceWorkload(id string, activity, memory []float64, ctl reclaim.TopOwner) 
 		}
 	}
 	w := Workload{
-		ID: id, Owner: traceNamespace, TopOwner: ctl, Activity: activity, Memory: memory,
+		ID: id, Owner: traceNamespace, TopOwner: topOwner, Activity: activity, Memory: memory,
 		key: ownerKey(uuid, traceNamespace, id, "", ""),
 		Series: []Series{
 			{name("gpureclaim_unit_info", "node", "replay", "kind", "gpu", "model", "replay"), present},
@@ -112,11 +112,11 @@ func traceWorkload(id string, activity, memory []float64, ctl reclaim.TopOwner) 
 			{name("gpureclaim_unit_memory_used_bytes"), memory},
 		},
 	}
-	if ctl.Kind != "" {
+	if topOwner.Kind != "" {
 		// What kube-state-metrics says of the pod's controller, for the
 		// rules' idle classes.
 		w.Series = append(w.Series, Series{labels.FromStrings("__name__", "kube_pod_owner", "namespace", traceNamespace, "pod", id,
-			"owner_kind", podOwnerKind(ctl.Kind), "owner_name", id, "owner_is_controller", "true", "job", "kube-state-metrics", "instance", "replay"), present})
+			"owner_kind", podOwnerKind(topOwner.Kind), "owner_name", id, "owner_is_controller", "true", "job", "kube-state-metrics", "instance", "replay"), present})
 	}
 	return w
 }

@@ -41,13 +41,13 @@ type queryRange struct {
 // FromPrometheus reads a Prometheus range-query export (the JSON of
 // /api/v1/query_range for ExportQuery) into a history: one workload per
 // owner of a unit (gpureclaim_unit_owner_info), which holds the unit while
-// that series has samples, with its unit's series. ctl is what runs the
+// that series has samples, with its unit's series. topOwner is what runs the
 // pods (the export does not say).
 //
 // An export of dcgm-exporter's fields (ExportQueryDCGM) is read as the rules
 // for source: dcgm read it; dcgmHonorLabels says the scrape kept the pod
 // mapping's labels as they are (rules config dcgm.honor_labels).
-func FromPrometheus(r io.Reader, ctl reclaim.TopOwner, dcgmHonorLabels bool) (History, error) {
+func FromPrometheus(r io.Reader, topOwner reclaim.TopOwner, dcgmHonorLabels bool) (History, error) {
 	var q queryRange
 	if err := json.NewDecoder(r).Decode(&q); err != nil {
 		return History{}, fmt.Errorf("not a query_range answer: %w", err)
@@ -114,7 +114,7 @@ func FromPrometheus(r io.Reader, ctl reclaim.TopOwner, dcgmHonorLabels bool) (Hi
 		for i, rw := range all {
 			series[i] = Series{rw.labels, grid(rw)}
 		}
-		return fromDCGM(h, series, n, ctl, dcgmHonorLabels)
+		return fromDCGM(h, series, n, topOwner, dcgmHonorLabels)
 	}
 	units := map[string][]Series{}
 	var owners []raw
@@ -135,7 +135,7 @@ func FromPrometheus(r io.Reader, ctl reclaim.TopOwner, dcgmHonorLabels bool) (Hi
 	for _, ow := range owners {
 		l := ow.labels
 		uuid, ns, pod, user, job := l.Get(names.LabelUUID), l.Get(names.LabelNamespace), l.Get(names.LabelPod), l.Get(names.LabelUser), l.Get(names.LabelSlurmJob)
-		w := Workload{TopOwner: ctl, key: ownerKey(uuid, ns, pod, user, job), Owner: ns, ID: ns + "/" + pod}
+		w := Workload{TopOwner: topOwner, key: ownerKey(uuid, ns, pod, user, job), Owner: ns, ID: ns + "/" + pod}
 		if pod == "" {
 			w.Owner, w.ID = user, user
 			if job != "" {

@@ -17,11 +17,11 @@ import (
 // claims reads the ResourceClaims through which a pod holds GPUs: those
 // allocated devices of the configured DRA drivers. A claim from the pod's
 // template goes with the pod; a standalone one is shared, and its other
-// consumers outside the workload that ctl stops are named. A claim that
+// consumers outside the workload that topOwner stops are named. A claim that
 // cannot be read is left out, and said so in the log: the release is then
 // judged by the pods alone.
-func (c *Client) claims(ctx context.Context, p *corev1.Pod, ctl reclaim.TopOwner) []reclaim.Claim {
-	objs := stopped(&reclaim.Reclaim{TopOwner: &ctl})
+func (c *Client) claims(ctx context.Context, p *corev1.Pod, topOwner reclaim.TopOwner) []reclaim.Claim {
+	objs := stopped(&reclaim.Reclaim{TopOwner: &topOwner})
 	var out []reclaim.Claim
 	for _, pc := range p.Spec.ResourceClaims {
 		name, shared := "", pc.ResourceClaimName != nil

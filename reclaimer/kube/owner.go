@@ -133,12 +133,12 @@ func (c *Client) TopOwner(ctx context.Context, t reclaim.Target) (reclaim.TopOwn
 	if err != nil {
 		return reclaim.TopOwner{}, err
 	}
-	ctl, err := c.decide(ctx, ch)
+	topOwner, err := c.decide(ctx, ch)
 	if err != nil {
-		return ctl, err
+		return topOwner, err
 	}
-	ctl.Claims = c.claims(ctx, ch.pod, ctl)
-	return ctl, nil
+	topOwner.Claims = c.claims(ctx, ch.pod, topOwner)
+	return topOwner, nil
 }
 
 func (c *Client) decide(ctx context.Context, ch *chain) (reclaim.TopOwner, error) {
@@ -149,13 +149,13 @@ func (c *Client) decide(ctx context.Context, ch *chain) (reclaim.TopOwner, error
 			Why: fmt.Sprintf("the pod is owned by %s; gpureclaim cannot stop it: declare its kind under `workloads:` (and grant get and patch on it)", ch.unread)}, nil
 	}
 	if obj, ok := kueueManaged(ch); ok {
-		ctl := reclaim.TopOwner{APIVersion: obj.GetAPIVersion(), Kind: obj.GetKind(), Namespace: obj.GetNamespace(), Name: obj.GetName(),
+		topOwner := reclaim.TopOwner{APIVersion: obj.GetAPIVersion(), Kind: obj.GetKind(), Namespace: obj.GetNamespace(), Name: obj.GetName(),
 			Stop: reclaim.StopKueue, Stopped: "stopped through its Kueue Workload"}
 		if !c.kueue {
-			ctl.Stop = reclaim.StopNone
-			ctl.Why = fmt.Sprintf("Kueue admits %s and would undo a suspend behind its back; deactivating Kueue Workloads is off in the config (kubernetes.kueue.enabled)", ctl)
+			topOwner.Stop = reclaim.StopNone
+			topOwner.Why = fmt.Sprintf("Kueue admits %s and would undo a suspend behind its back; deactivating Kueue Workloads is off in the config (kubernetes.kueue.enabled)", topOwner)
 		}
-		return ctl, nil
+		return topOwner, nil
 	}
 	if top == nil {
 		if user, server, ok := hubServer(ch.pod); ok && c.hub != nil {
@@ -167,38 +167,38 @@ func (c *Client) decide(ctx context.Context, ch *chain) (reclaim.TopOwner, error
 		}
 		return reclaim.TopOwner{}, nil
 	}
-	ctl := reclaim.TopOwner{APIVersion: top.obj.GetAPIVersion(), Kind: top.kind, Namespace: top.obj.GetNamespace(), Name: top.obj.GetName()}
+	topOwner := reclaim.TopOwner{APIVersion: top.obj.GetAPIVersion(), Kind: top.kind, Namespace: top.obj.GetNamespace(), Name: top.obj.GetName()}
 	w := top.workload
 	switch {
 	case w != nil && w.Disabled:
-		ctl.Stop = reclaim.StopNone
-		ctl.Why = fmt.Sprintf("the pod is owned by %s; stopping %s is turned off in the config (workloads: %s)", ctl, w.Kind, w.Name)
-		return ctl, nil
+		topOwner.Stop = reclaim.StopNone
+		topOwner.Why = fmt.Sprintf("the pod is owned by %s; stopping %s is turned off in the config (workloads: %s)", topOwner, w.Kind, w.Name)
+		return topOwner, nil
 	case w != nil && top.kind == rayJob && top.gvr.Group == rayGroup:
-		return c.decideRayJob(ch, top, ctl), nil
+		return c.decideRayJob(ch, top, topOwner), nil
 	case w != nil && !w.Scale:
-		ctl.Stop, ctl.Stopped = reclaim.StopPatch, w.Stopped
-		return ctl, nil
+		topOwner.Stop, topOwner.Stopped = reclaim.StopPatch, w.Stopped
+		return topOwner, nil
 	case w == nil && !c.hasScale(top.gvr):
-		ctl.Stop = reclaim.StopNone
-		ctl.Why = fmt.Sprintf("the pod is owned by %s, which gpureclaim cannot stop; declare it under `workloads:`", ctl)
-		return ctl, nil
+		topOwner.Stop = reclaim.StopNone
+		topOwner.Why = fmt.Sprintf("the pod is owned by %s, which gpureclaim cannot stop; declare it under `workloads:`", topOwner)
+		return topOwner, nil
 	}
 	if top.gvr.Group == "apps" && top.kind == "StatefulSet" {
 		// Scaled down, such a StatefulSet deletes its pods' volumes: a
 		// restore would bring back empty ones.
 		if when, _, _ := unstructured.NestedString(top.obj.Object, "spec", "persistentVolumeClaimRetentionPolicy", "whenScaled"); when == "Delete" {
-			ctl.Stop = reclaim.StopNone
-			ctl.Why = fmt.Sprintf("%s deletes its pods' volumes when it is scaled down (persistentVolumeClaimRetentionPolicy.whenScaled: Delete): a scale-down would lose them, so the owner is told", ctl)
-			return ctl, nil
+			topOwner.Stop = reclaim.StopNone
+			topOwner.Why = fmt.Sprintf("%s deletes its pods' volumes when it is scaled down (persistentVolumeClaimRetentionPolicy.whenScaled: Delete): a scale-down would lose them, so the owner is told", topOwner)
+			return topOwner, nil
 		}
 	}
-	replicas, err := c.replicas(ctx, top.gvr, ctl.Namespace, ctl.Name)
+	replicas, err := c.replicas(ctx, top.gvr, topOwner.Namespace, topOwner.Name)
 	if err != nil {
-		return reclaim.TopOwner{}, fmt.Errorf("reading the scale of %s: %w", ctl, err)
+		return reclaim.TopOwner{}, fmt.Errorf("reading the scale of %s: %w", topOwner, err)
 	}
-	ctl.Stop, ctl.Replicas, ctl.Stopped = reclaim.StopScale, replicas, "scaled down"
-	return ctl, nil
+	topOwner.Stop, topOwner.Replicas, topOwner.Stopped = reclaim.StopScale, replicas, "scaled down"
+	return topOwner, nil
 }
 
 // KubeRay's kinds.
@@ -214,13 +214,13 @@ const (
 // (ValidationFailed) or ignores it (Waiting, in InteractiveMode), and its
 // RayCluster is suspended instead, which KubeRay honours in every state
 // and the RayJob does not undo.
-func (c *Client) decideRayJob(ch *chain, top *link, ctl reclaim.TopOwner) reclaim.TopOwner {
+func (c *Client) decideRayJob(ch *chain, top *link, topOwner reclaim.TopOwner) reclaim.TopOwner {
 	why := rayJobUnsuspendable(top.obj)
 	if why == "" {
-		ctl.Stop, ctl.Stopped = reclaim.StopPatch, top.workload.Stopped
-		return ctl
+		topOwner.Stop, topOwner.Stopped = reclaim.StopPatch, top.workload.Stopped
+		return topOwner
 	}
-	above := ctl
+	above := topOwner
 	for _, l := range ch.links {
 		if l.kind != rayCluster || l.gvr.Group != rayGroup {
 			continue
@@ -234,8 +234,8 @@ func (c *Client) decideRayJob(ch *chain, top *link, ctl reclaim.TopOwner) reclai
 		rc.Why = fmt.Sprintf("%s: its RayCluster is suspended instead, which KubeRay honours in any state", why)
 		return rc
 	}
-	ctl.Stop, ctl.Why = reclaim.StopNone, why+", and the pod is not under a RayCluster of it that could be suspended instead"
-	return ctl
+	topOwner.Stop, topOwner.Why = reclaim.StopNone, why+", and the pod is not under a RayCluster of it that could be suspended instead"
+	return topOwner
 }
 
 // rayJobUnsuspendable says why KubeRay would not act on a RayJob's

@@ -35,11 +35,11 @@ var kueueWorkload = schema.GroupKind{Group: "kueue.x-k8s.io", Kind: "Workload"}
 // annotation), a Kueue Workload deactivated, or a JupyterHub server
 // stopped. Run again, it finds the same state and does nothing more.
 func (c *Client) Stop(ctx context.Context, r *reclaim.Reclaim) (reclaim.Result, error) {
-	ctl := r.TopOwner
-	if ctl == nil {
+	topOwner := r.TopOwner
+	if topOwner == nil {
 		return reclaim.Result{}, fmt.Errorf("no top owner was recorded for %s", r.Target.Holder())
 	}
-	if isRay(ctl) || (ctl.Above != nil && isRay(ctl.Above)) {
+	if isRay(topOwner) || (topOwner.Above != nil && isRay(topOwner.Above)) {
 		// Whether KubeRay honours a RayJob's suspend depends on its state
 		// now, not at the warning: decide again.
 		fresh, err := c.TopOwner(ctx, r.Target)
@@ -49,49 +49,49 @@ func (c *Client) Stop(ctx context.Context, r *reclaim.Reclaim) (reclaim.Result, 
 		case err != nil:
 			return reclaim.Result{}, fmt.Errorf("reading the owners of %s again: %w", r.Target.Holder(), err)
 		}
-		ctl = &fresh
+		topOwner = &fresh
 	}
-	switch ctl.Stop {
+	switch topOwner.Stop {
 	case reclaim.StopPatch:
-		return c.stopPatch(ctx, r, ctl)
+		return c.stopPatch(ctx, r, topOwner)
 	case reclaim.StopKueue:
-		return c.stopKueue(ctx, r, ctl)
+		return c.stopKueue(ctx, r, topOwner)
 	case reclaim.StopHub:
-		return c.stopHub(ctx, r, ctl)
+		return c.stopHub(ctx, r, topOwner)
 	case reclaim.StopScale:
 		return c.ScaleDown(ctx, r, 0)
 	}
-	return reclaim.Result{}, fmt.Errorf("%s cannot be stopped: %s", ctl, ctl.Why)
+	return reclaim.Result{}, fmt.Errorf("%s cannot be stopped: %s", topOwner, topOwner.Why)
 }
 
-func isRay(ctl *reclaim.TopOwner) bool {
-	return ctl.Kind == rayJob && strings.HasPrefix(ctl.APIVersion, rayGroup+"/")
+func isRay(topOwner *reclaim.TopOwner) bool {
+	return topOwner.Kind == rayJob && strings.HasPrefix(topOwner.APIVersion, rayGroup+"/")
 }
 
-func (c *Client) stopPatch(ctx context.Context, r *reclaim.Reclaim, ctl *reclaim.TopOwner) (reclaim.Result, error) {
-	gv, err := schema.ParseGroupVersion(ctl.APIVersion)
+func (c *Client) stopPatch(ctx context.Context, r *reclaim.Reclaim, topOwner *reclaim.TopOwner) (reclaim.Result, error) {
+	gv, err := schema.ParseGroupVersion(topOwner.APIVersion)
 	if err != nil {
 		return reclaim.Result{}, err
 	}
-	w := c.workloadFor(gv.Group, ctl.Kind)
+	w := c.workloadFor(gv.Group, topOwner.Kind)
 	if w == nil || w.Disabled {
-		return reclaim.Result{}, &reclaim.RefusedError{Reason: fmt.Sprintf("stopping %s is no longer in the config", ctl.Kind)}
+		return reclaim.Result{}, &reclaim.RefusedError{Reason: fmt.Sprintf("stopping %s is no longer in the config", topOwner.Kind)}
 	}
 	patch, err := withAnnotation(w.StopPatch, StoppedAnnotation, r.ID, c.clock().UTC().Format("2006-01-02T15:04:05Z"))
 	if err != nil {
 		return reclaim.Result{}, err
 	}
-	res := c.dyn.Resource(gv.WithResource(w.Resource)).Namespace(ctl.Namespace)
-	if _, err := res.Patch(ctx, ctl.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: fieldManager}); err != nil {
+	res := c.dyn.Resource(gv.WithResource(w.Resource)).Namespace(topOwner.Namespace)
+	if _, err := res.Patch(ctx, topOwner.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: fieldManager}); err != nil {
 		if apierrors.IsNotFound(err) {
 			return reclaim.Result{}, reclaim.ErrGone
 		}
-		return reclaim.Result{}, fmt.Errorf("stopping %s: %w", ctl, err)
+		return reclaim.Result{}, fmt.Errorf("stopping %s: %w", topOwner, err)
 	}
-	wl := &reclaim.Workload{APIVersion: ctl.APIVersion, Kind: ctl.Kind, Namespace: ctl.Namespace, Name: ctl.Name, Stop: reclaim.StopPatch, Stopped: w.Stopped, Restored: w.Restored}
+	wl := &reclaim.Workload{APIVersion: topOwner.APIVersion, Kind: topOwner.Kind, Namespace: topOwner.Namespace, Name: topOwner.Name, Stop: reclaim.StopPatch, Stopped: w.Stopped, Restored: w.Restored}
 	detail := fmt.Sprintf("%s %s", wl, w.Stopped)
-	if ctl.Above != nil && ctl.Why != "" {
-		detail += " (" + ctl.Why + ")"
+	if topOwner.Above != nil && topOwner.Why != "" {
+		detail += " (" + topOwner.Why + ")"
 	}
 	return reclaim.Result{Workload: wl, Detail: detail}, nil
 }
@@ -115,36 +115,36 @@ func (c *Client) kueueWorkloadOf(ctx context.Context, ns, kind, name string) (*u
 	return nil, m.Resource, nil
 }
 
-func (c *Client) stopKueue(ctx context.Context, r *reclaim.Reclaim, ctl *reclaim.TopOwner) (reclaim.Result, error) {
-	wl, gvr, err := c.kueueWorkloadOf(ctx, ctl.Namespace, ctl.Kind, ctl.Name)
+func (c *Client) stopKueue(ctx context.Context, r *reclaim.Reclaim, topOwner *reclaim.TopOwner) (reclaim.Result, error) {
+	wl, gvr, err := c.kueueWorkloadOf(ctx, topOwner.Namespace, topOwner.Kind, topOwner.Name)
 	if err != nil {
 		return reclaim.Result{}, err
 	}
 	if wl == nil {
-		return reclaim.Result{}, &reclaim.RetryError{After: defaultRetry, Err: fmt.Errorf("no Kueue Workload of %s was found yet, though Kueue admits it", ctl)}
+		return reclaim.Result{}, &reclaim.RetryError{After: defaultRetry, Err: fmt.Errorf("no Kueue Workload of %s was found yet, though Kueue admits it", topOwner)}
 	}
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}},"spec":{"active":false}}`, StoppedAnnotation, r.ID)
-	if _, err := c.dyn.Resource(gvr).Namespace(ctl.Namespace).Patch(ctx, wl.GetName(), types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: fieldManager}); err != nil {
+	if _, err := c.dyn.Resource(gvr).Namespace(topOwner.Namespace).Patch(ctx, wl.GetName(), types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: fieldManager}); err != nil {
 		if apierrors.IsNotFound(err) {
 			return reclaim.Result{}, reclaim.ErrGone
 		}
-		return reclaim.Result{}, fmt.Errorf("deactivating the Kueue Workload of %s: %w", ctl, err)
+		return reclaim.Result{}, fmt.Errorf("deactivating the Kueue Workload of %s: %w", topOwner, err)
 	}
-	w := &reclaim.Workload{APIVersion: ctl.APIVersion, Kind: ctl.Kind, Namespace: ctl.Namespace, Name: ctl.Name, Stop: reclaim.StopKueue,
-		Via: "Workload " + ctl.Namespace + "/" + wl.GetName(), Stopped: ctl.Stopped, Restored: "requeued through its Kueue Workload"}
+	w := &reclaim.Workload{APIVersion: topOwner.APIVersion, Kind: topOwner.Kind, Namespace: topOwner.Namespace, Name: topOwner.Name, Stop: reclaim.StopKueue,
+		Via: "Workload " + topOwner.Namespace + "/" + wl.GetName(), Stopped: topOwner.Stopped, Restored: "requeued through its Kueue Workload"}
 	return reclaim.Result{Workload: w, Detail: fmt.Sprintf("%s stopped: Kueue Workload %s deactivated", w, wl.GetName())}, nil
 }
 
-func (c *Client) stopHub(ctx context.Context, r *reclaim.Reclaim, ctl *reclaim.TopOwner) (reclaim.Result, error) {
+func (c *Client) stopHub(ctx context.Context, r *reclaim.Reclaim, topOwner *reclaim.TopOwner) (reclaim.Result, error) {
 	if c.hub == nil {
 		return reclaim.Result{}, &reclaim.RefusedError{Reason: "no JupyterHub is configured any more"}
 	}
-	user, server, _ := strings.Cut(ctl.Name, "/")
+	user, server, _ := strings.Cut(topOwner.Name, "/")
 	if err := c.hub.Stop(ctx, user, server); err != nil {
 		return reclaim.Result{}, err
 	}
-	w := &reclaim.Workload{Kind: ctl.Kind, Namespace: r.Target.Namespace, Name: ctl.Name, Stop: reclaim.StopHub, Stopped: ctl.Stopped, Restored: "started again through the hub"}
-	return reclaim.Result{Workload: w, Detail: fmt.Sprintf("the JupyterHub server of %s stopped", ctl.Name)}, nil
+	w := &reclaim.Workload{Kind: topOwner.Kind, Namespace: r.Target.Namespace, Name: topOwner.Name, Stop: reclaim.StopHub, Stopped: topOwner.Stopped, Restored: "started again through the hub"}
+	return reclaim.Result{Workload: w, Detail: fmt.Sprintf("the JupyterHub server of %s stopped", topOwner.Name)}, nil
 }
 
 // Restore undoes what a reclaim stopped: the replicas back, the restore
@@ -263,8 +263,8 @@ func (c *Client) annotate(ctx context.Context, gvr schema.GroupVersionResource, 
 // scaleTarget is the workload a scale-down scales: the recorded top owner,
 // or found now for a reclaim decided without one.
 func (c *Client) scaleTarget(ctx context.Context, r *reclaim.Reclaim) (schema.GroupVersionResource, *reclaim.TopOwner, error) {
-	ctl := r.TopOwner
-	if ctl == nil || ctl.Stop != reclaim.StopScale {
+	topOwner := r.TopOwner
+	if topOwner == nil || topOwner.Stop != reclaim.StopScale {
 		found, err := c.TopOwner(ctx, r.Target)
 		if err != nil {
 			return schema.GroupVersionResource{}, nil, err
@@ -275,14 +275,14 @@ func (c *Client) scaleTarget(ctx context.Context, r *reclaim.Reclaim) (schema.Gr
 			}
 			return schema.GroupVersionResource{}, nil, fmt.Errorf("pod %s/%s belongs to %s, which gpureclaim does not scale", r.Target.Namespace, r.Target.Pod, found)
 		}
-		ctl = &found
+		topOwner = &found
 	}
-	gv, err := schema.ParseGroupVersion(ctl.APIVersion)
+	gv, err := schema.ParseGroupVersion(topOwner.APIVersion)
 	if err != nil {
 		return schema.GroupVersionResource{}, nil, err
 	}
-	gvr, _, err := c.resourceFor(gv, ctl.Kind)
-	return gvr, ctl, err
+	gvr, _, err := c.resourceFor(gv, topOwner.Kind)
+	return gvr, topOwner, err
 }
 
 // ScaleDown scales the pod's top owner to `to` replicas through its scale
@@ -290,19 +290,19 @@ func (c *Client) scaleTarget(ctx context.Context, r *reclaim.Reclaim) (schema.Gr
 // again, it finds the annotation and the replicas already down, and does
 // nothing.
 func (c *Client) ScaleDown(ctx context.Context, r *reclaim.Reclaim, to int32) (reclaim.Result, error) {
-	gvr, ctl, err := c.scaleTarget(ctx, r)
+	gvr, topOwner, err := c.scaleTarget(ctx, r)
 	if err != nil {
 		return reclaim.Result{}, err
 	}
-	what := ctl.String()
-	obj, err := c.dyn.Resource(gvr).Namespace(ctl.Namespace).Get(ctx, ctl.Name, metav1.GetOptions{})
+	what := topOwner.String()
+	obj, err := c.dyn.Resource(gvr).Namespace(topOwner.Namespace).Get(ctx, topOwner.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return reclaim.Result{}, reclaim.ErrGone
 	}
 	if err != nil {
 		return reclaim.Result{}, fmt.Errorf("reading %s: %w", what, err)
 	}
-	replicas, err := c.replicas(ctx, gvr, ctl.Namespace, ctl.Name)
+	replicas, err := c.replicas(ctx, gvr, topOwner.Namespace, topOwner.Name)
 	if err != nil {
 		return reclaim.Result{}, fmt.Errorf("reading the scale of %s: %w", what, err)
 	}
@@ -313,16 +313,16 @@ func (c *Client) ScaleDown(ctx context.Context, r *reclaim.Reclaim, to int32) (r
 		}
 	} else {
 		v := strconv.Itoa(int(replicas))
-		if err := c.annotate(ctx, gvr, ctl.Namespace, ctl.Name, ReplicasAnnotation, &v); err != nil {
+		if err := c.annotate(ctx, gvr, topOwner.Namespace, topOwner.Name, ReplicasAnnotation, &v); err != nil {
 			return reclaim.Result{}, fmt.Errorf("annotating %s: %w", what, err)
 		}
 	}
 	if replicas != to {
-		if err := c.setReplicas(ctx, gvr, ctl.Namespace, ctl.Name, to); err != nil {
+		if err := c.setReplicas(ctx, gvr, topOwner.Namespace, topOwner.Name, to); err != nil {
 			return reclaim.Result{}, fmt.Errorf("scaling %s: %w", what, err)
 		}
 	}
-	w := &reclaim.Workload{APIVersion: ctl.APIVersion, Kind: ctl.Kind, Namespace: ctl.Namespace, Name: ctl.Name, Stop: reclaim.StopScale, PreviousReplicas: prev, ScaledTo: to,
+	w := &reclaim.Workload{APIVersion: topOwner.APIVersion, Kind: topOwner.Kind, Namespace: topOwner.Namespace, Name: topOwner.Name, Stop: reclaim.StopScale, PreviousReplicas: prev, ScaledTo: to,
 		Stopped: "scaled down", Restored: "scaled back"}
 	return reclaim.Result{Workload: w, Detail: fmt.Sprintf("%s scaled from %d to %d replicas", what, prev, to)}, nil
 }

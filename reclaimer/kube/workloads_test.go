@@ -265,13 +265,13 @@ func TestTopOwners(t *testing.T) {
 			o.t = t
 			pod := tc.setup()
 			r := target(ns, pod)
-			ctl, err := kc.TopOwner(ctx, r.Target)
+			topOwner, err := kc.TopOwner(ctx, r.Target)
 			require.NoError(t, err)
-			require.Equal(t, tc.want, ctl)
-			r.TopOwner = &ctl
+			require.Equal(t, tc.want, topOwner)
+			r.TopOwner = &topOwner
 			action := config.ActionStop
 			var res reclaim.Result
-			if ctl.Stop == reclaim.StopScale {
+			if topOwner.Stop == reclaim.StopScale {
 				action = config.ActionScaleDown
 				res, err = kc.ScaleDown(ctx, r, 0)
 			} else {
@@ -283,7 +283,7 @@ func TestTopOwners(t *testing.T) {
 			if tc.check.resource != "" {
 				u := o.get(tc.check.apiVersion, tc.check.resource, tc.check.name)
 				require.Equal(t, tc.check.stopped, nested(u, tc.check.path...), "stopped")
-				if ctl.Stop != reclaim.StopScale {
+				if topOwner.Stop != reclaim.StopScale {
 					require.Equal(t, r.ID, u.GetAnnotations()[kube.StoppedAnnotation], "the object says who stopped it")
 				}
 			} else {
@@ -291,7 +291,7 @@ func TestTopOwners(t *testing.T) {
 			}
 			// After a crash the action runs again: the same state, nothing more.
 			again, err := kc.Stop(ctx, r)
-			if ctl.Stop == reclaim.StopHub {
+			if topOwner.Stop == reclaim.StopHub {
 				require.ErrorIs(t, err, reclaim.ErrGone, "the hub says the server is stopped already")
 			} else {
 				require.NoError(t, err)
@@ -317,11 +317,11 @@ func TestTopOwners(t *testing.T) {
 		run := o.create("example.com/v1", "TrainingRun", "trainingruns", "run-1", nil, map[string]any{"paused": false}, nil)
 		pod := o.pod("run-1-worker-0", run, nil, nil).GetName()
 		r := target(ns, pod)
-		ctl, err := kc.TopOwner(ctx, r.Target)
+		topOwner, err := kc.TopOwner(ctx, r.Target)
 		require.NoError(t, err)
-		require.Equal(t, reclaim.StopNone, ctl.Stop)
-		require.Equal(t, "the pod is owned by TrainingRun ml/run-1, which the reclaimer may not read; gpureclaim cannot stop it: declare its kind under `workloads:` (and grant get and patch on it)", ctl.Why)
-		r.TopOwner = &ctl
+		require.Equal(t, reclaim.StopNone, topOwner.Stop)
+		require.Equal(t, "the pod is owned by TrainingRun ml/run-1, which the reclaimer may not read; gpureclaim cannot stop it: declare its kind under `workloads:` (and grant get and patch on it)", topOwner.Why)
+		r.TopOwner = &topOwner
 		_, err = kc.Stop(ctx, r)
 		require.Error(t, err)
 		_, err = admin.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
@@ -329,10 +329,10 @@ func TestTopOwners(t *testing.T) {
 
 		// Readable but not declared: still only reported, and said so.
 		grant(t, cl, admin, "trainingruns", []string{"get", "patch"})
-		ctl, err = kc.TopOwner(ctx, r.Target)
+		topOwner, err = kc.TopOwner(ctx, r.Target)
 		require.NoError(t, err)
 		require.Equal(t, reclaim.TopOwner{APIVersion: "example.com/v1", Kind: "TrainingRun", Namespace: ns, Name: "run-1", Stop: reclaim.StopNone,
-			Why: "the pod is owned by TrainingRun ml/run-1, which gpureclaim cannot stop; declare it under `workloads:`"}, ctl)
+			Why: "the pod is owned by TrainingRun ml/run-1, which gpureclaim cannot stop; declare it under `workloads:`"}, topOwner)
 
 		// Declared in the config, it is paused and resumed.
 		cfg, err := config.ParseWithoutSecrets([]byte(`webhook: {bearer_token_file: t}
@@ -344,10 +344,10 @@ workloads:
 `))
 		require.NoError(t, err)
 		declared := newClient(t, cl, time.Now, kube.Options{Workloads: cfg.Workloads})
-		ctl, err = declared.TopOwner(ctx, r.Target)
+		topOwner, err = declared.TopOwner(ctx, r.Target)
 		require.NoError(t, err)
-		require.Equal(t, reclaim.TopOwner{APIVersion: "example.com/v1", Kind: "TrainingRun", Namespace: ns, Name: "run-1", Stop: reclaim.StopPatch, Stopped: "paused"}, ctl)
-		r.TopOwner = &ctl
+		require.Equal(t, reclaim.TopOwner{APIVersion: "example.com/v1", Kind: "TrainingRun", Namespace: ns, Name: "run-1", Stop: reclaim.StopPatch, Stopped: "paused"}, topOwner)
+		r.TopOwner = &topOwner
 		res, err := declared.Stop(ctx, r)
 		require.NoError(t, err)
 		require.Equal(t, "TrainingRun ml/run-1 paused", res.Detail)
@@ -366,20 +366,20 @@ workloads:
 		for i := range ws {
 			ws[i].Disabled = ws[i].Kind == "Job"
 		}
-		ctl, err := newClient(t, cl, time.Now, kube.Options{Workloads: ws}).TopOwner(ctx, target(ns, pod).Target)
+		topOwner, err := newClient(t, cl, time.Now, kube.Options{Workloads: ws}).TopOwner(ctx, target(ns, pod).Target)
 		require.NoError(t, err)
-		require.Equal(t, reclaim.StopNone, ctl.Stop)
-		require.Equal(t, "the pod is owned by Job ml/off; stopping Job is turned off in the config (workloads: job)", ctl.Why)
+		require.Equal(t, reclaim.StopNone, topOwner.Stop)
+		require.Equal(t, "the pod is owned by Job ml/off; stopping Job is turned off in the config (workloads: job)", topOwner.Why)
 	})
 
 	t.Run("Kueue off: a job Kueue admits is only reported", func(t *testing.T) {
 		o.t = t
 		job := o.create("batch/v1", "Job", "jobs", "queued-2", nil, suspendedJob(""), map[string]any{"labels": map[string]any{config.KueueQueueLabel: "team-a"}})
 		pod := o.pod("queued-2-abcde", job, nil, nil).GetName()
-		ctl, err := newClient(t, cl, time.Now, kube.Options{}).TopOwner(ctx, target(ns, pod).Target)
+		topOwner, err := newClient(t, cl, time.Now, kube.Options{}).TopOwner(ctx, target(ns, pod).Target)
 		require.NoError(t, err)
-		require.Equal(t, reclaim.StopNone, ctl.Stop)
-		require.Contains(t, ctl.Why, "Kueue admits Job ml/queued-2")
+		require.Equal(t, reclaim.StopNone, topOwner.Stop)
+		require.Contains(t, topOwner.Why, "Kueue admits Job ml/queued-2")
 	})
 
 	t.Run("keep, owner and start come from the top owner too", func(t *testing.T) {
@@ -470,10 +470,10 @@ func TestControllersDoNotUndo(t *testing.T) {
 		sel := "batch.kubernetes.io/job-name=train-7"
 		pod := waitPod(sel)
 		r := target(ns, pod)
-		ctl, err := kc.TopOwner(ctx, r.Target)
+		topOwner, err := kc.TopOwner(ctx, r.Target)
 		require.NoError(t, err)
-		require.Equal(t, "Job batch/train-7", ctl.String())
-		r.TopOwner, r.Action = &ctl, config.ActionStop
+		require.Equal(t, "Job batch/train-7", topOwner.String())
+		r.TopOwner, r.Action = &topOwner, config.ActionStop
 		res, err := kc.Stop(ctx, r)
 		require.NoError(t, err)
 		noneFor(sel)
@@ -493,10 +493,10 @@ func TestControllersDoNotUndo(t *testing.T) {
 		sel := "app=" + d.Name
 		pod := waitPod(sel)
 		r := target(ns, pod)
-		ctl, err := kc.TopOwner(ctx, r.Target)
+		topOwner, err := kc.TopOwner(ctx, r.Target)
 		require.NoError(t, err)
-		require.Equal(t, reclaim.StopScale, ctl.Stop)
-		r.TopOwner = &ctl
+		require.Equal(t, reclaim.StopScale, topOwner.Stop)
+		r.TopOwner = &topOwner
 		res, err := kc.ScaleDown(ctx, r, 0)
 		require.NoError(t, err)
 		noneFor(sel)

@@ -211,25 +211,25 @@ func decideWarning(r *Reclaim, p *config.Policy, f Facts) Verdict {
 
 // decideOnOwner turns the policy's action for a pod into what its top
 // owner needs, or notify with the reason.
-func decideOnOwner(p *config.Policy, action string, ctl TopOwner, t Target) (string, string) {
+func decideOnOwner(p *config.Policy, action string, topOwner TopOwner, t Target) (string, string) {
 	auto := p.Action == config.ActionAuto
 	switch {
-	case ctl.Stop == StopNone:
-		return config.ActionNotify, ctl.Why
-	case ctl.Kind == "":
+	case topOwner.Stop == StopNone:
+		return config.ActionNotify, topOwner.Why
+	case topOwner.Kind == "":
 		if action == config.ActionScaleDown {
 			return config.ActionNotify, fmt.Sprintf("pod %s/%s has no controller to scale down; the policy asks for scale_down, so the owner is told", t.Namespace, t.Pod)
 		}
 		return config.ActionEvict, ""
 	case action == config.ActionEvict && !auto:
-		return config.ActionNotify, fmt.Sprintf("%s runs the pod and would start another if it were evicted; the policy asks for evict, so the owner is told (use action stop or auto)", ctl)
-	case ctl.Stop == StopScale:
-		if auto && ctl.Replicas > 1 {
-			return config.ActionNotify, fmt.Sprintf("one of %d replicas of %s: an eviction would be replaced and a scale-down would stop busy replicas too; telling the owner only", ctl.Replicas, ctl)
+		return config.ActionNotify, fmt.Sprintf("%s runs the pod and would start another if it were evicted; the policy asks for evict, so the owner is told (use action stop or auto)", topOwner)
+	case topOwner.Stop == StopScale:
+		if auto && topOwner.Replicas > 1 {
+			return config.ActionNotify, fmt.Sprintf("one of %d replicas of %s: an eviction would be replaced and a scale-down would stop busy replicas too; telling the owner only", topOwner.Replicas, topOwner)
 		}
 		return config.ActionScaleDown, ""
 	case action == config.ActionScaleDown && !auto:
-		return config.ActionNotify, fmt.Sprintf("%s does not scale; the policy asks for scale_down, so the owner is told (use action stop or auto)", ctl)
+		return config.ActionNotify, fmt.Sprintf("%s does not scale; the policy asks for scale_down, so the owner is told (use action stop or auto)", topOwner)
 	}
 	return config.ActionStop, ""
 }

@@ -317,16 +317,16 @@ func (r *Reclaim) Clone() *Reclaim {
 	c.Planned = slices.Clone(r.Planned)
 	c.HeldBy = slices.Clone(r.HeldBy)
 	if r.TopOwner != nil {
-		ctl := *r.TopOwner
-		if ctl.Above != nil {
-			above := *ctl.Above
-			ctl.Above = &above
+		topOwner := *r.TopOwner
+		if topOwner.Above != nil {
+			above := *topOwner.Above
+			topOwner.Above = &above
 		}
-		ctl.Claims = slices.Clone(ctl.Claims)
-		for i := range ctl.Claims {
-			ctl.Claims[i].Others = slices.Clone(ctl.Claims[i].Others)
+		topOwner.Claims = slices.Clone(topOwner.Claims)
+		for i := range topOwner.Claims {
+			topOwner.Claims[i].Others = slices.Clone(topOwner.Claims[i].Others)
 		}
-		c.TopOwner = &ctl
+		c.TopOwner = &topOwner
 	}
 	if r.Workload != nil {
 		w := *r.Workload
