@@ -121,12 +121,37 @@ type Episode struct {
 // +kubebuilder:validation:Enum=pending;acting;done;not_released;dry_run;notified;snoozed;cancelled;exempt;failed;resolved
 type State string
 
+// The conditions of a GPUReclaim, for `kubectl wait
+// --for=condition=Released`: derived from the state when it is written,
+// never read back.
+const (
+	// ConditionWarned: the owner's warning was delivered; the grace runs
+	// from its lastTransitionTime.
+	ConditionWarned = "Warned"
+	// ConditionActing: the action is under way.
+	ConditionActing = "Acting"
+	// ConditionReleased: True once the world showed the GPU released;
+	// False once the reclaim ended otherwise (its reason is the state);
+	// Unknown until then.
+	ConditionReleased = "Released"
+	// ConditionRestored, once a restore was asked: True once a pod of the
+	// workload that holds a GPU runs again, False if it did not by the
+	// deadline.
+	ConditionRestored = "Restored"
+)
+
 // GPUReclaimStatus is where the reclaim stands and what was done: every
 // field the reclaimer resumes from.
 type GPUReclaimStatus struct {
 	// State is where the reclaim is in its life.
 	// +optional
 	State State `json:"state,omitempty"`
+	// Conditions say the state the Kubernetes way: Warned, Acting,
+	// Released, Restored.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 	// Reason says why, for people.
 	// +optional
 	Reason string `json:"reason,omitempty"`

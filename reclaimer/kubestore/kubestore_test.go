@@ -130,6 +130,15 @@ func TestStore(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	require.Equal(t, "gpureclaim.gpureclaim.io/7f00aa11bb22cc33-1772445600\n", string(out))
 
+	// kubectl waits on its conditions: a is released, b (snoozed) not yet.
+	out, err = exec.Command(tooltest.Bin(t, "kubectl"), "--kubeconfig", cl.Kubeconfig, "wait", "-n", ns, "--for=condition=Released", "--timeout=60s", "gpureclaim/"+a.ID).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "condition met")
+	out, err = exec.Command(tooltest.Bin(t, "kubectl"), "--kubeconfig", cl.Kubeconfig, "get", "-n", ns, "gpureclaim/"+b.ID,
+		"-o", `jsonpath={range .status.conditions[*]}{.type}={.status}/{.reason} {end}`).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "Warned=False/NotDelivered Acting=False/Snoozed Released=Unknown/Snoozed ", string(out))
+
 	// Pruning deletes what ended and was told, before the cut-off.
 	a.Final.Sent, a.Closed = true, t0.Add(16*time.Minute)
 	require.NoError(t, next.Write([]*reclaim.Reclaim{a}, nil))

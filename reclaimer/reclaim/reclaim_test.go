@@ -2,7 +2,9 @@ package reclaim
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,4 +103,46 @@ func TestLegacyRecordLoadsItsSnoozeAndRestore(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(`{"id":"fp-2","state":"pending"}`), &plain))
 	require.Nil(t, plain.Snooze, "none when it had none")
 	require.Nil(t, plain.Restore)
+}
+
+// Each state reads as conditions kubectl can wait on.
+func TestConditions(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	warned := Delivery{Sent: true, At: t0.Add(time.Minute)}
+	for _, c := range []struct {
+		name string
+		r    Reclaim
+		want string // type=status/reason, in order
+	}{
+		{"warning not yet delivered", Reclaim{State: Pending},
+			"Warned=False/NotDelivered Acting=False/Pending Released=Unknown/Pending"},
+		{"warned, in its grace", Reclaim{State: Pending, Warning: warned},
+			"Warned=True/Delivered Acting=False/Pending Released=Unknown/Pending"},
+		{"acting", Reclaim{State: Acting, Warning: warned, ActingSince: t0.Add(20 * time.Minute)},
+			"Warned=True/Delivered Acting=True/Acting Released=Unknown/Acting"},
+		{"released", Reclaim{State: Done, Warning: warned, ReleasedAt: t0.Add(21 * time.Minute)},
+			"Warned=True/Delivered Acting=False/Done Released=True/Done"},
+		{"not released", Reclaim{State: NotReleased, Warning: warned, Reason: "the controller ignored the stop"},
+			"Warned=True/Delivered Acting=False/NotReleased Released=False/NotReleased"},
+		{"cancelled", Reclaim{State: Cancelled, Warning: warned},
+			"Warned=True/Delivered Acting=False/Cancelled Released=False/Cancelled"},
+		{"restore asked", Reclaim{State: Done, Restore: &Restore{AskedAt: t0, AskedBy: "ana"}},
+			"Warned=False/NotDelivered Acting=False/Done Released=True/Done Restored=Unknown/Asked"},
+		{"restored", Reclaim{State: Done, Restore: &Restore{AskedAt: t0, RestoredAt: t0.Add(time.Minute)}},
+			"Warned=False/NotDelivered Acting=False/Done Released=True/Done Restored=True/Running"},
+		{"restore failed", Reclaim{State: Done, Restore: &Restore{AskedAt: t0, Failed: "no pod ran by the deadline"}},
+			"Warned=False/NotDelivered Acting=False/Done Released=True/Done Restored=False/Failed"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := c.r
+			r.ID, r.Created, r.Updated = "x", t0, t0
+			var got []string
+			for _, cond := range ToAPI(&r, nil).Status.Conditions {
+				require.False(t, cond.LastTransitionTime.IsZero(), "%s: the CRD requires a time", cond.Type)
+				require.NotEmpty(t, cond.Message, cond.Type)
+				got = append(got, fmt.Sprintf("%s=%s/%s", cond.Type, cond.Status, cond.Reason))
+			}
+			require.Equal(t, c.want, strings.Join(got, " "))
+		})
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/prometheus/prometheus/model/labels"
@@ -64,7 +65,74 @@ func ToAPI(r *Reclaim, events []Event) *v1alpha1.GPUReclaim {
 	for _, e := range events {
 		st.Events = append(st.Events, v1alpha1.Event{Time: metav1.NewMicroTime(e.Time), Kind: e.Kind, Detail: e.Detail, Actor: e.Actor})
 	}
+	st.Conditions = conditions(r)
 	return g
+}
+// conditions are a reclaim's state as Kubernetes conditions, so that
+// `kubectl wait --for=condition=Released` waits on it: Warned (the
+// owner's warning was delivered; the grace runs from it), Acting (the
+// action is under way), Released (the world showed the GPU released;
+// False once the reclaim ended otherwise, Unknown until then) and, once
+// a restore was asked, Restored.
+func conditions(r *Reclaim) []metav1.Condition {
+	since := func(ts ...time.Time) metav1.Time {
+		for _, t := range ts {
+			if !t.IsZero() {
+				return metav1.NewTime(t)
+			}
+		}
+		return metav1.NewTime(r.Created)
+	}
+	state := stateReason(r.State)
+	var out []metav1.Condition
+	warned := metav1.Condition{Type: v1alpha1.ConditionWarned, Status: metav1.ConditionFalse, Reason: "NotDelivered", Message: "the owner has not been warned", LastTransitionTime: since(r.Created)}
+	if r.Warning.Sent && !r.Warning.At.IsZero() {
+		warned.Status, warned.Reason, warned.Message, warned.LastTransitionTime = metav1.ConditionTrue, "Delivered", "the owner was warned; the grace runs from the delivery", since(r.Warning.At)
+	}
+	out = append(out, warned)
+	acting := metav1.Condition{Type: v1alpha1.ConditionActing, Status: metav1.ConditionFalse, Reason: state, Message: string(r.State), LastTransitionTime: since(r.ActingSince, r.Updated)}
+	if r.State == Acting {
+		acting.Status, acting.Message = metav1.ConditionTrue, "the action "+r.Action+" is under way"
+	}
+	out = append(out, acting)
+	released := metav1.Condition{Type: v1alpha1.ConditionReleased, Status: metav1.ConditionUnknown, Reason: state, Message: "not decided yet", LastTransitionTime: since(r.Updated)}
+	switch {
+	case r.State == Done:
+		released.Status, released.Message, released.LastTransitionTime = metav1.ConditionTrue, "the GPU was seen released", since(r.ReleasedAt, r.Closed)
+	case r.State.Terminal():
+		released.Status, released.Message, released.LastTransitionTime = metav1.ConditionFalse, nonEmpty(r.Reason, string(r.State)), since(r.Closed, r.Updated)
+	}
+	out = append(out, released)
+	if rs := r.Restore; rs != nil {
+		restored := metav1.Condition{Type: v1alpha1.ConditionRestored, Status: metav1.ConditionUnknown, Reason: "Asked", Message: "asked by " + rs.AskedBy, LastTransitionTime: since(rs.AskedAt)}
+		switch {
+		case !rs.RestoredAt.IsZero():
+			restored.Status, restored.Reason, restored.LastTransitionTime = metav1.ConditionTrue, "Running", since(rs.RestoredAt)
+		case rs.Failed != "":
+			restored.Status, restored.Reason, restored.Message = metav1.ConditionFalse, "Failed", rs.Failed
+		}
+		out = append(out, restored)
+	}
+	return out
+}
+
+// stateReason is a state as a condition's reason: not_released is
+// NotReleased.
+func stateReason(s State) string {
+	var b strings.Builder
+	for _, w := range strings.Split(string(s), "_") {
+		if w != "" {
+			b.WriteString(strings.ToUpper(w[:1]) + w[1:])
+		}
+	}
+	return b.String()
+}
+
+func nonEmpty(s, otherwise string) string {
+	if s != "" {
+		return s
+	}
+	return otherwise
 }
 
 // FromAPI reads a reclaim and its audit events back from its public
