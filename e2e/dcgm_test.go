@@ -14,6 +14,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/names"
 	"github.com/gpureclaim/gpureclaim/internal/sim/stack"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/rules"
 )
 
@@ -82,7 +83,7 @@ policies:
 	require.NoError(t, s.StartPrometheus(ctx))
 
 	r := su.waitState("idle-d", pod("lab", "idle-d"), "done", 90*time.Second)
-	require.Equal(t, "evict", r.Action)
+	require.Equal(t, config.ActionEvict, r.Action)
 	su.waitPodGone(t, "lab", "idle-d")
 	su.timing("dcgm source: idle pod → evicted", su.started, r.Warning.At, time.Now())
 

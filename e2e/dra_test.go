@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpureclaim/gpureclaim/internal/names"
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 )
 
 // nodeCScenario is a node whose GPUs NVIDIA's DRA driver allocates: the
@@ -116,7 +117,7 @@ func draPodSpec() corev1.PodSpec {
 func (su *suite) idleDRAJob(t *testing.T) {
 	uuid, p := su.unitUUID("gpu-c", 0, ""), su.draPod
 	r := su.waitState("finetune", pod("dra", p), "done", 90*time.Second)
-	require.Equal(t, "stop", r.Action)
+	require.Equal(t, config.ActionStop, r.Action)
 	require.Contains(t, r.Reason, "the GPU was seen released")
 	owner, err := su.s.Query(ctx, `last_over_time(gpureclaim_unit_owner_info{uuid="`+uuid+`", pod="`+p+`", claim_namespace="dra", claim=~"`+p+`-gpu-.+"}[10m])`)
 	require.NoError(t, err)

@@ -32,6 +32,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/sim/stack"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/fakeslack"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/rules"
 )
@@ -341,14 +342,14 @@ func TestEndToEnd(t *testing.T) {
 	t.Run("an idle held GPU: warned, then its pod evicted", func(t *testing.T) {
 		r := su.waitState("nb-idle", pod("lab", "nb-idle"), "done", 90*time.Second)
 		su.waitPodGone(t, "lab", "nb-idle")
-		require.Equal(t, "evict", r.Action)
+		require.Equal(t, config.ActionEvict, r.Action)
 		require.Contains(t, headers(su.slack.Posts(), "D0CAROL"), "Idle GPU: it will be reclaimed")
 		su.timing("idle pod → evicted", su.started, r.Warning.At, su.freed(r.Target.UUID))
 	})
 
 	t.Run("an idle inference Deployment: scaled down, then restored", func(t *testing.T) {
 		r := su.waitState("chat-api", func(x *reclaim.Reclaim) bool { return x.Target.Namespace == "serving" }, "done", 60*time.Second)
-		require.Equal(t, "scale_down", r.Action)
+		require.Equal(t, config.ActionScaleDown, r.Action)
 		d, err := su.s.Admin.AppsV1().Deployments("serving").Get(ctx, "chat-api", metav1.GetOptions{})
 		require.NoError(t, err)
 		require.EqualValues(t, 0, *d.Spec.Replicas)
@@ -379,7 +380,7 @@ func TestEndToEnd(t *testing.T) {
 
 	t.Run("a bare-metal process: killed through the node endpoint", func(t *testing.T) {
 		r := su.waitState("bob", func(x *reclaim.Reclaim) bool { return x.Target.User == "bob" }, "done", 60*time.Second)
-		require.Equal(t, "kill", r.Action)
+		require.Equal(t, config.ActionKill, r.Action)
 		uuid := su.unitUUID("gpu-a", 3, "")
 		require.Eventually(t, func() bool {
 			p, err := su.s.Query(ctx, fmt.Sprintf(`gpureclaim_unit_processes{uuid=%q} == 0`, uuid))

@@ -25,6 +25,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/sim/cluster"
 	"github.com/gpureclaim/gpureclaim/internal/sim/stack"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
@@ -155,7 +156,7 @@ func (su *suite) installCRD(file string) dynamic.Interface {
 // with the stop taken back; the owner hears it, the status page shows it.
 func (su *suite) ignoredStop(t *testing.T) {
 	r := su.waitState("chat-llm", func(x *reclaim.Reclaim) bool { return x.Target.Namespace == "kserve" }, "not_released", 120*time.Second)
-	require.Equal(t, "stop", r.Action)
+	require.Equal(t, config.ActionStop, r.Action)
 	require.Equal(t, "InferenceService kserve/chat-llm stopped", r.Detail)
 	require.Contains(t, r.Reason, "the GPU is still held: held by pod kserve/"+r.Target.Pod+" (Running)")
 	require.True(t, r.ReleasedAt.IsZero())
@@ -230,7 +231,7 @@ func (su *suite) restore(t *testing.T, id string) {
 
 func (su *suite) idleJob(t *testing.T) {
 	r := su.waitState("train-7", func(x *reclaim.Reclaim) bool { return x.Target.Namespace == "batch" }, "done", 90*time.Second)
-	require.Equal(t, "stop", r.Action)
+	require.Equal(t, config.ActionStop, r.Action)
 	require.Equal(t, "Job batch/train-7 suspended", r.Detail)
 	job, err := su.s.Admin.BatchV1().Jobs("batch").Get(ctx, "train-7", metav1.GetOptions{})
 	require.NoError(t, err)
@@ -251,7 +252,7 @@ func (su *suite) idleJob(t *testing.T) {
 
 func (su *suite) idleNotebook(t *testing.T) {
 	r := su.waitState("alice", func(x *reclaim.Reclaim) bool { return x.Target.Namespace == "notebooks" }, "done", 90*time.Second)
-	require.Equal(t, "stop", r.Action)
+	require.Equal(t, config.ActionStop, r.Action)
 	require.Equal(t, "Notebook notebooks/alice stopped", r.Detail)
 	dyn, err := dynamic.NewForConfig(su.s.Cluster.RESTConfig(cluster.AdminToken))
 	require.NoError(t, err)

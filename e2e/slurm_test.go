@@ -14,6 +14,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/sim/stack"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/slurmtest"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/rules"
 )
@@ -90,7 +91,7 @@ policies:
 		return func(r *reclaim.Reclaim) bool { return r.Target.SlurmJob == id }
 	}
 	r := su.waitState("the idle salloc", job(idle), "done", 90*time.Second)
-	require.Equal(t, "cancel", r.Action)
+	require.Equal(t, config.ActionCancel, r.Action)
 	require.Equal(t, "Slurm job "+idle+" cancelled", r.Detail)
 	require.Eventually(t, func() bool { return c.State(t, idle) == "CANCELLED" }, 10*time.Second, 100*time.Millisecond, "Slurm ended the allocation")
 	su.timing("idle salloc → cancelled", su.started, r.Warning.At, time.Now())
@@ -98,7 +99,7 @@ policies:
 	// The policy for the requeue-able batch job requeues it: Slurm queues
 	// it again, its GPU goes back to the queue.
 	q := su.waitState("the idle batch job", job(batch), "done", 60*time.Second)
-	require.Equal(t, "requeue", q.Action)
+	require.Equal(t, config.ActionRequeue, q.Action)
 	require.Equal(t, "Slurm job "+batch+" requeued", q.Detail)
 	out, err := c.Command(ctx, "scontrol", "-o", "show", "job", batch).Output()
 	require.NoError(t, err)

@@ -34,7 +34,7 @@ func TestMetricsDocListsTheLabelValues(t *testing.T) {
 		"gpureclaim_reclaimer_decisions_total decision":     strs(reclaim.Decisions),
 		"gpureclaim_reclaimer_messages_total kind":          strs(reclaim.MessageKinds),
 		"gpureclaim_reclaimer_messages_total result":        strs(reclaim.MessageResults),
-		"gpureclaim_reclaimer_actions_total action":         config.FreeingActions,
+		"gpureclaim_reclaimer_actions_total action":         strs(config.FreeingActions),
 		"gpureclaim_reclaimer_actions_total result":         strs(reclaim.ActionResults),
 		"gpureclaim_reclaimer_reclaims state":               strs(reclaim.States),
 		"gpureclaim_reclaimer_errors_total component":       strs(reclaim.Components),

@@ -83,7 +83,7 @@ func Plot(w io.Writer, h History, r *Result, id string) error {
 		fmt.Fprintf(&b, `<path d="M%.1f %.0f l-5 -9 h10 z" fill="#f57900"><title>warned at %s</title></path>`+"\n", x(s), top, stamp(h, s))
 	}
 	for _, rc := range res.Reclaims {
-		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="#cc0000" stroke-width="2"><title>%s at %s</title></line>`+"\n", x(rc.At), top, x(rc.At), y(0), esc(rc.Action), stamp(h, rc.At))
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="#cc0000" stroke-width="2"><title>%s at %s</title></line>`+"\n", x(rc.At), top, x(rc.At), y(0), esc(string(rc.Action)), stamp(h, rc.At))
 		if rc.Returned >= 0 {
 			fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="4" fill="#3465a4"><title>work back at %s</title></circle>`+"\n", x(rc.Returned), y(0), stamp(h, rc.Returned))
 		}

@@ -83,7 +83,7 @@ func (f *Figures) add(w WorkloadResult, minutes float64) {
 	}
 	for _, r := range w.Reclaims {
 		f.Reclaims++
-		f.ByAction[r.Action]++
+		f.ByAction[string(r.Action)]++
 		if r.Restored >= 0 && r.Returned >= 0 {
 			f.ColdStarts++
 			f.OwnerWaitMinutes += float64(r.Restored-r.Returned)*minutes + w.ColdStart.Minutes()

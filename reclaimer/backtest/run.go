@@ -78,7 +78,7 @@ type WorkloadResult struct {
 
 // Reclaimed is one action on a workload.
 type Reclaimed struct {
-	Action string
+	Action config.Action
 	// At is the action's step; Returned the first step after it with work
 	// (-1: none until the history ends); Freed the held steps between.
 	// Restored is the step restore_when restored it at (-1: not restored).
@@ -319,7 +319,7 @@ func (b *bench) TopOwner(_ context.Context, t reclaim.Target) (reclaim.TopOwner,
 }
 
 // Act takes the workload off its unit.
-func (b *bench) Act(_ context.Context, action string, r *reclaim.Reclaim) (reclaim.Result, error) {
+func (b *bench) Act(_ context.Context, action config.Action, r *reclaim.Reclaim) (reclaim.Result, error) {
 	i, ok := b.workload(r.Target)
 	if !ok {
 		return reclaim.Result{}, fmt.Errorf("no workload in the history for %s", r.Target.Holder())
@@ -330,7 +330,7 @@ func (b *bench) Act(_ context.Context, action string, r *reclaim.Reclaim) (recla
 	}
 	st.gone = true
 	st.res.Reclaims = append(st.res.Reclaims, Reclaimed{Action: action, At: b.step, Returned: -1, Restored: -1})
-	res := reclaim.Result{Detail: action}
+	res := reclaim.Result{Detail: string(action)}
 	if c := b.h.Workloads[i].TopOwner; c.Stop == reclaim.StopScale || c.Stop == reclaim.StopPatch {
 		res.Workload = &reclaim.Workload{APIVersion: c.APIVersion, Kind: c.Kind, Namespace: c.Namespace, Name: c.Name, Stop: c.Stop,
 			PreviousReplicas: c.Replicas, Stopped: c.Stopped, Restored: "resumed"}

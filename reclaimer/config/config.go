@@ -22,28 +22,32 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/names"
 )
 
+// Action is what a policy does to a target: the word in the config, on
+// the alert's action label, in the record and on the metrics.
+type Action string
+
 // Actions a policy can take.
 const (
-	ActionAuto      = "auto" // the action the alert suggests (its action label)
-	ActionNotify    = "notify"
-	ActionKill      = "kill"
-	ActionEvict     = "evict"
-	ActionScaleDown = "scale_down"
+	ActionAuto      Action = "auto" // the action the alert suggests (its action label)
+	ActionNotify    Action = "notify"
+	ActionKill      Action = "kill"
+	ActionEvict     Action = "evict"
+	ActionScaleDown Action = "scale_down"
 	// ActionStop stops a pod's top owner the way its controller expects
 	// (suspend a Job, deactivate a Kueue Workload, stop a notebook or a
 	// JupyterHub server, scale a Deployment): see Workload.
-	ActionStop = "stop"
+	ActionStop Action = "stop"
 	// ActionCancel cancels a Slurm job through slurmrestd, so its
 	// allocation, not only its processes, gives the GPUs back.
-	ActionCancel = "cancel"
+	ActionCancel Action = "cancel"
 	// ActionRequeue requeues a requeue-able batch job (it runs again when
 	// GPUs are free) and cancels any other job.
-	ActionRequeue = "requeue"
+	ActionRequeue Action = "requeue"
 )
 
 // FreeingActions are the actions that free a unit (the others decide or
 // only notify).
-var FreeingActions = []string{ActionKill, ActionEvict, ActionScaleDown, ActionStop, ActionCancel, ActionRequeue}
+var FreeingActions = []Action{ActionKill, ActionEvict, ActionScaleDown, ActionStop, ActionCancel, ActionRequeue}
 
 // killCheckMargin is what a node's kill takes beyond its grace: signalling,
 // then polling for the processes' end.

@@ -25,7 +25,7 @@ type Policy struct {
 	Matchers []string `yaml:"matchers"`
 	// Action is auto (the alert's action label; for a pod, what its top
 	// owner needs), notify, kill, evict, scale_down or stop.
-	Action string `yaml:"action"`
+	Action Action `yaml:"action"`
 	// Grace is the time between the warning and the action. Default 15m.
 	Grace *Duration `yaml:"grace"`
 	// MinRuntime spares workloads younger than this, from their start. Default 30m; 0s spares none.

@@ -116,7 +116,7 @@ func (p *Policy) SetRestoreWhen(expr string) error {
 }
 
 // restorable are the actions whose workload can be brought back.
-var restorable = map[string]bool{ActionAuto: true, ActionScaleDown: true, ActionStop: true}
+var restorable = map[Action]bool{ActionAuto: true, ActionScaleDown: true, ActionStop: true}
 
 func (p *Policy) validateRestore(c *checker, field string, prom Prometheus) {
 	p.restoreWhen = nil

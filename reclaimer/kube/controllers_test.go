@@ -31,7 +31,7 @@ import (
 // on pods only.
 type kubeActor struct{ *kube.Client }
 
-func (a kubeActor) Act(ctx context.Context, action string, r *reclaim.Reclaim) (reclaim.Result, error) {
+func (a kubeActor) Act(ctx context.Context, action config.Action, r *reclaim.Reclaim) (reclaim.Result, error) {
 	switch action {
 	case config.ActionStop:
 		return a.Stop(ctx, r)

@@ -63,11 +63,11 @@ func (e *Engine) act(ctx context.Context, id string) {
 		}
 	}
 	// The decision is written before it is carried out.
-	r, err := e.update(id, func(c *Reclaim) []Event { return []Event{e.event(c, "acting", c.Action, "reclaimer")} }, func(c *Reclaim) bool {
+	r, err := e.update(id, func(c *Reclaim) []Event { return []Event{e.event(c, "acting", string(c.Action), "reclaimer")} }, func(c *Reclaim) bool {
 		if c.State.Terminal() {
 			return false
 		}
-		c.State, c.Attempts, c.Reason = Acting, c.Attempts+1, "acting: "+c.Action
+		c.State, c.Attempts, c.Reason = Acting, c.Attempts+1, "acting: "+string(c.Action)
 		if c.ActingSince.IsZero() {
 			c.ActingSince = e.now()
 		}
@@ -95,7 +95,7 @@ func (e *Engine) act(ctx context.Context, id string) {
 	}
 	start := time.Now()
 	res, err := e.o.Actor.Act(ctx, r.Action, r)
-	e.o.Metrics.actionDuration.WithLabelValues(r.Action).Observe(time.Since(start).Seconds())
+	e.o.Metrics.actionDuration.WithLabelValues(string(r.Action)).Observe(time.Since(start).Seconds())
 	e.o.Failpoint("after-action")
 	var refused *RefusedError
 	var retry *RetryError

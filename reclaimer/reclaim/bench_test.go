@@ -129,7 +129,7 @@ type signalActor struct {
 	acted chan time.Time
 }
 
-func (a *signalActor) Act(ctx context.Context, action string, r *reclaim.Reclaim) (reclaim.Result, error) {
+func (a *signalActor) Act(ctx context.Context, action config.Action, r *reclaim.Reclaim) (reclaim.Result, error) {
 	select {
 	case a.acted <- time.Now():
 	default:

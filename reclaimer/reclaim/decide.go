@@ -105,7 +105,7 @@ type Verdict struct {
 	Do   Do
 	Need Need // DoGather
 	// Action is the action warned of (DoWarn).
-	Action string
+	Action config.Action
 	// TopOwner, when looked up, is recorded with the verdict.
 	TopOwner *TopOwner
 	// Grace runs from the warning's delivery to the action (DoWarn);
@@ -211,7 +211,7 @@ func decideWarning(r *Reclaim, p *config.Policy, f Facts) Verdict {
 
 // decideOnOwner turns the policy's action for a pod into what its top
 // owner needs, or notify with the reason.
-func decideOnOwner(p *config.Policy, action string, topOwner TopOwner, t Target) (string, string) {
+func decideOnOwner(p *config.Policy, action config.Action, topOwner TopOwner, t Target) (config.Action, string) {
 	auto := p.Action == config.ActionAuto
 	switch {
 	case topOwner.Stop == StopNone:
@@ -236,7 +236,7 @@ func decideOnOwner(p *config.Policy, action string, topOwner TopOwner, t Target)
 
 // stopsAWorkload says whether an action stops a pod, and so depends on
 // what owns it.
-func stopsAWorkload(action string) bool {
+func stopsAWorkload(action config.Action) bool {
 	switch action {
 	case config.ActionEvict, config.ActionScaleDown, config.ActionStop:
 		return true

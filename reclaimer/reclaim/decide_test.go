@@ -55,10 +55,10 @@ policies:
 		change(&f)
 		return f
 	}
-	newOf := func(policy, action string, t Target) *Reclaim {
+	newOf := func(policy string, action config.Action, t Target) *Reclaim {
 		return &Reclaim{ID: "r", Policy: policy, Action: action, Target: t}
 	}
-	unwarned := func(policy, action string) *Reclaim {
+	unwarned := func(policy string, action config.Action) *Reclaim {
 		return &Reclaim{ID: "r", Policy: policy, Action: action, Target: pod, State: Pending}
 	}
 	due := func(policy string) *Reclaim {

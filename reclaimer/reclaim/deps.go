@@ -140,7 +140,7 @@ func (c TopOwner) String() string {
 // the effect of acting once: a crash between acting and recording it
 // repeats the action.
 type Actor interface {
-	Act(ctx context.Context, action string, r *Reclaim) (Result, error)
+	Act(ctx context.Context, action config.Action, r *Reclaim) (Result, error)
 }
 
 // Release is what the world shows after a stop (or a restore).
@@ -172,7 +172,7 @@ type Verifier interface {
 // the pods that hold the GPU), so that a restart in the middle of it can
 // still say what was done, and the release waits for each.
 type Planner interface {
-	Plan(ctx context.Context, action string, r *Reclaim) (Plan, error)
+	Plan(ctx context.Context, action config.Action, r *Reclaim) (Plan, error)
 }
 
 // Plan is what an action sets out to end.

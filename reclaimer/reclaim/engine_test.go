@@ -603,7 +603,7 @@ func TestActionOnTheTopOwner(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		policy, pod string
-		action      string // "" when only told
+		action      config.Action // "" when only told
 		reason      string
 		warning     string
 	}{
@@ -639,7 +639,7 @@ func TestActionOnTheTopOwner(t *testing.T) {
 				return
 			}
 			require.Equal(t, tc.action, r.Action)
-			require.Equal(t, []string{tc.action + " " + tc.pod}, f.actor.Calls)
+			require.Equal(t, []string{string(tc.action) + " " + tc.pod}, f.actor.Calls)
 			require.Contains(t, f.notifier.Sent[0].Text, tc.warning)
 		})
 	}
@@ -664,7 +664,7 @@ func TestTopOwnerLookupFailureHoldsTheWarning(t *testing.T) {
 	f.inspector.Controllers = map[string]reclaim.TopOwner{"batch/train-0": {APIVersion: "batch/v1", Kind: "Job", Namespace: "batch", Name: "train", Stop: reclaim.StopPatch, Stopped: "suspended"}}
 	f.at(11 * time.Minute)
 	require.True(t, f.of("batch/train-0").Warning.Sent)
-	require.Equal(t, "stop", f.of("batch/train-0").Action)
+	require.Equal(t, config.ActionStop, f.of("batch/train-0").Action)
 }
 
 // An older episode of an alert that arrives after a newer one (an HA pair,

@@ -281,7 +281,7 @@ func (e *Engine) ingest(alerts []Alert) (IngestResult, []*pendingWrite) {
 		if !r.State.Terminal() {
 			open[t.key()] = fp
 		}
-		events = append(events, e.event(r, "decided", string(r.State)+": policy "+r.Policy+", action "+r.Action, "alertmanager"))
+		events = append(events, e.event(r, "decided", string(r.State)+": policy "+r.Policy+", action "+string(r.Action), "alertmanager"))
 		res.New++
 	}
 	if len(changed) == 0 {

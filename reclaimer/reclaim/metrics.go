@@ -3,6 +3,8 @@ package reclaim
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 )
 
 // Metrics of the reclaimer's lifecycle.
@@ -72,8 +74,8 @@ func (m *Metrics) Error(c Component) { m.errors.WithLabelValues(string(c)).Inc()
 
 func (m *Metrics) decide(d Decision) { m.decisions.WithLabelValues(string(d)).Inc() }
 
-func (m *Metrics) action(action string, r ActionResult) {
-	m.actions.WithLabelValues(action, string(r)).Inc()
+func (m *Metrics) action(action config.Action, r ActionResult) {
+	m.actions.WithLabelValues(string(action), string(r)).Inc()
 }
 
 func (m *Metrics) message(notifier string, k MessageKind, r MessageResult) {

@@ -26,7 +26,7 @@ func matchPolicy(ps []config.Policy, lset labels.Labels) *config.Policy {
 // alert's suggestion, which must be one the reclaimer knows. A Slurm job's
 // suggested cancel falls back to killing its processes when the reclaimer
 // has no slurmrestd to ask.
-func actionFor(c *config.Config, p *config.Policy, t Target) string {
+func actionFor(c *config.Config, p *config.Policy, t Target) config.Action {
 	if p.Action != config.ActionAuto {
 		return p.Action
 	}

@@ -82,7 +82,7 @@ type Target struct {
 	SlurmJob   string `json:"slurm_job,omitempty"`
 	Keep       bool   `json:"keep,omitempty"`
 	// Suggested is the alert's action label.
-	Suggested string `json:"suggested,omitempty"`
+	Suggested config.Action `json:"suggested,omitempty"`
 }
 
 // TargetFrom reads a target from an alert's labels; false when the alert
@@ -92,7 +92,7 @@ func TargetFrom(l labels.Labels) (Target, bool) {
 	t := Target{
 		Alertname: l.Get("alertname"), UUID: l.Get(names.LabelUUID), GPUUUID: l.Get(names.LabelGPUUUID), Node: l.Get(names.LabelNode), Kind: l.Get(names.LabelKind),
 		MIGProfile: l.Get(names.LabelMIGProfile), Namespace: l.Get(names.LabelNamespace), Pod: l.Get(names.LabelPod), Container: l.Get(names.LabelContainer),
-		User: l.Get(names.LabelUser), SlurmJob: l.Get(names.LabelSlurmJob), Keep: l.Get(names.LabelKeep) == "true", Suggested: l.Get(names.LabelAction),
+		User: l.Get(names.LabelUser), SlurmJob: l.Get(names.LabelSlurmJob), Keep: l.Get(names.LabelKeep) == "true", Suggested: config.Action(l.Get(names.LabelAction)),
 	}
 	return t, t.UUID != "" && t.Node != ""
 }
@@ -204,9 +204,9 @@ type Reclaim struct {
 	Annotations labels.Labels `json:"annotations,omitzero"`
 	Target      Target        `json:"target"`
 
-	Policy string `json:"policy,omitempty"`
-	Action string `json:"action,omitempty"`
-	DryRun bool   `json:"dry_run,omitempty"`
+	Policy string        `json:"policy,omitempty"`
+	Action config.Action `json:"action,omitempty"`
+	DryRun bool          `json:"dry_run,omitempty"`
 	// Wanted: GPUs of the unit's kind were wanted when the owner was warned,
 	// and the policy's shorter demand grace applied. AwaitsDemand: the
 	// policy acts only while they are (config.Demand).
@@ -362,7 +362,7 @@ func (r *Reclaim) Restorable() bool {
 func (r *Reclaim) ActionText() string {
 	c := r.TopOwner
 	if c == nil || c.Kind == "" || (r.Action != config.ActionStop && r.Action != config.ActionScaleDown) {
-		return r.Action
+		return string(r.Action)
 	}
 	if r.Action == config.ActionScaleDown {
 		return c.String() + " scaled down"

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpureclaim/gpureclaim/api/v1alpha1"
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 )
 
 // The engine keeps its own record of a reclaim (Reclaim); what it stores
@@ -26,12 +27,12 @@ func ToAPI(r *Reclaim, events []Event) *v1alpha1.GPUReclaim {
 		ObjectMeta: metav1.ObjectMeta{Name: r.ID},
 		Spec: v1alpha1.GPUReclaimSpec{
 			Target: v1alpha1.Target{Alertname: t.Alertname, UUID: t.UUID, GPUUUID: t.GPUUUID, Node: t.Node, Kind: t.Kind, MIGProfile: t.MIGProfile,
-				Namespace: t.Namespace, Pod: t.Pod, Container: t.Container, User: t.User, SlurmJob: t.SlurmJob, Keep: t.Keep, SuggestedAction: t.Suggested},
+				Namespace: t.Namespace, Pod: t.Pod, Container: t.Container, User: t.User, SlurmJob: t.SlurmJob, Keep: t.Keep, SuggestedAction: string(t.Suggested)},
 			Policy:  r.Policy,
 			Episode: v1alpha1.Episode{Fingerprint: r.Fingerprint, StartsAt: metav1.NewMicroTime(r.StartsAt), Labels: labelMap(r.Labels), Annotations: labelMap(r.Annotations)},
 		},
 		Status: v1alpha1.GPUReclaimStatus{
-			State: v1alpha1.State(r.State), Reason: r.Reason, Holder: t.Holder(), Unit: t.Unit(), Action: r.Action, DryRun: r.DryRun,
+			State: v1alpha1.State(r.State), Reason: r.Reason, Holder: t.Holder(), Unit: t.Unit(), Action: string(r.Action), DryRun: r.DryRun,
 			Created: at(r.Created), Updated: at(r.Updated), ActAt: at(r.ActAt), ActingSince: at(r.ActingSince), ActedAt: at(r.ActedAt),
 			ReleaseBy: at(r.ReleaseBy), ReleasedAt: at(r.ReleasedAt), SharedWith: r.SharedWith, Closed: at(r.Closed), NextTry: at(r.NextTry),
 			Wanted: r.Wanted, AwaitsDemand: r.AwaitsDemand,
@@ -68,6 +69,7 @@ func ToAPI(r *Reclaim, events []Event) *v1alpha1.GPUReclaim {
 	st.Conditions = conditions(r)
 	return g
 }
+
 // conditions are a reclaim's state as Kubernetes conditions, so that
 // `kubectl wait --for=condition=Released` waits on it: Warned (the
 // owner's warning was delivered; the grace runs from it), Acting (the
@@ -92,7 +94,7 @@ func conditions(r *Reclaim) []metav1.Condition {
 	out = append(out, warned)
 	acting := metav1.Condition{Type: v1alpha1.ConditionActing, Status: metav1.ConditionFalse, Reason: state, Message: string(r.State), LastTransitionTime: since(r.ActingSince, r.Updated)}
 	if r.State == Acting {
-		acting.Status, acting.Message = metav1.ConditionTrue, "the action "+r.Action+" is under way"
+		acting.Status, acting.Message = metav1.ConditionTrue, "the action "+string(r.Action)+" is under way"
 	}
 	out = append(out, acting)
 	released := metav1.Condition{Type: v1alpha1.ConditionReleased, Status: metav1.ConditionUnknown, Reason: state, Message: "not decided yet", LastTransitionTime: since(r.Updated)}
@@ -163,8 +165,8 @@ func fromAPI(g *v1alpha1.GPUReclaim) *Reclaim {
 	r := &Reclaim{
 		ID: g.Name, Fingerprint: ep.Fingerprint, StartsAt: ep.StartsAt.UTC(), Labels: labels.FromMap(ep.Labels), Annotations: labels.FromMap(ep.Annotations),
 		Target: Target{Alertname: t.Alertname, UUID: t.UUID, GPUUUID: t.GPUUUID, Node: t.Node, Kind: t.Kind, MIGProfile: t.MIGProfile,
-			Namespace: t.Namespace, Pod: t.Pod, Container: t.Container, User: t.User, SlurmJob: t.SlurmJob, Keep: t.Keep, Suggested: t.SuggestedAction},
-		Policy: g.Spec.Policy, Action: st.Action, DryRun: st.DryRun, State: State(st.State), Reason: st.Reason,
+			Namespace: t.Namespace, Pod: t.Pod, Container: t.Container, User: t.User, SlurmJob: t.SlurmJob, Keep: t.Keep, Suggested: config.Action(t.SuggestedAction)},
+		Policy: g.Spec.Policy, Action: config.Action(st.Action), DryRun: st.DryRun, State: State(st.State), Reason: st.Reason,
 		Created: tm(st.Created), Updated: tm(st.Updated), ActAt: tm(st.ActAt), ActingSince: tm(st.ActingSince), ActedAt: tm(st.ActedAt),
 		ReleaseBy: tm(st.ReleaseBy), ReleasedAt: tm(st.ReleasedAt), SharedWith: st.SharedWith, Closed: tm(st.Closed), NextTry: tm(st.NextTry),
 		Wanted: st.Wanted, AwaitsDemand: st.AwaitsDemand,

@@ -150,16 +150,16 @@ type Actor struct {
 	PIDs []int
 }
 
-func (a *Actor) Act(_ context.Context, action string, r *reclaim.Reclaim) (reclaim.Result, error) {
+func (a *Actor) Act(_ context.Context, action config.Action, r *reclaim.Reclaim) (reclaim.Result, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.Calls = append(a.Calls, action+" "+r.Target.Holder())
+	a.Calls = append(a.Calls, string(action)+" "+r.Target.Holder())
 	err := a.Err
 	if a.Once {
 		a.Err = nil
 	}
-	res := reclaim.Result{Detail: "did " + action}
-	if c := r.TopOwner; c != nil && err == nil && (action == "scale_down" || action == "stop") {
+	res := reclaim.Result{Detail: "did " + string(action)}
+	if c := r.TopOwner; c != nil && err == nil && (action == config.ActionScaleDown || action == config.ActionStop) {
 		// What a restore brings back, as the cluster actor records it.
 		res.Workload = &reclaim.Workload{APIVersion: c.APIVersion, Kind: c.Kind, Namespace: c.Namespace, Name: c.Name, Stop: c.Stop,
 			PreviousReplicas: c.Replicas, Stopped: c.Stopped, Restored: "resumed"}
@@ -168,10 +168,10 @@ func (a *Actor) Act(_ context.Context, action string, r *reclaim.Reclaim) (recla
 }
 
 // Plan answers PIDs, what a kill will end.
-func (a *Actor) Plan(_ context.Context, action string, _ *reclaim.Reclaim) (reclaim.Plan, error) {
+func (a *Actor) Plan(_ context.Context, action config.Action, _ *reclaim.Reclaim) (reclaim.Plan, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if action != "kill" {
+	if action != config.ActionKill {
 		return reclaim.Plan{}, nil
 	}
 	return reclaim.Plan{PIDs: a.PIDs}, nil

@@ -78,14 +78,14 @@ var (
 func New(b Backends) *Router { return &Router{b} }
 
 // Act carries an action out where its target is held.
-func (r *Router) Act(ctx context.Context, action string, rc *reclaim.Reclaim) (reclaim.Result, error) {
+func (r *Router) Act(ctx context.Context, action config.Action, rc *reclaim.Reclaim) (reclaim.Result, error) {
 	t := rc.Target
 	switch action {
 	case config.ActionKill:
 		return r.Nodes.Kill(ctx, rc)
 	case config.ActionCancel, config.ActionRequeue:
 		if r.Slurm == nil || t.SlurmJob == "" {
-			return reclaim.Result{}, &reclaim.RefusedError{Reason: action + " needs a Slurm job and slurm.url; the target is " + t.Holder()}
+			return reclaim.Result{}, &reclaim.RefusedError{Reason: string(action) + " needs a Slurm job and slurm.url; the target is " + t.Holder()}
 		}
 		if action == config.ActionRequeue {
 			detail, err := r.Slurm.Requeue(ctx, t.SlurmJob)
@@ -119,7 +119,7 @@ func (r *Router) Act(ctx context.Context, action string, rc *reclaim.Reclaim) (r
 
 // Plan says what an action will end: a kill's PIDs, or the pods that
 // hold the GPU of a pod's action.
-func (r *Router) Plan(ctx context.Context, action string, rc *reclaim.Reclaim) (reclaim.Plan, error) {
+func (r *Router) Plan(ctx context.Context, action config.Action, rc *reclaim.Reclaim) (reclaim.Plan, error) {
 	switch {
 	case action == config.ActionKill:
 		pids, err := r.Nodes.PIDs(ctx, rc.Target)

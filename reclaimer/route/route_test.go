@@ -145,7 +145,7 @@ func TestAct(t *testing.T) {
 	all := []string{"kube", "slurm", "prometheus"}
 	for _, tc := range []struct {
 		name   string
-		action string
+		action config.Action
 		target reclaim.Target
 		on     []string
 		want   []string
@@ -182,7 +182,7 @@ func TestAct(t *testing.T) {
 func TestReleased(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		action string
+		action config.Action
 		target reclaim.Target
 		on     []string
 		held   bool

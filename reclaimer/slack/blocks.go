@@ -63,7 +63,7 @@ func (p Pricing) cost(hours float64) string {
 
 const restoreHint = " (you can restore it from here)"
 
-var actionWords = map[string]string{
+var actionWords = map[config.Action]string{
 	"kill":       "its processes will be ended (SIGTERM, then SIGKILL after a checkpoint grace)",
 	"evict":      "the pod will be evicted",
 	"scale_down": "its workload will be scaled down" + restoreHint,
