@@ -19,10 +19,10 @@ var otherTools = map[string]string{
 	"data-urlencode": "curl",
 	"details":        "scontrol show job", "nodelist": "sbatch", "exclusive": "srun", "pty": "srun", "comment": "sbatch", "gres": "sbatch",
 	"metric-labels-allowlist": "kube-state-metrics",
-	"now":                     "kubectl delete",
-	"states":                  "squeue",
-	"http.config.file":        "promtool",
-	"config":                  "go run ./rules/gen", "groups-per-file": "go run ./rules/gen",
+	"now":                     "kubectl delete", "for": "kubectl wait",
+	"states":           "squeue",
+	"http.config.file": "promtool",
+	"config":           "go run ./rules/gen", "groups-per-file": "go run ./rules/gen",
 	"node": "hack/exporter-rss.sh",
 }
 

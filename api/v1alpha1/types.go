@@ -12,7 +12,6 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // The GPUReclaim resource.
@@ -276,16 +275,6 @@ type GPUReclaimStatus struct {
 	// Kubernetes).
 	// +optional
 	Events []Event `json:"events,omitempty"`
-
-	// Record is the whole record as the reclaimer kept it before these
-	// fields (1 December 2026): read once, when such a GPUReclaim is
-	// loaded, and never written.
-	//
-	// Deprecated: the fields above hold it.
-	// +optional
-	// +kubebuilder:pruning:PreserveUnknownFields
-	// +kubebuilder:validation:Type=object
-	Record *runtime.RawExtension `json:"reclaim,omitempty"`
 }
 
 // Delivery is one message to the owner.

@@ -335,17 +335,6 @@ func (s *Store) conflict(ctx context.Context, id string, cause error) error {
 
 // decode reads a GPUReclaim back into its reclaim and audit events.
 func decode(u *unstructured.Unstructured) (*reclaim.Reclaim, []reclaim.Event, error) {
-	if _, old, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "reclaim"); old {
-		// Written before the public type: the whole record is there.
-		var st struct {
-			Reclaim reclaim.Reclaim `json:"reclaim"`
-			Events  []reclaim.Event `json:"events"`
-		}
-		if err := fromUnstructured(u.Object["status"], &st); err != nil {
-			return nil, nil, fmt.Errorf("%s %s: status: %w", v1alpha1.Kind, u.GetName(), err)
-		}
-		return &st.Reclaim, reclaim.Owned(&st.Reclaim, st.Events), nil
-	}
 	var g v1alpha1.GPUReclaim
 	if err := fromUnstructured(u.Object, &g); err != nil {
 		return nil, nil, fmt.Errorf("%s %s: %w", v1alpha1.Kind, u.GetName(), err)

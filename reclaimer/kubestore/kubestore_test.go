@@ -22,7 +22,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
@@ -325,58 +324,6 @@ func legacyJournalEntry(t *testing.T, admin kubernetes.Interface, alerts []recla
 	return id
 }
 
-// A GPUReclaim as the reclaimer of commit 7bdcb6d wrote it (its status
-// has owner where it now has holder; its record says controller, which
-// the code now calls the top owner) loads, its audit trail with it, and
-// the next write gives it the current shape.
-func TestLoadsGPUReclaimsWrittenBefore(t *testing.T) {
-	cl, _ := apiserver(t)
-	b, err := os.ReadFile("testdata/gpureclaim-7bdcb6d.json")
-	require.NoError(t, err)
-	var old unstructured.Unstructured
-	require.NoError(t, old.UnmarshalJSON(b))
-	old.SetNamespace(deploy.Namespace)
-	admin, err := kubestoreAdmin(cl)
-	require.NoError(t, err)
-	_, err = admin.Resource(kubestore.GVR).Namespace(deploy.Namespace).Create(context.Background(), &old, metav1.CreateOptions{})
-	require.NoError(t, err)
-
-	s, err := kubestore.New(cl.RESTConfig(kubetest.ReclaimerToken), deploy.Namespace, "gpureclaim-reclaimer-replays")
-	require.NoError(t, err)
-	loaded, err := s.Load()
-	require.NoError(t, err)
-	require.Len(t, loaded, 1)
-	r := loaded[0]
-	require.Equal(t, "5e8f0a8f0c0b2a11-1764496800", r.ID)
-	require.Equal(t, reclaim.Done, r.State)
-	require.Equal(t, &reclaim.TopOwner{APIVersion: "batch/v1", Kind: "Job", Namespace: "ml", Name: "train-7", Stop: reclaim.StopPatch, Stopped: "suspended"}, r.TopOwner)
-	require.Equal(t, "train-7", r.Workload.Name)
-	require.True(t, r.Warning.Sent)
-	require.Equal(t, "ml/train-7-abcde", r.Target.Holder())
-	events, err := s.Audit(10)
-	require.NoError(t, err)
-	require.Len(t, events, 1)
-	require.Equal(t, "stop on the top owner, Job ml/train-7", events[0].Detail)
-
-	r.Reason = "written again"
-	require.NoError(t, s.Write([]*reclaim.Reclaim{r}, nil))
-	now, err := admin.Resource(kubestore.GVR).Namespace(deploy.Namespace).Get(context.Background(), r.ID, metav1.GetOptions{})
-	require.NoError(t, err)
-	holder, _, _ := unstructured.NestedString(now.Object, "status", "holder")
-	require.Equal(t, "ml/train-7-abcde", holder)
-	_, found, _ := unstructured.NestedFieldNoCopy(now.Object, "status", "owner")
-	require.False(t, found, "the apiserver prunes the old field")
-	top, _, _ := unstructured.NestedStringMap(now.Object, "status", "topOwner")
-	require.Equal(t, map[string]string{"apiVersion": "batch/v1", "kind": "Job", "namespace": "ml", "name": "train-7", "stop": "patch", "stopped": "suspended"}, top,
-		"the top owner is a typed field of the status now")
-	_, found, _ = unstructured.NestedFieldNoCopy(now.Object, "status", "reclaim")
-	require.False(t, found, "the whole record is in typed fields now, not in status.reclaim")
-	reloaded, err := s.Load()
-	require.NoError(t, err)
-	require.Equal(t, loaded[0], reloaded[0], "read back from the typed fields, the same reclaim")
-}
-
-// The CRD's list of states is the engine's: a state it lacks would be
 // refused by the apiserver, and the reclaim stuck.
 func TestCRDKnowsEveryState(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(deploy.CRDs(tooltest.Root(t)), "gpureclaims.gpureclaim.io.yaml"))

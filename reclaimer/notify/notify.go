@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/gpureclaim/gpureclaim/api/v1alpha1"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
@@ -42,22 +43,25 @@ type Webhook struct {
 	HTTP *http.Client
 }
 
-// Payload is what the webhook receives. IdempotencyKey is the same for a
-// message sent again after a retry or a restart: receivers dedupe on it.
+// Payload is what the webhook receives: the message and the reclaim it is
+// about, as its public record (what the stores keep and /api/v1 serves,
+// without its audit events). IdempotencyKey is the same for a message
+// sent again after a retry or a restart: receivers dedupe on it.
 type Payload struct {
-	Version        string           `json:"version"`
-	Kind           string           `json:"kind"`
-	Text           string           `json:"text"`
-	IdempotencyKey string           `json:"idempotency_key"`
-	Reclaim        *reclaim.Reclaim `json:"reclaim,omitempty"`
+	Version        string               `json:"version"`
+	Kind           string               `json:"kind"`
+	Text           string               `json:"text"`
+	IdempotencyKey string               `json:"idempotency_key"`
+	Reclaim        *v1alpha1.GPUReclaim `json:"reclaim,omitempty"`
 }
 
 func (w *Webhook) Name() string   { return "webhook" }
 func (w *Webhook) Blocking() bool { return true }
 
 func (w *Webhook) Send(ctx context.Context, m reclaim.Message, _ map[string]string) (map[string]string, []string, error) {
-	p := Payload{Version: "1", Kind: string(m.Kind), Text: m.Text, Reclaim: m.Reclaim}
+	p := Payload{Version: "1", Kind: string(m.Kind), Text: m.Text}
 	if m.Reclaim != nil {
+		p.Reclaim = reclaim.ToAPI(m.Reclaim, nil)
 		p.IdempotencyKey = reclaim.MessageKey(m.Reclaim, m.Kind)
 	}
 	b, err := json.Marshal(p)

@@ -73,6 +73,10 @@ func TestWebhook(t *testing.T) {
 			require.Equal(t, "1", got.Version)
 			require.Equal(t, string(tc.msg.Kind), got.Kind)
 			require.Equal(t, tc.wantKey, got.IdempotencyKey)
+			if r := tc.msg.Reclaim; r != nil {
+				require.Equal(t, "GPUReclaim", got.Reclaim.Kind, "the public record")
+				require.Equal(t, r.ID, got.Reclaim.Name)
+			}
 		})
 	}
 }

@@ -86,25 +86,6 @@ func TestPublicRecordRoundTrip(t *testing.T) {
 	}
 }
 
-// A record kept before the public type, with its snooze and restore as
-// fields of their own, loads into the groups that hold them now.
-func TestLegacyRecordLoadsItsSnoozeAndRestore(t *testing.T) {
-	var r Reclaim
-	require.NoError(t, json.Unmarshal([]byte(`{"id":"fp-1","fingerprint":"fp","state":"done","labels":{"pod":"p"},
-		"silence":"sil","snoozed_by":"bob","snoozed_until":"2026-12-01T09:00:00Z",
-		"restore_asked":"2026-12-01T10:00:00Z","restore_asked_by":"carol","restore_by":"2026-12-01T10:05:00Z","restored":"2026-12-01T10:01:00Z"}`), &r))
-	at := func(s string) time.Time { v, _ := time.Parse(time.RFC3339, s); return v }
-	require.Equal(t, &Snooze{Silence: "sil", By: "bob", Until: at("2026-12-01T09:00:00Z")}, r.Snooze)
-	require.Equal(t, &Restore{AskedAt: at("2026-12-01T10:00:00Z"), AskedBy: "carol", Deadline: at("2026-12-01T10:05:00Z"), RestoredAt: at("2026-12-01T10:01:00Z")}, r.Restore)
-	require.Equal(t, "p", r.Labels.Get("pod"))
-	require.Equal(t, Done, r.State)
-
-	var plain Reclaim
-	require.NoError(t, json.Unmarshal([]byte(`{"id":"fp-2","state":"pending"}`), &plain))
-	require.Nil(t, plain.Snooze, "none when it had none")
-	require.Nil(t, plain.Restore)
-}
-
 // Each state reads as conditions kubectl can wait on.
 func TestConditions(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)

@@ -1,7 +1,6 @@
 package reclaim
 
 import (
-	"encoding/json"
 	"fmt"
 	"reflect"
 	"strings"
@@ -16,8 +15,7 @@ import (
 
 // The engine keeps its own record of a reclaim (Reclaim); what it stores
 // and serves is the public one (v1alpha1.GPUReclaim), converted here, at
-// the boundary. Reclaim's JSON is the form stored before the public type,
-// read only to load old state.
+// the boundary.
 
 // ToAPI is a reclaim's public record, with its audit events.
 func ToAPI(r *Reclaim, events []Event) *v1alpha1.GPUReclaim {
@@ -239,31 +237,4 @@ func tm(m *metav1.MicroTime) time.Time {
 		return time.Time{}
 	}
 	return m.UTC() // metav1 reads times as local ones
-}
-
-// UnmarshalJSON reads the record as the stores kept it before the public
-// type, when its snooze and restore were fields of their own.
-func (r *Reclaim) UnmarshalJSON(b []byte) error {
-	type plain Reclaim
-	old := struct {
-		*plain
-		RestoreAsked   time.Time `json:"restore_asked"`
-		RestoreAskedBy string    `json:"restore_asked_by"`
-		RestoreBy      time.Time `json:"restore_by"`
-		Restored       time.Time `json:"restored"`
-		RestoreFailed  string    `json:"restore_failed"`
-		Silence        string    `json:"silence"`
-		SnoozedBy      string    `json:"snoozed_by"`
-		SnoozedUntil   time.Time `json:"snoozed_until"`
-	}{plain: (*plain)(r)}
-	if err := json.Unmarshal(b, &old); err != nil {
-		return err
-	}
-	if !old.RestoreAsked.IsZero() {
-		r.Restore = &Restore{AskedAt: old.RestoreAsked, AskedBy: old.RestoreAskedBy, Deadline: old.RestoreBy, RestoredAt: old.Restored, Failed: old.RestoreFailed}
-	}
-	if old.Silence != "" || old.SnoozedBy != "" || !old.SnoozedUntil.IsZero() {
-		r.Snooze = &Snooze{Silence: old.Silence, By: old.SnoozedBy, Until: old.SnoozedUntil}
-	}
-	return nil
 }

@@ -147,13 +147,8 @@ func (b *Bolt) write(rs []*reclaim.Reclaim, events []reclaim.Event) error {
 	})
 }
 
-// decode reads a stored reclaim: its public record (v1alpha1.GPUReclaim),
-// or the engine's own as it was stored before that (1 December 2026).
+// decode reads a stored reclaim: its public record (v1alpha1.GPUReclaim).
 func decode(v []byte) (*reclaim.Reclaim, error) {
-	if bytes.HasPrefix(v, []byte(`{"id":`)) {
-		var r reclaim.Reclaim
-		return &r, json.Unmarshal(v, &r)
-	}
 	var g v1alpha1.GPUReclaim
 	if err := json.Unmarshal(v, &g); err != nil {
 		return nil, err
@@ -252,10 +247,6 @@ const pruneBatch = 1000
 // decodeEnd reads of a stored reclaim only its state, when it closed and
 // whether its final message went: what Prune asks.
 func decodeEnd(v []byte) (*reclaim.Reclaim, error) {
-	if bytes.HasPrefix(v, []byte(`{"id":`)) {
-		var r reclaim.Reclaim
-		return &r, json.Unmarshal(v, &r)
-	}
 	var g struct {
 		Status struct {
 			State  reclaim.State      `json:"state"`
