@@ -5,20 +5,17 @@
 // wins the leader election takes over where the last one stopped, and
 // `kubectl get gpureclaims` lists them. Only the leader writes: every write
 // carries the resourceVersion it last saw and the leader's fencing token,
-// so a replica that lost the lease and still writes is refused.
+// so a replica that lost the lease and still writes is refused. Beside
+// the GPUReclaims (this file) it keeps, in ConfigMaps, the journal of
+// notifications answered before their reclaims were written (journal.go)
+// and the Slack requests already seen (replays.go).
 package kubestore
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -26,7 +23,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -465,170 +461,3 @@ func parallel(n int, f func(i int) error) error {
 }
 
 func (s *Store) Close() error { return nil }
-
-// The journal: a notification answered before its reclaims were all
-// written is kept in ConfigMaps labelled JournalLabel (its entry): the
-// notification gzipped in binaryData, cut into parts of maxJournalBytes
-// (the apiserver takes objects up to about 1.5 MB).
-const (
-	JournalLabel    = "gpureclaim.io/journal"
-	journalKey      = "alerts.json.gz"
-	maxJournalBytes = 900 << 10
-)
-
-// Journal records a notification in one ConfigMap, or several when it
-// does not fit in one, and returns the entry's name.
-func (s *Store) Journal(notification []byte) (string, error) {
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	if _, err := zw.Write(notification); err != nil {
-		return "", err
-	}
-	if err := zw.Close(); err != nil {
-		return "", err
-	}
-	id := fmt.Sprintf("gpureclaim-journal-%d", time.Now().UnixNano())
-	ctx, cancel := s.ctx()
-	defer cancel()
-	for i, part := range slices.Collect(slices.Chunk(buf.Bytes(), maxJournalBytes)) {
-		if err := s.fence(); err != nil {
-			return "", err
-		}
-		cm := &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", id, i), Namespace: s.ns, Labels: map[string]string{JournalLabel: id}},
-			BinaryData: map[string][]byte{journalKey: part},
-		}
-		if _, err := s.cm.CoreV1().ConfigMaps(s.ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
-			return "", fmt.Errorf("writing journal entry %s: %w", cm.Name, err)
-		}
-	}
-	return id, nil
-}
-
-// Replay returns the entries oldest first, each its parts put together.
-func (s *Store) Replay() ([]reclaim.Journaled, error) {
-	ctx, cancel := s.ctx()
-	defer cancel()
-	list, err := s.cm.CoreV1().ConfigMaps(s.ns).List(ctx, metav1.ListOptions{LabelSelector: JournalLabel})
-	if err != nil {
-		return nil, fmt.Errorf("listing the journal: %w", err)
-	}
-	sort.Slice(list.Items, func(i, j int) bool { return journalOrder(list.Items[i].Name) < journalOrder(list.Items[j].Name) })
-	var ids []string
-	gzipped := map[string][]byte{}
-	for _, cm := range list.Items {
-		id := cm.Labels[JournalLabel]
-		if _, ok := gzipped[id]; !ok {
-			ids = append(ids, id)
-		}
-		gzipped[id] = append(gzipped[id], cm.BinaryData[journalKey]...)
-	}
-	out := make([]reclaim.Journaled, 0, len(ids))
-	for _, id := range ids {
-		n, err := unzipEntry(gzipped[id])
-		if err != nil {
-			return nil, fmt.Errorf("journal entry %s: %w", id, err)
-		}
-		out = append(out, reclaim.Journaled{ID: id, Notification: n})
-	}
-	return out, nil
-}
-
-// unzipEntry reads an entry's parts. Entries written before 2 December
-// 2026 are arrays of alerts, one gzip stream a part; they are given back
-// as one notification of their alerts.
-func unzipEntry(gzipped []byte) ([]byte, error) {
-	zr, err := gzip.NewReader(bytes.NewReader(gzipped))
-	if err != nil {
-		return nil, err
-	}
-	b, err := io.ReadAll(zr)
-	if err != nil {
-		return nil, err
-	}
-	if b = bytes.TrimSpace(b); !bytes.HasPrefix(b, []byte("[")) {
-		return b, nil
-	}
-	var alerts []reclaim.Alert
-	dec := json.NewDecoder(bytes.NewReader(b))
-	for dec.More() {
-		var part []reclaim.Alert
-		if err := dec.Decode(&part); err != nil {
-			return nil, err
-		}
-		alerts = append(alerts, part...)
-	}
-	return (&reclaim.Notification{Alerts: alerts, Version: "4"}).Body()
-}
-
-// journalOrder sorts entries by time and parts by number: names are
-// gpureclaim-journal-<unix nanoseconds>-<part>.
-func journalOrder(name string) string {
-	rest := strings.TrimPrefix(name, "gpureclaim-journal-")
-	at, part, _ := strings.Cut(rest, "-")
-	return fmt.Sprintf("%020s-%09s", at, part)
-}
-
-// Retire deletes an entry's ConfigMaps.
-func (s *Store) Retire(id string) error {
-	if err := s.fence(); err != nil {
-		return err
-	}
-	ctx, cancel := s.ctx()
-	defer cancel()
-	return s.cm.CoreV1().ConfigMaps(s.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: JournalLabel + "=" + id})
-}
-
-// FirstSight records a Slack signature in the replay ConfigMap until it
-// expires and says whether it is new; expired ones are dropped in the
-// same update. The ConfigMap's resourceVersion makes two presses at once
-// (or two replicas) race safely: the loser reads again.
-func (s *Store) FirstSight(key string, now, expires time.Time) (bool, error) {
-	sum := sha256.Sum256([]byte(key))
-	k := hex.EncodeToString(sum[:])
-	for range 5 {
-		if err := s.fence(); err != nil {
-			return false, err
-		}
-		ctx, cancel := s.ctx()
-		first, err := s.firstSight(ctx, k, now, expires)
-		cancel()
-		if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
-			continue
-		}
-		return first, err
-	}
-	return false, errors.New("the replay ConfigMap kept changing under this replica")
-}
-
-func (s *Store) firstSight(ctx context.Context, k string, now, expires time.Time) (bool, error) {
-	cms := s.cm.CoreV1().ConfigMaps(s.ns)
-	cm, err := cms.Get(ctx, s.replayMap, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: s.replayMap, Namespace: s.ns}}
-		_, err = cms.Create(ctx, withSight(cm, k, now, expires), metav1.CreateOptions{})
-		return err == nil, err
-	}
-	if err != nil {
-		return false, err
-	}
-	if v, ok := cm.Data[k]; ok {
-		if t, err := time.Parse(time.RFC3339Nano, v); err == nil && t.After(now) {
-			return false, nil
-		}
-	}
-	_, err = cms.Update(ctx, withSight(cm, k, now, expires), metav1.UpdateOptions{})
-	return err == nil, err
-}
-
-func withSight(cm *corev1.ConfigMap, k string, now, expires time.Time) *corev1.ConfigMap {
-	data := map[string]string{}
-	for key, v := range cm.Data {
-		if t, err := time.Parse(time.RFC3339Nano, v); err == nil && t.After(now) {
-			data[key] = v
-		}
-	}
-	data[k] = expires.UTC().Format(time.RFC3339Nano)
-	cm.Data = data
-	return cm
-}
