@@ -69,7 +69,7 @@ policies:
 	defer st.Close()
 	owner, actor := reclaimtest.NewNotifier("owner"), &reclaimtest.Actor{}
 	eng, err := reclaim.New(reclaim.Options{
-		Config: cfg, Store: st, Checker: &reclaimtest.Checker{}, Actor: actor, Notifiers: []reclaim.Notifier{owner},
+		Config: cfg, Store: st, Journal: st, Checker: &reclaimtest.Checker{}, Actor: actor, Planner: actor, Restorer: actor, Notifiers: []reclaim.Notifier{owner},
 		Clock: time.Now, Logger: slog.New(slog.DiscardHandler), Prometheus: &promquery.Client{URL: prom.URL, Timeout: 5 * time.Second},
 	})
 	require.NoError(t, err)

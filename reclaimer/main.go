@@ -359,6 +359,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // reclaimStore is a store the engine and Slack's replay guard share.
 type reclaimStore interface {
 	reclaim.Store
+	reclaim.Journal
 	rslack.ReplayGuard
 }
 

@@ -89,7 +89,7 @@ policies:
 	owner := reclaimtest.NewNotifier("owner")
 	routes := route.New(route.Backends{Config: cfg, Kubernetes: kc})
 	eng, err := reclaim.New(reclaim.Options{
-		Config: cfg, Store: st, Checker: &reclaimtest.Checker{}, Inspector: routes, Actor: routes,
+		Config: cfg, Store: st, Journal: st, Checker: &reclaimtest.Checker{}, Inspector: routes, Actor: routes, Planner: routes, Restorer: routes,
 		Notifiers: []reclaim.Notifier{owner}, Clock: time.Now, Logger: slog.New(slog.DiscardHandler),
 	})
 	require.NoError(t, err)

@@ -21,7 +21,7 @@ import (
 type wiring struct {
 	o          *options
 	cfg        *config.Config
-	st         reclaim.Store
+	st         reclaimStore
 	cl         clients
 	routes     *route.Router
 	events     reclaim.Events
@@ -45,7 +45,7 @@ func (r *wiring) lead(ctx context.Context, leader reclaim.Leadership) error {
 		}
 	}
 	eo := reclaim.Options{
-		Config: cfg, Store: r.st, Checker: r.cl.am, Inspector: r.routes, Actor: r.routes, Verifier: r.routes, Events: r.events,
+		Config: cfg, Store: r.st, Journal: r.st, Checker: r.cl.am, Inspector: r.routes, Actor: r.routes, Planner: r.routes, Restorer: r.routes, Verifier: r.routes, Events: r.events,
 		Notifiers: r.notifiers.list, Clock: time.Now, Logger: r.logger, Metrics: r.metrics, Failpoint: r.fail, Leadership: leader,
 	}
 	if prom != nil {

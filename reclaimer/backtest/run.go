@@ -143,7 +143,7 @@ func Run(ctx context.Context, h History, o Options) (*Result, error) {
 		b.states[i].res = WorkloadResult{ID: w.ID, Owner: w.Owner, Span: w.span(), ColdStart: coldStarts[w.TopOwner.Kind]}
 	}
 	eng, err := reclaim.New(reclaim.Options{
-		Config: &cfg, Store: &memStore{}, Checker: b, Inspector: b, Actor: b,
+		Config: &cfg, Store: &memStore{}, Checker: b, Inspector: b, Actor: b, Restorer: b,
 		Notifiers: []reclaim.Notifier{b}, Clock: b.now, Logger: o.Logger,
 	})
 	if err != nil {

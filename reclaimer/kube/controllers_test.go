@@ -73,7 +73,7 @@ func runEngine(ctx context.Context, t *testing.T, kc *kube.Client, yaml string) 
 	t.Cleanup(func() { st.Close() })
 	notifier := reclaimtest.NewNotifier("test")
 	eng, err := reclaim.New(reclaim.Options{
-		Config: reclaimtest.Config(t, yaml), Store: st, Inspector: kc, Actor: kubeActor{kc}, Verifier: kubeActor{kc}, Events: kc,
+		Config: reclaimtest.Config(t, yaml), Store: st, Journal: st, Inspector: kc, Actor: kubeActor{kc}, Restorer: kubeActor{kc}, Verifier: kubeActor{kc}, Events: kc,
 		Notifiers: []reclaim.Notifier{notifier}, Clock: time.Now,
 	})
 	require.NoError(t, err)

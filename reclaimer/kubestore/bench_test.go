@@ -180,8 +180,11 @@ func benchStore(b *testing.B, cl *kubetest.Cluster, cfg *config.Config) *kubesto
 }
 
 // benchEngine is an engine on st that acts on nothing.
-func benchEngine(b *testing.B, cfg *config.Config, st reclaim.Store) *reclaim.Engine {
-	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &reclaimtest.Actor{}, Clock: reclaimtest.NewClock().Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
+func benchEngine(b *testing.B, cfg *config.Config, st interface {
+	reclaim.Store
+	reclaim.Journal
+}) *reclaim.Engine {
+	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Journal: st, Actor: &reclaimtest.Actor{}, Clock: reclaimtest.NewClock().Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func (e *Engine) act(ctx context.Context, id string) {
 	// What the action will end is written with the decision (a kill's
 	// PIDs), so that after a restart the record says what was done.
 	var planned Plan
-	if p, ok := e.o.Actor.(Planner); ok && !resumed && !r.DryRun {
+	if p := e.o.Planner; p != nil && !resumed && !r.DryRun {
 		var err error
 		planned, err = p.Plan(ctx, r.Action, r)
 		if err != nil && !errors.Is(err, ErrGone) {

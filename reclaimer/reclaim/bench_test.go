@@ -41,7 +41,7 @@ func benchmarkIngest(b *testing.B, n int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &reclaimtest.Actor{}, Clock: reclaimtest.NewClock().Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
+		eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Journal: st, Actor: &reclaimtest.Actor{}, Clock: reclaimtest.NewClock().Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -80,7 +80,7 @@ func BenchmarkIngestOneAlertBeside100k(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &reclaimtest.Actor{}, Clock: reclaimtest.NewClock().Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
+	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Journal: st, Actor: &reclaimtest.Actor{}, Clock: reclaimtest.NewClock().Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func benchEngine(b *testing.B, cfg *config.Config, with func(*reclaim.Options)) 
 		b.Fatal(err)
 	}
 	clock := reclaimtest.NewClock()
-	o := reclaim.Options{Config: cfg, Store: st, Actor: &reclaimtest.Actor{}, Clock: clock.Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())}
+	o := reclaim.Options{Config: cfg, Store: st, Journal: st, Actor: &reclaimtest.Actor{}, Clock: clock.Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())}
 	if with != nil {
 		with(&o)
 	}

@@ -96,8 +96,8 @@ func (e *Engine) restore(ctx context.Context, id, by string) (*Reclaim, error) {
 	if r.Workload == nil || !stopped {
 		return nil, ErrNotRestorable
 	}
-	rs, ok := e.o.Actor.(Restorer)
-	if !ok {
+	rs := e.o.Restorer
+	if rs == nil {
 		return nil, ErrNotRestorable
 	}
 	// One restore per reclaim: the first asker claims it in the store, so

@@ -25,6 +25,15 @@ type Options struct {
 	Checker   AlertChecker
 	Inspector Inspector
 	Actor     Actor
+	// Planner, when set, says before an action what it sets out to end (a
+	// kill's PIDs), written with the decision; Restorer, when set, undoes
+	// a stop or a scale-down. Both are usually the Actor.
+	Planner  Planner
+	Restorer Restorer
+	// Journal, when set, records a notification before its decisions are
+	// all written and replays it at the start (journal-first ingest); the
+	// stores keep one.
+	Journal Journal
 	// Verifier looks whether an action freed the GPU and a restore ran the
 	// workload again; nil takes every action's word for it.
 	Verifier  Verifier

@@ -68,7 +68,7 @@ func (f *fixture) open() {
 	f.reg = prometheus.NewRegistry()
 	f.metrics = reclaim.NewMetrics(f.reg)
 	o := reclaim.Options{
-		Config: f.cfg, Store: f.st, Checker: f.checker, Inspector: f.inspector, Actor: f.actor,
+		Config: f.cfg, Store: f.st, Journal: f.st, Checker: f.checker, Inspector: f.inspector, Actor: f.actor, Planner: f.actor, Restorer: f.actor,
 		Notifiers: []reclaim.Notifier{f.notifier}, Clock: f.clock.Now, Metrics: f.metrics, Failpoint: f.failpoint,
 	}
 	if f.verifier != nil {
@@ -81,7 +81,7 @@ func (f *fixture) open() {
 // with starts an engine on the fixture's store, clock, actor and notifier,
 // but no checker or inspector, with its options changed.
 func (f *fixture) with(change func(*reclaim.Options)) {
-	o := reclaim.Options{Config: f.cfg, Store: f.st, Actor: f.actor, Notifiers: []reclaim.Notifier{f.notifier}, Clock: f.clock.Now, Metrics: f.metrics}
+	o := reclaim.Options{Config: f.cfg, Store: f.st, Journal: f.st, Actor: f.actor, Planner: f.actor, Restorer: f.actor, Notifiers: []reclaim.Notifier{f.notifier}, Clock: f.clock.Now, Metrics: f.metrics}
 	change(&o)
 	var err error
 	f.eng, err = reclaim.New(o)
@@ -1097,6 +1097,7 @@ func TestAMessageSentDuringAStoreOutageIsSentOnce(t *testing.T) {
 	tripped := map[string]bool{}
 	f.with(func(o *reclaim.Options) {
 		o.Store = st
+		o.Journal, _ = o.Store.(reclaim.Journal)
 		o.Failpoint = func(p string) {
 			if (p == "before-warning" || p == "before-final") && !tripped[p] {
 				tripped[p] = true
@@ -1156,7 +1157,7 @@ func (s *conflictStore) Write(rs []*reclaim.Reclaim, evs []reclaim.Event) error 
 func TestAConflictGoesOnFromTheStore(t *testing.T) {
 	f := newFixture(t, "")
 	st := &conflictStore{Store: f.st}
-	f.with(func(o *reclaim.Options) { o.Store = st })
+	f.with(func(o *reclaim.Options) { o.Store = st; o.Journal, _ = o.Store.(reclaim.Journal) })
 	f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"), reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-1"))
 	f.at(0)
 	st.on = true

@@ -31,7 +31,7 @@ func (e *Engine) IngestNotification(n *Notification) (IngestResult, error) {
 	if err := e.fenced(FencedWrite); err != nil {
 		return IngestResult{}, err
 	}
-	if j, ok := e.o.Store.(Journal); ok && len(n.Alerts) > JournalFirst {
+	if j := e.o.Journal; j != nil && len(n.Alerts) > JournalFirst {
 		return e.journalThenDecide(j, n)
 	}
 	e.mu.Lock()

@@ -98,9 +98,9 @@ func (e *Engine) verify(ctx context.Context, r *Reclaim) {
 func (e *Engine) notReleased(ctx context.Context, r *Reclaim, why string) {
 	inPlace := r.Workload != nil && !r.DryRun
 	if inPlace {
-		rs, ok := e.o.Actor.(Restorer)
+		rs := e.o.Restorer
 		switch {
-		case !ok:
+		case rs == nil:
 			why += fmt.Sprintf("; the stop of %s stays in place", r.Workload)
 		case e.o.Config.Release.OnNotReleased == config.NotReleasedKeep:
 			why += fmt.Sprintf("; the stop of %s stays in place (release.on_not_released: keep): the workload stops if its controller carries it out, and restoring takes it back", r.Workload)

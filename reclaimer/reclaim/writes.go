@@ -200,7 +200,8 @@ func (e *Engine) writeOut(batch []*pendingWrite) error {
 // arrived (0: until written); then, if nothing failed so far, it records
 // the alerts in the journal and answers: the rest are still being written.
 func (e *Engine) await(ws []*pendingWrite, n *Notification, arrived time.Time) error {
-	j, journal := e.o.Store.(Journal)
+	j := e.o.Journal
+	journal := j != nil
 	var timeout <-chan time.Time
 	if d := time.Duration(e.o.Config.Webhook.AnswerWithin); journal && d > 0 && len(ws) > 0 {
 		t := time.NewTimer(max(0, time.Until(arrived.Add(d))))
@@ -241,8 +242,8 @@ func (e *Engine) await(ws []*pendingWrite, n *Notification, arrived time.Time) e
 // retire deletes journal entries whose decisions are written; one left
 // behind is replayed, deciding nothing new.
 func (e *Engine) retire(ids ...string) {
-	j, ok := e.o.Store.(Journal)
-	if !ok {
+	j := e.o.Journal
+	if j == nil {
 		return
 	}
 	for _, id := range ids {
@@ -257,8 +258,8 @@ func (e *Engine) retire(ids ...string) {
 // those a replica answered and stopped before writing all of. The caller
 // holds e.mu or has not shared the engine yet.
 func (e *Engine) replay() error {
-	j, ok := e.o.Store.(Journal)
-	if !ok {
+	j := e.o.Journal
+	if j == nil {
 		return nil
 	}
 	entries, err := j.Replay()

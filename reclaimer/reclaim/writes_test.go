@@ -80,7 +80,7 @@ func (m *memJournal) ids() []string {
 func TestAnswerBeforeTheWriteEnds(t *testing.T) {
 	f := newFixture(t, "webhook: {bearer_token_file: token, answer_within: 200ms}\n")
 	g := &gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: &memJournal{}}
-	f.with(func(o *reclaim.Options) { o.Store = g })
+	f.with(func(o *reclaim.Options) { o.Store = g; o.Journal, _ = o.Store.(reclaim.Journal) })
 
 	res, err := f.eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")})
 	require.NoError(t, err, "answered while the write goes on")
@@ -120,7 +120,7 @@ func TestAnswerWithinCountsFromTheRequest(t *testing.T) {
 	f := newFixture(t, "webhook: {bearer_token_file: token, answer_within: 30s}\n")
 	g := &gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: &memJournal{}}
 	defer close(g.gate)
-	f.with(func(o *reclaim.Options) { o.Store = g })
+	f.with(func(o *reclaim.Options) { o.Store = g; o.Journal, _ = o.Store.(reclaim.Journal) })
 	answered := make(chan error, 1)
 	go func() {
 		_, err := f.eng.IngestNotification(&reclaim.Notification{Alerts: []reclaim.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")},
@@ -142,7 +142,7 @@ func TestAnswerWithinCountsFromTheRequest(t *testing.T) {
 func TestALargeNotificationIsJournaledFirst(t *testing.T) {
 	f := newFixture(t, "")
 	g := &gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: &memJournal{}}
-	f.with(func(o *reclaim.Options) { o.Store = g })
+	f.with(func(o *reclaim.Options) { o.Store = g; o.Journal, _ = o.Store.(reclaim.Journal) })
 	var alerts []reclaim.Alert
 	for i := range reclaim.JournalFirst + 1 {
 		alerts = append(alerts, reclaimtest.IdlePod("firing", reclaimtest.T0, fmt.Sprint("ns-", i%50), fmt.Sprint("nb-", i)))
@@ -168,7 +168,7 @@ func TestTheJournalIsReplayed(t *testing.T) {
 	f := newFixture(t, "webhook: {bearer_token_file: token, answer_within: 100ms}\n")
 	journal := &memJournal{}
 	g := &gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: journal}
-	f.with(func(o *reclaim.Options) { o.Store = g })
+	f.with(func(o *reclaim.Options) { o.Store = g; o.Journal, _ = o.Store.(reclaim.Journal) })
 	_, err := f.eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"), reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-1")})
 	require.NoError(t, err)
 	require.Len(t, journal.ids(), 1)
@@ -176,7 +176,7 @@ func TestTheJournalIsReplayed(t *testing.T) {
 
 	open := &gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: journal}
 	close(open.gate)
-	f.with(func(o *reclaim.Options) { o.Store = open })
+	f.with(func(o *reclaim.Options) { o.Store = open; o.Journal, _ = o.Store.(reclaim.Journal) })
 	require.NoError(t, f.eng.Flush())
 	stored, err := f.st.Load()
 	require.NoError(t, err)
@@ -192,7 +192,7 @@ func TestTheJournalIsReplayed(t *testing.T) {
 func TestRetryWaitsForTheFirstWrite(t *testing.T) {
 	f := newFixture(t, "webhook: {bearer_token_file: token, answer_within: 30s}\n")
 	g := &gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: &memJournal{}}
-	f.with(func(o *reclaim.Options) { o.Store = g })
+	f.with(func(o *reclaim.Options) { o.Store = g; o.Journal, _ = o.Store.(reclaim.Journal) })
 	alert := reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")
 	first := make(chan error, 1)
 	go func() { _, err := f.eng.Ingest([]reclaim.Alert{alert}); first <- err }()
@@ -235,8 +235,11 @@ func (s *slowBolt) Write(rs []*reclaim.Reclaim, evs []reclaim.Event) error {
 func TestTheBboltJournalIsReplayedAfterAStop(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
 	cfg := reclaimtest.Config(t, "webhook: {bearer_token_file: token, answer_within: 100ms}\n")
-	engine := func(st reclaim.Store) *reclaim.Engine {
-		eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &reclaimtest.Actor{}, Clock: reclaimtest.NewClock().Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
+	engine := func(st interface {
+		reclaim.Store
+		reclaim.Journal
+	}) *reclaim.Engine {
+		eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Journal: st, Actor: &reclaimtest.Actor{}, Clock: reclaimtest.NewClock().Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
 		require.NoError(t, err)
 		return eng
 	}
@@ -292,6 +295,7 @@ func TestAJournaledNotificationIsLeftToTheNextLeader(t *testing.T) {
 			reclaim.Store
 			*losingJournal
 		}{f.st, &losingJournal{journal, l}}
+		o.Journal = o.Store.(reclaim.Journal)
 		o.Leadership = l
 	})
 	var alerts []reclaim.Alert
@@ -307,6 +311,7 @@ func TestAJournaledNotificationIsLeftToTheNextLeader(t *testing.T) {
 
 	f.with(func(o *reclaim.Options) {
 		o.Store = &gatedStore{Store: f.st, gate: closedGate(), memJournal: journal}
+		o.Journal = o.Store.(reclaim.Journal)
 		o.Leadership = &lease{token: 2}
 	})
 	require.NoError(t, f.eng.Flush())
@@ -338,6 +343,7 @@ func TestLargeNotificationsAreDecidedOneAtATime(t *testing.T) {
 			reclaim.Store
 			*listingJournal
 		}{f.st, j}
+		o.Journal = o.Store.(reclaim.Journal)
 	})
 	// As the webhook gives it: the body is journaled as it came, at once.
 	body := journalFirstPlusOne(t)
@@ -390,7 +396,7 @@ func (s *sizedStore) Write(rs []*reclaim.Reclaim, evs []reclaim.Event) error {
 func TestNotificationsQueuedTogetherAreWrittenTogether(t *testing.T) {
 	f := newFixture(t, "webhook: {bearer_token_file: token, answer_within: 50ms}\n")
 	s := &sizedStore{gatedStore: gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: &memJournal{}}}
-	f.with(func(o *reclaim.Options) { o.Store = s })
+	f.with(func(o *reclaim.Options) { o.Store = s; o.Journal, _ = o.Store.(reclaim.Journal) })
 
 	for _, a := range []reclaim.Alert{
 		reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"), // written first, alone

@@ -97,7 +97,7 @@ policies:
 	st, err := store.Open(filepath.Join(t.TempDir(), "s.db"), time.Second)
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Close() })
-	e.eng, err = reclaim.New(reclaim.Options{Config: e.cfg, Store: st, Checker: checker, Actor: e.actor,
+	e.eng, err = reclaim.New(reclaim.Options{Config: e.cfg, Store: st, Journal: st, Checker: checker, Actor: e.actor, Planner: e.actor, Restorer: e.actor,
 		Notifiers: []reclaim.Notifier{e.notifier}, Clock: e.clock.Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
 	require.NoError(t, err)
 	e.st = st
@@ -661,7 +661,7 @@ type crash struct{}
 // then updates it.
 func TestAWarningIsPostedOnceAcrossACrash(t *testing.T) {
 	e := newEnv(t, "", owners{"ml/nb-0": "U0CAROL"}, false, &reclaimtest.Checker{})
-	crashing, err := reclaim.New(reclaim.Options{Config: e.cfg, Store: e.st, Actor: e.actor, Notifiers: []reclaim.Notifier{e.notifier},
+	crashing, err := reclaim.New(reclaim.Options{Config: e.cfg, Store: e.st, Journal: e.st, Actor: e.actor, Planner: e.actor, Restorer: e.actor, Notifiers: []reclaim.Notifier{e.notifier},
 		Clock: e.clock.Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry()),
 		Failpoint: func(p string) {
 			if p == "after-warning" {
@@ -678,7 +678,7 @@ func TestAWarningIsPostedOnceAcrossACrash(t *testing.T) {
 	}()
 	require.Len(t, e.slack.Posts(), 1)
 
-	restarted, err := reclaim.New(reclaim.Options{Config: e.cfg, Store: e.st, Actor: e.actor, Notifiers: []reclaim.Notifier{e.notifier},
+	restarted, err := reclaim.New(reclaim.Options{Config: e.cfg, Store: e.st, Journal: e.st, Actor: e.actor, Planner: e.actor, Restorer: e.actor, Notifiers: []reclaim.Notifier{e.notifier},
 		Clock: e.clock.Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
 	require.NoError(t, err)
 	e.eng = restarted

@@ -129,7 +129,7 @@ func benchServer(b *testing.B, cfgYAML string) (*web.Server, *reclaim.Engine) {
 	b.Cleanup(func() { st.Close() })
 	clock := reclaimtest.NewClock()
 	reg := prometheus.NewRegistry()
-	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &reclaimtest.Actor{}, Clock: clock.Now, Metrics: reclaim.NewMetrics(reg)})
+	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Journal: st, Actor: &reclaimtest.Actor{}, Clock: clock.Now, Metrics: reclaim.NewMetrics(reg)})
 	if err != nil {
 		b.Fatal(err)
 	}

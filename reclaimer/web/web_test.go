@@ -54,12 +54,13 @@ func newServer(t *testing.T, broken bool) *server {
 	t.Cleanup(func() { st.Close() })
 	s := &server{store: st}
 	var use reclaim.Store = st
+	var journal reclaim.Journal = st
 	if broken {
-		use = brokenStore{st, &s.healed}
+		use, journal = brokenStore{st, &s.healed}, nil // no journal: every write answers for itself
 	}
 	s.clock = reclaimtest.NewClock()
 	reg := prometheus.NewRegistry()
-	s.engine, err = reclaim.New(reclaim.Options{Config: cfg, Store: use, Actor: &reclaimtest.Actor{}, Clock: s.clock.Now, Metrics: reclaim.NewMetrics(reg)})
+	s.engine, err = reclaim.New(reclaim.Options{Config: cfg, Store: use, Journal: journal, Actor: &reclaimtest.Actor{}, Clock: s.clock.Now, Metrics: reclaim.NewMetrics(reg)})
 	require.NoError(t, err)
 	s.Server = httptest.NewServer(web.New(web.Options{Config: cfg, Engine: s.engine, Logger: nil, Clock: s.clock.Now, Registry: reg}))
 	t.Cleanup(s.Close)
@@ -328,7 +329,7 @@ func TestReadersAuth(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
 	reg := prometheus.NewRegistry()
-	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &reclaimtest.Actor{}, Clock: reclaimtest.NewClock().Now, Metrics: reclaim.NewMetrics(reg)})
+	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Journal: st, Actor: &reclaimtest.Actor{}, Clock: reclaimtest.NewClock().Now, Metrics: reclaim.NewMetrics(reg)})
 	require.NoError(t, err)
 	srv := httptest.NewServer(web.New(web.Options{Config: cfg, Engine: eng, Clock: time.Now, Registry: reg}))
 	t.Cleanup(srv.Close)
@@ -370,7 +371,7 @@ func TestWebhookReadsAtMostMaxConcurrentAtOnce(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	clock := reclaimtest.NewClock()
 	reg := prometheus.NewRegistry()
-	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Actor: &reclaimtest.Actor{}, Clock: clock.Now, Metrics: reclaim.NewMetrics(reg)})
+	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Journal: st, Actor: &reclaimtest.Actor{}, Clock: clock.Now, Metrics: reclaim.NewMetrics(reg)})
 	require.NoError(t, err)
 	srv := httptest.NewServer(web.New(web.Options{Config: cfg, Engine: eng, Clock: clock.Now, Registry: reg, TurnWait: 50 * time.Millisecond}))
 	t.Cleanup(srv.Close)
