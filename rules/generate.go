@@ -522,28 +522,24 @@ and on (%s)
 	}
 }
 
-// pauses is the pause history's settings, when a class keeps one (every
-// class's window is the same: validateClasses).
+// pauses and quiet are a class's settings of each, when one has them
+// (every class's window of them is the same: validateClasses).
 func (c Config) pauses() *Pauses {
-	var p *Pauses
-	for _, k := range c.idleClasses() {
-		if k.pauses != nil {
-			p = k.pauses
-		}
-	}
-	return p
+	return fromAnyClass(c, func(k idleClass) *Pauses { return k.pauses })
 }
 
-// quiet is a class's quiet settings, when one has them (every class's
-// namespace window is the same: validateClasses).
 func (c Config) quiet() *Quiet {
-	var q *Quiet
+	return fromAnyClass(c, func(k idleClass) *Quiet { return k.quiet })
+}
+
+func fromAnyClass[T any](c Config, of func(idleClass) *T) *T {
+	var v *T
 	for _, k := range c.idleClasses() {
-		if k.quiet != nil {
-			q = k.quiet
+		if p := of(k); p != nil {
+			v = p
 		}
 	}
-	return q
+	return v
 }
 
 // idleSinceRule remembers, per owner, when the unit was last busy (or
