@@ -105,6 +105,7 @@ const committedRules = "../../rules/gpureclaim.rules.yml"
 // reclaimer's copy fires idle.reclaim_after later and the owner is warned;
 // the action comes a grace period after that. Nothing comes back.
 func TestIdleForGood(t *testing.T) {
+	t.Parallel()
 	h := history(t, 240, map[string]func(int) float64{"gone": goneAt(60)})
 	res := run(t, h, committedRules, policy(t, ""))
 	w := res.Workloads[0]
@@ -122,6 +123,7 @@ func TestIdleForGood(t *testing.T) {
 // serving class (its controller, a ReplicaSet, as kube-state-metrics would
 // say): it is warned after serving's reclaim_after, not idle's.
 func TestIdleClasses(t *testing.T) {
+	t.Parallel()
 	h := history(t, 300, map[string]func(int) float64{"gone": goneAt(60)})
 	c, err := rules.Load("../../rules/classes.yaml")
 	require.NoError(t, err)
@@ -137,6 +139,7 @@ func TestIdleClasses(t *testing.T) {
 }
 
 func TestBusyIsLeftAlone(t *testing.T) {
+	t.Parallel()
 	h := history(t, 240, map[string]func(int) float64{"busy": busy})
 	res := run(t, h, committedRules, policy(t, ""))
 	require.Empty(t, res.Workloads[0].Warned)
@@ -146,6 +149,7 @@ func TestBusyIsLeftAlone(t *testing.T) {
 
 // A workload that pauses for 20 minutes every hour, over six hours.
 func TestPausesTwentyMinutesEveryHour(t *testing.T) {
+	t.Parallel()
 	h := history(t, 361, map[string]func(int) float64{"pauses": pauses})
 
 	t.Run("the old defaults reclaim every pause, and regret it", func(t *testing.T) {
@@ -180,6 +184,7 @@ func TestPausesTwentyMinutesEveryHour(t *testing.T) {
 // told, nothing is scaled; a Job is suspended, freeing its GPU until work
 // comes back; a bare pod is evicted.
 func TestControllersDecideTheAction(t *testing.T) {
+	t.Parallel()
 	h := history(t, 240, map[string]func(int) float64{"gone": goneAt(30)})
 	h.Workloads[0].TopOwner = reclaim.TopOwner{APIVersion: "apps/v1", Kind: "Deployment", Name: "serve", Replicas: 3, Stop: reclaim.StopScale}
 	res := run(t, h, committedRules, policy(t, ""))
@@ -204,6 +209,7 @@ func TestControllersDecideTheAction(t *testing.T) {
 
 // The report and the plot of a small fleet, as golden files.
 func TestReportAndPlot(t *testing.T) {
+	t.Parallel()
 	h := history(t, 300, map[string]func(int) float64{
 		"a-gone":   goneAt(60),
 		"b-pauses": pauses,

@@ -12,6 +12,7 @@ import (
 // work, and one of 20 (too short to free anything without regret) before
 // one of 200 that never ends.
 func TestBounds(t *testing.T) {
+	t.Parallel()
 	run := func(parts ...int) (activity, memory []float64) {
 		busy := true
 		for _, n := range parts {

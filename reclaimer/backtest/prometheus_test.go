@@ -50,6 +50,7 @@ func unit(name, uuid string, extra ...string) map[string]string {
 // half an hour (SM activity, from GPM) and a Slurm job on bare metal that
 // stays busy (utilization only, no GPM).
 func TestFromPrometheus(t *testing.T) {
+	t.Parallel()
 	const steps = 240
 	js := export(t, steps,
 		sampled(unit("gpureclaim_unit_info", "GPU-a", "node", "gpu-node-1", "kind", "gpu", "model", "H100"), steps, always(1)),
@@ -90,6 +91,7 @@ func TestFromPrometheus(t *testing.T) {
 }
 
 func TestFromPrometheusRefusesWhatItCannotReplay(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ in, want string }{
 		{"<html>", "not a query_range answer"},
 		{`{"status":"error","error":"query timed out"}`, "the query failed: query timed out"},
@@ -122,6 +124,7 @@ func dcgm(field, gpu, uuid string, extra ...string) map[string]string {
 // hour, a serving pod's whole GPU that stays busy (utilization only, no
 // profiling), and a GPU no pod holds.
 func TestFromPrometheusDCGM(t *testing.T) {
+	t.Parallel()
 	const steps = 240
 	nb := []string{"GPU_I_ID", "3", "GPU_I_PROFILE", "3g.40gb", "exported_namespace", "ml", "exported_pod", "nb-0", "exported_container", "notebook"}
 	srv := []string{"exported_namespace", "serving", "exported_pod", "llm-0", "exported_container", "server"}

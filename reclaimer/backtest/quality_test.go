@@ -33,6 +33,7 @@ func diurnal(i int) float64 {
 //     and restored on demand the moment its morning traffic comes;
 //   - one abandoned after two hours is reclaimed once and never restored.
 func TestKnownAnswers(t *testing.T) {
+	t.Parallel()
 	const days = 2
 	h := history(t, days*1440, map[string]func(int) float64{
 		"pauses":    pauses,
@@ -80,6 +81,7 @@ func TestKnownAnswers(t *testing.T) {
 // reclaims every one and regrets it, and restore_when brings the workload
 // back the step its work returns.
 func TestRegretsRestoredOnDemand(t *testing.T) {
+	t.Parallel()
 	h := history(t, 361, map[string]func(int) float64{"pauses": pauses})
 	res, err := backtest.Run(context.Background(), h, backtest.Options{
 		RuleFiles: []string{rulesFile(t, "idle: {reclaim_after: 10m}")}, Dir: t.TempDir(), RestoreOnDemand: true,
@@ -118,6 +120,7 @@ func TestRegretsRestoredOnDemand(t *testing.T) {
 // The split depends on the workload's ID alone, holds apart about the
 // share asked for, and the two sets add up to the whole.
 func TestHeldApartSplit(t *testing.T) {
+	t.Parallel()
 	held := 0
 	for i := range 1000 {
 		id := fmt.Sprintf("pod-%d", i)
@@ -148,6 +151,7 @@ func TestHeldApartSplit(t *testing.T) {
 // under a regret share, or a number of cold starts per workload-day, and
 // the plot places every point.
 func TestFrontier(t *testing.T) {
+	t.Parallel()
 	curve := []backtest.FrontierPoint{
 		{Label: "30m", Regret: 0.6, ColdStarts: 3.2, Freed: 0.8, Curve: true},
 		{Label: "60m", Regret: 0.3, ColdStarts: 1.1, Freed: 0.5, Curve: true},
