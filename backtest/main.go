@@ -43,6 +43,7 @@ type backtestOptions struct {
 	bounds                        bool
 	boundDelays                   []time.Duration
 	boundColdStarts               []float64
+	boundDelay                    time.Duration
 }
 
 func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, error) {
@@ -70,6 +71,7 @@ func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, erro
 	fs.StringVar(&o.plotWorkload, "plot.workload", "", "Plot this workload's activity with the warnings and reclaims (SVG).")
 	fs.StringVar(&o.plotFile, "plot.file", "backtest.svg", "Where the plot goes.")
 	fs.BoolVar(&o.bounds, "report.bounds", false, "Print, instead of replaying rules, the most any policy could free at a cost in cold starts: one that knows how long every pause lasts, acts --bound.delays into the pauses it picks, and picks within --bound.cold-starts per workload-day. If a target is above it, no policy reaches it.")
+	fs.DurationVar(&o.boundDelay, "report.bound-delay", 0, "Also give each total the bound (see --report.bounds) at this delay and at the cold starts per workload-day the replay spent, and the share of it the policy freed; 0 leaves it out.")
 	delays := fs.String("bound.delays", "0s,15m,30m,60m", "With --report.bounds: how long a pause lasts before the policy acts (the idle alert's wait and the grace), comma-separated.")
 	budgets := fs.String("bound.cold-starts", "0.5,1,2,5", "With --report.bounds: cold starts per workload-day the policy may spend, comma-separated.")
 	fs.BoolVar(&o.printVersion, "version", false, "Print the version and exit.")
@@ -170,6 +172,9 @@ func runBacktest(ctx context.Context, o *backtestOptions, stdout io.Writer) erro
 		return err
 	}
 	rep := backtest.Summarize(res, o.heldApart)
+	if o.boundDelay > 0 {
+		rep.SetBounds(h, o.threshold, o.regret, o.boundDelay, o.heldApart)
+	}
 	switch o.format {
 	case "json":
 		err = rep.JSON(stdout)

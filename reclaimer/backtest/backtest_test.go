@@ -119,6 +119,27 @@ func TestIdleForGood(t *testing.T) {
 	require.Equal(t, 239-act, w.Freed)
 }
 
+// On a workload that stops for good the defaults free what a policy that
+// knows the future frees acting as late (all of the pause after the
+// action, no cold start): the report gives that bound beside the figure,
+// and the share of it freed, 100%. Acting sooner, the bound is more.
+func TestReportBesideItsBound(t *testing.T) {
+	t.Parallel()
+	h := history(t, 240, map[string]func(int) float64{"gone": goneAt(60)})
+	res := run(t, h, committedRules, policy(t, ""))
+	act := res.Workloads[0].Reclaims[0].At
+	rep := backtest.Summarize(res, 0)
+	rep.SetBounds(h, res.IdleThreshold, res.RegretWindow, time.Duration(act-60)*time.Minute, 0)
+	require.NotNil(t, rep.Total.Bound)
+	require.Zero(t, rep.Total.Bound.ColdStartsPerWorkloadDay)
+	require.InDelta(t, 1, rep.Total.ShareOfBound(), 1e-9)
+	rep.SetBounds(h, res.IdleThreshold, res.RegretWindow, 25*time.Minute, 0)
+	require.Less(t, rep.Total.ShareOfBound(), 1.0)
+	var md bytes.Buffer
+	require.NoError(t, rep.Markdown(&md, 0))
+	require.Contains(t, md.String(), "at 25m (")
+}
+
 // Under the rules of rules/classes.yaml a Deployment's pod is in the
 // serving class (its controller, a ReplicaSet, as kube-state-metrics would
 // say): it is warned after serving's reclaim_after, not idle's.

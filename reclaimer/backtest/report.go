@@ -43,6 +43,35 @@ type Figures struct {
 	ColdStarts       int     `json:"cold_starts"`
 	OwnerWaitMinutes float64 `json:"owner_wait_minutes"`
 	WorkloadDays     float64 `json:"workload_days"`
+	// Bound, when asked (SetBounds), is the most a policy that knows the
+	// future frees without regret on these workloads at Bound.Delay and
+	// the same cold starts per workload-day: the policy's figure beside
+	// what any policy could do.
+	Bound *Bound `json:"bound,omitempty"`
+}
+
+// ShareOfBound is the freed-without-regret minutes as a share of the
+// bound's; 0 without one.
+func (f Figures) ShareOfBound() float64 {
+	if f.Bound == nil || f.Bound.Freed == 0 || f.ReclaimableMinutes == 0 {
+		return 0
+	}
+	return f.RegretFreeMinutes / f.ReclaimableMinutes / f.Bound.Freed
+}
+
+// SetBounds gives the report's totals (all, tuned, held apart) their
+// bound at delay and at the cold starts each spent, as Bounds counts.
+func (rep *Report) SetBounds(h History, threshold float64, regret, delay time.Duration, heldApart float64) {
+	set := func(f *Figures, keep func(string) bool) {
+		if f == nil {
+			return
+		}
+		b := Bounds(h, threshold, regret, []time.Duration{delay}, []float64{f.ColdStartsPerWorkloadDay()}, keep)[0]
+		f.Bound = &b
+	}
+	set(&rep.Total, func(string) bool { return true })
+	set(rep.Tuned, func(id string) bool { return !IsHeldApart(id, heldApart) })
+	set(rep.HeldApart, func(id string) bool { return IsHeldApart(id, heldApart) })
 }
 
 // ColdStartsPerWorkloadDay is how often, on average, a workload's returning
@@ -206,13 +235,32 @@ func actions(m map[string]int) string {
 
 func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
 
-var header = []string{"", "workloads", "held GPU-min", "idle GPU-min", "reclaimable", "freed GPU-min", "recovered", "freed w/o regret", "warnings", "reclaims", "regret", "restored on demand", "cold starts", "by action"}
+// columns are the report's header and its row of a total: the bound's
+// column only when the report has one.
+func (rep Report) columns() ([]string, func(Figures) []string) {
+	n := len(columns)
+	if rep.Total.Bound == nil {
+		n--
+	}
+	return columns[:n], func(f Figures) []string { return figureRow(f)[:n] }
+}
 
-func row(f Figures) []string {
+var columns = []string{"", "workloads", "held GPU-min", "idle GPU-min", "reclaimable", "freed GPU-min", "recovered", "freed w/o regret", "warnings", "reclaims", "regret", "restored on demand", "cold starts", "by action", "bound: freed w/o regret"}
+
+func figureRow(f Figures) []string {
 	return []string{f.Name, fmt.Sprint(f.Workloads), fmt.Sprintf("%.0f", f.HeldMinutes), fmt.Sprintf("%.0f", f.IdleMinutes),
 		fmt.Sprintf("%.0f", f.ReclaimableMinutes), fmt.Sprintf("%.0f", f.FreedMinutes), pct(f.Recovered()),
 		fmt.Sprintf("%.0f", f.RegretFreeMinutes), fmt.Sprint(f.Warnings), fmt.Sprint(f.Reclaims),
-		fmt.Sprintf("%d (%s)", f.Regrets, pct(f.RegretShare())), restored(f), coldStarts(f), actions(f.ByAction)}
+		fmt.Sprintf("%d (%s)", f.Regrets, pct(f.RegretShare())), restored(f), coldStarts(f), actions(f.ByAction), bound(f)}
+}
+
+// bound says what a policy that knows the future frees at the same delay
+// and cold starts, and the share of it this policy freed.
+func bound(f Figures) string {
+	if f.Bound == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%s at %s (%s of it)", pct(f.Bound.Freed), model.Duration(f.Bound.Delay), pct(f.ShareOfBound()))
 }
 
 // restored says how many regrets restore_when brought back, and how long
@@ -236,6 +284,7 @@ func coldStarts(f Figures) string {
 // Text writes the report as aligned columns; top bounds the owners and
 // workloads listed (0: all).
 func (rep Report) Text(w io.Writer, top int) error {
+	header, row := rep.columns()
 	fmt.Fprintf(w, "%s to %s; idle: activity at or under %g; regret: work back within %s of a reclaim\n\n",
 		rep.Start.UTC().Format(time.RFC3339), rep.End.UTC().Format(time.RFC3339), rep.IdleThreshold, rep.RegretWindow)
 	var buf bytes.Buffer
@@ -279,6 +328,7 @@ func (rep Report) Text(w io.Writer, top int) error {
 
 // Markdown writes the totals and the owners as a Markdown table.
 func (rep Report) Markdown(w io.Writer, top int) error {
+	header, row := rep.columns()
 	cells := func(c []string) { fmt.Fprintf(w, "| %s |\n", strings.Join(c, " | ")) }
 	cells(header)
 	sep := make([]string, len(header))
