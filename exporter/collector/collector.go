@@ -25,7 +25,7 @@ func All(src Source, clock func() time.Time) []prometheus.Collector {
 // FromSnapshot returns the collectors that read nothing but the snapshot,
 // which a SnapshotGatherer may cache.
 func FromSnapshot(src Source) []prometheus.Collector {
-	return []prometheus.Collector{NewGPU(src), NewUnit(src), NewMIG(src), NewOwner(src)}
+	return []prometheus.Collector{NewGPU(src), NewUnit(src), NewMIG(src), NewHolder(src)}
 }
 
 // desc describes a metric; its name is written whole, so that searching

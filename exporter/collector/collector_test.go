@@ -153,14 +153,14 @@ func TestDemoShowsEveryCase(t *testing.T) {
 	// MPS: a server, three tenants, memory nearly full
 	require.Equal(t, 1.0, value("gpureclaim_gpu_mps_server_running", map[string]string{"gpu_uuid": uuid(5)}))
 	require.Equal(t, 3.0, value("gpureclaim_gpu_mps_clients", map[string]string{"gpu_uuid": uuid(5)}))
-	require.Len(t, snap.GPUs[5].Units[0].Owners, 3)
+	require.Len(t, snap.GPUs[5].Units[0].Holders, 3)
 	used := value("gpureclaim_unit_memory_used_bytes", map[string]string{"uuid": uuid(5)})
 	total := value("gpureclaim_unit_memory_total_bytes", map[string]string{"uuid": uuid(5)})
 	require.Greater(t, used/total, 0.95)
 	// free
 	for _, i := range []int{6, 7} {
 		require.Zero(t, value("gpureclaim_unit_processes", map[string]string{"uuid": uuid(i)}))
-		require.Empty(t, snap.GPUs[i].Units[0].Owners)
+		require.Empty(t, snap.GPUs[i].Units[0].Holders)
 	}
 }
 

@@ -81,24 +81,24 @@ func TestStatesAreTrueToTheDriver(t *testing.T) {
 	t.Run("a process /proc cannot place holds its unit, unattributed", func(t *testing.T) {
 		u := g[1].Units[0]
 		require.Equal(t, 1, u.Unattributed)
-		require.Len(t, u.Owners, 1)
-		require.Equal(t, names.UnattributedUser, u.Owners[0].User)
-		require.EqualValues(t, 10<<30, u.Owners[0].MemoryUsed)
+		require.Len(t, u.Holders, 1)
+		require.Equal(t, names.UnattributedUser, u.Holders[0].User)
+		require.EqualValues(t, 10<<30, u.Holders[0].MemoryUsed)
 		require.Equal(t, 1, strings.Count(logs.String(), "processes NVML lists cannot be attributed"), "each cause once:\n%s", logs.String())
 		require.Contains(t, logs.String(), "another PID namespace")
 
 		pod := g[2].Units[0]
 		require.Equal(t, 1, pod.Unattributed)
-		require.Len(t, pod.Owners, 1)
-		require.Equal(t, "nb", pod.Owners[0].Pod, "the kubelet's one allocation names the owner")
-		require.Equal(t, 1, pod.Owners[0].Processes)
+		require.Len(t, pod.Holders, 1)
+		require.Equal(t, "nb", pod.Holders[0].Pod, "the kubelet's one allocation names the owner")
+		require.Equal(t, 1, pod.Holders[0].Processes)
 	})
 
 	t.Run("a graphics process holds the GPU", func(t *testing.T) {
 		u := g[3].Units[0]
 		require.Len(t, u.Processes, 1)
 		require.True(t, u.Processes[0].Graphics)
-		require.Equal(t, "bob", u.Owners[0].User)
+		require.Equal(t, "bob", u.Holders[0].User)
 	})
 
 	t.Run("MPS NOT_SUPPORTED: no client count", func(t *testing.T) {
@@ -117,7 +117,7 @@ func TestAttributionOff(t *testing.T) {
 	s := smp.Sample(t.Context())
 	u := s.GPUs[3].Units[0]
 	require.Equal(t, 1, u.Unattributed)
-	require.Equal(t, names.UnattributedUser, u.Owners[0].User)
+	require.Equal(t, names.UnattributedUser, u.Holders[0].User)
 	require.Contains(t, logs.String(), "process attribution is off")
 }
 

@@ -175,7 +175,7 @@ type ownerKey struct {
 // the Slurm jobs slurmctld allocated its GPU to, and the owners of its
 // processes. A process in a pod counts for its pod's container; a process
 // outside any pod for its Unix user and Slurm job.
-func (c *cycle) owners(g *GPU, u *Unit) []Owner {
+func (c *cycle) owners(g *GPU, u *Unit) []Holder {
 	gpuIndex := g.Index
 	allocated := c.s.allocs.Units[u.UUID]
 	if k, ok := unitDRAKey(g, u); ok {
@@ -183,12 +183,12 @@ func (c *cycle) owners(g *GPU, u *Unit) []Owner {
 		c.draUsed[k] = true
 	}
 	allocated = append(slices.Clone(allocated), c.draByUUID[u.UUID]...)
-	byKey := map[ownerKey]*Owner{}
+	byKey := map[ownerKey]*Holder{}
 	var order []ownerKey
-	get := func(k ownerKey) *Owner {
+	get := func(k ownerKey) *Holder {
 		o, ok := byKey[k]
 		if !ok {
-			o = &Owner{Namespace: k.namespace, Pod: k.pod, Container: k.container, User: k.user, SlurmJob: k.slurmJob, Claim: k.claim}
+			o = &Holder{Namespace: k.namespace, Pod: k.pod, Container: k.container, User: k.user, SlurmJob: k.slurmJob, Claim: k.claim}
 			if k.pod != "" && c.s.cfg.Pods != nil {
 				if m, ok := c.s.cfg.Pods.PodByName(k.namespace, k.pod); ok {
 					o.Keep = m.Keep
@@ -248,7 +248,7 @@ func (c *cycle) owners(g *GPU, u *Unit) []Owner {
 		}
 		return a.slurmJob < b.slurmJob
 	})
-	out := make([]Owner, 0, len(order))
+	out := make([]Holder, 0, len(order))
 	for _, k := range order {
 		out = append(out, *byKey[k])
 	}

@@ -395,7 +395,7 @@ func (c *cycle) gpu(i int) (g GPU) {
 	start = time.Now()
 	c.track(StepProcesses, start, c.processes(dev, &g))
 	for j := range g.Units {
-		g.Units[j].Owners = c.owners(&g, &g.Units[j])
+		g.Units[j].Holders = c.owners(&g, &g.Units[j])
 	}
 	return g
 }

@@ -60,9 +60,9 @@ gpus:
 	}
 	require.Equal(t, "3g.20gb", g.Units[0].MIG.Profile)
 	require.Equal(t, 3, g.Units[0].MIG.Slices)
-	require.Equal(t, []sampler.Owner{{Namespace: "team-a", Pod: "a", Container: "c", MemoryUsed: 9 << 30, Processes: 1, StartTime: samplertest.T0.Add(0)}}, g.Units[0].Owners)
-	require.Equal(t, []sampler.Owner{{Namespace: "team-b", Pod: "b", Container: "c"}}, g.Units[1].Owners, "allocated, no process: held all the same")
-	require.Equal(t, "root", g.Units[2].Owners[0].User)
+	require.Equal(t, []sampler.Holder{{Namespace: "team-a", Pod: "a", Container: "c", MemoryUsed: 9 << 30, Processes: 1, StartTime: samplertest.T0.Add(0)}}, g.Units[0].Holders)
+	require.Equal(t, []sampler.Holder{{Namespace: "team-b", Pod: "b", Container: "c"}}, g.Units[1].Holders, "allocated, no process: held all the same")
+	require.Equal(t, "root", g.Units[2].Holders[0].User)
 	var names []string
 	for _, p := range g.Profiles {
 		names = append(names, p.Name)
@@ -78,8 +78,8 @@ func TestMPSClientsAreTheTenants(t *testing.T) {
 	require.Equal(t, sampler.Gauge{V: 3, OK: true}, g.MPSClients)
 	u := g.Units[0]
 	require.Len(t, u.Processes, 4, "the server and three clients")
-	require.Len(t, u.Owners, 3, "the server is no tenant")
-	for _, o := range u.Owners {
+	require.Len(t, u.Holders, 3, "the server is no tenant")
+	for _, o := range u.Holders {
 		require.Equal(t, "serving", o.Namespace)
 		require.Equal(t, 1, o.Processes)
 		require.False(t, o.SMUtil.OK, "NVML reports MPS utilization for the server only")
@@ -110,16 +110,16 @@ func TestSharedGPUAttributionThroughCgroups(t *testing.T) {
 	n := samplertest.Start(t, samplertest.Scenario(t, sharedScenario), nil)
 	s := n.SampleAt(t, time.Minute, 5*time.Second)
 	u := s.GPUs[2].Units[0]
-	require.Len(t, u.Owners, 3)
-	alice, p1, p2 := u.Owners[0], u.Owners[1], u.Owners[2] // sorted: no namespace first
-	require.Equal(t, sampler.Owner{Namespace: "ns1", Pod: "p1", Container: "web", MemoryUsed: 10 << 30, SMUtil: sampler.Gauge{V: 0.4, OK: true}, Processes: 1, StartTime: samplertest.T0}, p1)
+	require.Len(t, u.Holders, 3)
+	alice, p1, p2 := u.Holders[0], u.Holders[1], u.Holders[2] // sorted: no namespace first
+	require.Equal(t, sampler.Holder{Namespace: "ns1", Pod: "p1", Container: "web", MemoryUsed: 10 << 30, SMUtil: sampler.Gauge{V: 0.4, OK: true}, Processes: 1, StartTime: samplertest.T0}, p1)
 	require.Equal(t, "ns2", p2.Namespace)
 	require.Equal(t, "worker", p2.Container)
 	require.EqualValues(t, 21<<30, p2.MemoryUsed)
 	require.InDelta(t, 0.15, p2.SMUtil.V, 1e-9)
 	require.Equal(t, 2, p2.Processes)
 	require.Equal(t, samplertest.T0.Add(-time.Hour), p2.StartTime, "the oldest process")
-	require.Equal(t, sampler.Owner{User: "alice", MemoryUsed: 2 << 30, Processes: 1, StartTime: samplertest.T0}, alice, "outside any pod")
+	require.Equal(t, sampler.Holder{User: "alice", MemoryUsed: 2 << 30, Processes: 1, StartTime: samplertest.T0}, alice, "outside any pod")
 }
 
 // On a shared unit, a process whose pod the exporter cannot name counts for
@@ -135,7 +135,7 @@ func TestSharedGPUWithoutPodMetadataIsUnattributed(t *testing.T) {
 			s := n.SampleAt(t, time.Minute, 5*time.Second)
 			u := s.GPUs[2].Units[0]
 			var holders []string
-			for _, o := range u.Owners {
+			for _, o := range u.Holders {
 				holders = append(holders, o.Pod+o.User)
 				if o.Pod != "" {
 					require.Zero(t, o.Processes, "two pods share the GPU: no process is credited to either")
@@ -167,11 +167,11 @@ gpus:
       - {pid: 300, pod: intruder, memory_used: 1GiB, sm_util: 0.5}
 `), nil)
 	u := n.SampleAt(t, time.Minute, 5*time.Second).GPUs[0].Units[0]
-	require.Len(t, u.Owners, 2)
-	require.Equal(t, "holder", u.Owners[0].Pod)
-	require.Zero(t, u.Owners[0].Processes, "the holder runs nothing")
-	require.Equal(t, "intruder", u.Owners[1].Pod)
-	require.Equal(t, 1, u.Owners[1].Processes)
+	require.Len(t, u.Holders, 2)
+	require.Equal(t, "holder", u.Holders[0].Pod)
+	require.Zero(t, u.Holders[0].Processes, "the holder runs nothing")
+	require.Equal(t, "intruder", u.Holders[1].Pod)
+	require.Equal(t, 1, u.Holders[1].Processes)
 }
 
 func TestKeepMarkFromPodMetadata(t *testing.T) {
@@ -186,8 +186,8 @@ gpus:
   - {index: 1, pods: [other]}
 `), nil)
 	s := n.SampleAt(t, time.Minute, 5*time.Second)
-	require.True(t, s.GPUs[0].Units[0].Owners[0].Keep)
-	require.False(t, s.GPUs[1].Units[0].Owners[0].Keep)
+	require.True(t, s.GPUs[0].Units[0].Holders[0].Keep)
+	require.False(t, s.GPUs[1].Units[0].Holders[0].Keep)
 }
 
 func TestAGPULostMidRunLeavesTheOthers(t *testing.T) {
@@ -277,18 +277,18 @@ func TestAPanicOnOneGPUDoesNotBlankTheOthers(t *testing.T) {
 func TestKilledProcessLeavesItsOwnerBehind(t *testing.T) {
 	n := samplertest.Start(t, samplertest.Builtin(t, "demo"), nil)
 	s := n.SampleAt(t, 20*time.Minute, 5*time.Second)
-	require.Equal(t, 1, s.GPUs[2].Units[0].Owners[0].Processes)
+	require.Equal(t, 1, s.GPUs[2].Units[0].Holders[0].Processes)
 	require.True(t, n.Kill(61234))
 	s = n.SampleAt(t, 21*time.Minute, 5*time.Second)
 	u := s.GPUs[2].Units[0]
 	require.Empty(t, u.Processes)
-	require.Equal(t, "notebook-carol", u.Owners[0].Pod, "the pod still holds the GPU until it is evicted")
-	require.Zero(t, u.Owners[0].Processes)
+	require.Equal(t, "notebook-carol", u.Holders[0].Pod, "the pod still holds the GPU until it is evicted")
+	require.Zero(t, u.Holders[0].Processes)
 	require.Zero(t, u.MemoryUsedBytes.V)
 
 	require.True(t, n.RemovePod("notebook-carol"))
 	s = n.SampleAt(t, 22*time.Minute, 5*time.Second)
-	require.Empty(t, s.GPUs[2].Units[0].Owners, "evicted: the GPU is free")
+	require.Empty(t, s.GPUs[2].Units[0].Holders, "evicted: the GPU is free")
 }
 
 func TestPodResourcesOutageKeepsTheLastAnswer(t *testing.T) {
@@ -298,7 +298,7 @@ func TestPodResourcesOutageKeepsTheLastAnswer(t *testing.T) {
 	n.Close() // the kubelet goes away
 	s = n.SampleAt(t, 21*time.Minute, 5*time.Second)
 	require.False(t, step(t, s, sampler.StepPodResources).Success)
-	require.Equal(t, "notebook-carol", s.GPUs[2].Units[0].Owners[0].Pod)
+	require.Equal(t, "notebook-carol", s.GPUs[2].Units[0].Holders[0].Pod)
 }
 
 type slurmJobs struct {
@@ -331,15 +331,15 @@ gpus:
 `), func(sim *nvmlsim.Sim) sampler.Config { return sampler.Config{NVML: sim, Slurm: lister} })
 	s := n.SampleAt(t, time.Minute, 5*time.Second)
 	for _, i := range []int{0, 1} {
-		require.Equal(t, []sampler.Owner{{User: "alice", SlurmJob: "41", StartTime: started}}, s.GPUs[i].Units[0].Owners, "GPU %d: held by the allocation, no process", i)
+		require.Equal(t, []sampler.Holder{{User: "alice", SlurmJob: "41", StartTime: started}}, s.GPUs[i].Units[0].Holders, "GPU %d: held by the allocation, no process", i)
 	}
-	bob := s.GPUs[2].Units[0].Owners
+	bob := s.GPUs[2].Units[0].Holders
 	require.Len(t, bob, 1, "the job's process and its allocation are one owner")
 	require.Equal(t, "42", bob[0].SlurmJob)
 	require.Equal(t, 1, bob[0].Processes)
 	require.True(t, bob[0].Keep, "kept by the job's comment")
 	require.Equal(t, started, bob[0].StartTime, "the allocation started before its process")
-	require.Empty(t, s.GPUs[3].Units[0].Owners, "no job holds GPU 3")
+	require.Empty(t, s.GPUs[3].Units[0].Holders, "no job holds GPU 3")
 	require.True(t, step(t, s, sampler.StepSlurm).Success)
 	require.Len(t, s.SlurmJobs, 2)
 	n.SampleAt(t, time.Minute+10*time.Second, 5*time.Second)
@@ -348,7 +348,7 @@ gpus:
 	lister.jobs, lister.err = nil, errors.New("slurm_load_jobs error: Unable to contact slurm controller")
 	s = n.SampleAt(t, 2*time.Minute, 5*time.Second)
 	require.False(t, step(t, s, sampler.StepSlurm).Success)
-	require.Len(t, s.GPUs[0].Units[0].Owners, 1, "a controller outage does not free the GPUs")
+	require.Len(t, s.GPUs[0].Units[0].Holders, 1, "a controller outage does not free the GPUs")
 }
 
 // On a node whose GPUs NVIDIA's DRA driver allocates, the kubelet names
@@ -378,16 +378,16 @@ gpus:
 `), nil)
 	s := n.SampleAt(t, time.Minute, 5*time.Second)
 	require.Equal(t, 3, s.GPUs[0].Minor)
-	require.Equal(t, []sampler.Owner{{Namespace: "ml", Pod: "train", Container: "c", Claim: podresources.Claim{Namespace: "ml", Name: "train-gpus"},
-		MemoryUsed: 9 << 30, SMUtil: sampler.Gauge{OK: true}, Processes: 1, StartTime: samplertest.T0}}, s.GPUs[0].Units[0].Owners, "its process is the claim's holder's")
-	require.Equal(t, []sampler.Owner{
+	require.Equal(t, []sampler.Holder{{Namespace: "ml", Pod: "train", Container: "c", Claim: podresources.Claim{Namespace: "ml", Name: "train-gpus"},
+		MemoryUsed: 9 << 30, SMUtil: sampler.Gauge{OK: true}, Processes: 1, StartTime: samplertest.T0}}, s.GPUs[0].Units[0].Holders, "its process is the claim's holder's")
+	require.Equal(t, []sampler.Holder{
 		{Namespace: "web", Pod: "a", Container: "c", Claim: podresources.Claim{Namespace: "web", Name: "a-gpu"}},
 		{Namespace: "web", Pod: "b", Container: "c", Claim: podresources.Claim{Namespace: "web", Name: "b-gpu"}},
-	}, s.GPUs[1].Units[0].Owners)
+	}, s.GPUs[1].Units[0].Holders)
 	mig := s.GPUs[2].Units
 	require.Len(t, mig, 3)
-	for i, want := range [][]sampler.Owner{nil, {{Namespace: "ml", Pod: "slice", Container: "c", Claim: podresources.Claim{Namespace: "ml", Name: "slice-gpu"}}}, nil} {
-		require.Equal(t, want, nilIfEmpty(mig[i].Owners), "instance %d (%s, placement %d)", i, mig[i].MIG.Profile, mig[i].MIG.PlacementStart)
+	for i, want := range [][]sampler.Holder{nil, {{Namespace: "ml", Pod: "slice", Container: "c", Claim: podresources.Claim{Namespace: "ml", Name: "slice-gpu"}}}, nil} {
+		require.Equal(t, want, nilIfEmpty(mig[i].Holders), "instance %d (%s, placement %d)", i, mig[i].MIG.Profile, mig[i].MIG.PlacementStart)
 	}
 	require.GreaterOrEqual(t, mig[1].MIG.ProfileID, 0)
 
@@ -396,9 +396,9 @@ gpus:
 	n.SetClusterClaims([]nvmlsim.ClusterClaim{{Namespace: "lab", Pod: "nb-0", Container: "main", ClaimNamespace: "lab", ClaimName: "nb-0-gpu-x7k2p",
 		Devices: []nvmlsim.ClaimDevice{{Driver: "gpu.nvidia.com", Pool: "n1", Device: "gpu-4"}}}})
 	s = n.SampleAt(t, 2*time.Minute, 5*time.Second)
-	require.Equal(t, []sampler.Owner{{Namespace: "lab", Pod: "nb-0", Container: "main", Claim: podresources.Claim{Namespace: "lab", Name: "nb-0-gpu-x7k2p"}}},
-		s.GPUs[4].Units[0].Owners, "gpu-4 is the GPU of minor 4")
-	require.Len(t, s.GPUs[0].Units[0].Owners, 1, "the scenario's holders stay")
+	require.Equal(t, []sampler.Holder{{Namespace: "lab", Pod: "nb-0", Container: "main", Claim: podresources.Claim{Namespace: "lab", Name: "nb-0-gpu-x7k2p"}}},
+		s.GPUs[4].Units[0].Holders, "gpu-4 is the GPU of minor 4")
+	require.Len(t, s.GPUs[0].Units[0].Holders, 1, "the scenario's holders stay")
 	require.Equal(t, sampler.Gauge{V: 0, OK: true}, s.DRAUnresolved)
 
 	// A name that follows the convention but matches no unit (no GPU of
@@ -409,7 +409,7 @@ gpus:
 	require.Equal(t, sampler.Gauge{V: 2, OK: true}, s.DRAUnresolved, "gpu-42, and a MIG instance at a placement none has")
 }
 
-func nilIfEmpty(os []sampler.Owner) []sampler.Owner {
+func nilIfEmpty(os []sampler.Holder) []sampler.Holder {
 	if len(os) == 0 {
 		return nil
 	}
@@ -445,7 +445,7 @@ allocation: dra
 	claim(n)
 	s := n.SampleAt(t, time.Minute, 5*time.Second)
 	for _, g := range s.GPUs {
-		require.Empty(t, g.Units[0].Owners, "not attributed without ResourceSlices")
+		require.Empty(t, g.Units[0].Holders, "not attributed without ResourceSlices")
 	}
 	require.Equal(t, sampler.Gauge{V: 2, OK: true}, s.DRAUnresolved, "and counted")
 
@@ -458,7 +458,7 @@ allocation: dra
 	reader.uuids = map[podresources.Device]string{{Driver: "gpu.nvidia.com", Pool: "n1", Name: "h100-slot-b"}: gpu2}
 	claim(n)
 	s = n.SampleAt(t, time.Minute, 5*time.Second)
-	require.Equal(t, []sampler.Owner{{Namespace: "lab", Pod: "nb-0", Container: "main", Claim: podresources.Claim{Namespace: "lab", Name: "nb-0-gpu"}}}, s.GPUs[2].Units[0].Owners)
+	require.Equal(t, []sampler.Holder{{Namespace: "lab", Pod: "nb-0", Container: "main", Claim: podresources.Claim{Namespace: "lab", Name: "nb-0-gpu"}}}, s.GPUs[2].Units[0].Holders)
 	require.Equal(t, 1, reader.reads, "h100-slot-x is still unknown, but the slices were read this minute")
 	require.Equal(t, sampler.Gauge{V: 1, OK: true}, s.DRAUnresolved, "h100-slot-x")
 	n.SampleAt(t, 2*time.Minute+5*time.Second, 5*time.Second)

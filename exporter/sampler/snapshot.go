@@ -112,7 +112,7 @@ type Unit struct {
 	MemoryTotalBytes     Gauge
 
 	Processes []Process
-	Owners    []Owner
+	Holders   []Holder
 	// Unattributed counts the processes /proc could not place.
 	Unattributed int
 }
@@ -156,9 +156,9 @@ type Process struct {
 	Unattributed string
 }
 
-// Owner is who holds a unit: a pod's container, or a Unix user (and Slurm
+// Holder is who holds a unit: a pod's container, or a Unix user (and Slurm
 // job) on bare metal.
-type Owner struct {
+type Holder struct {
 	Namespace, Pod, Container string
 	User, SlurmJob            string
 	// Claim is the ResourceClaim a pod holds the unit through (DRA).

@@ -41,7 +41,7 @@ func TestKubeletThatStartsLateIsPickedUp(t *testing.T) {
 	}
 	s := smp.Sample(context.Background())
 	require.False(t, step(s).Success, "no kubelet yet: the step failed")
-	require.Empty(t, s.GPUs[0].Units[0].Owners)
+	require.Empty(t, s.GPUs[0].Units[0].Holders)
 
 	uuid := s.GPUs[0].UUID
 	srv, err := nvmlsim.ServePodResources(socket, func() []*podresourcesapi.PodResources {
@@ -53,8 +53,8 @@ func TestKubeletThatStartsLateIsPickedUp(t *testing.T) {
 	clock.Advance(5 * time.Second)
 	s = smp.Sample(context.Background())
 	require.True(t, step(s).Success)
-	require.Len(t, s.GPUs[0].Units[0].Owners, 1)
-	require.Equal(t, "p", s.GPUs[0].Units[0].Owners[0].Pod)
+	require.Len(t, s.GPUs[0].Units[0].Holders, 1)
+	require.Equal(t, "p", s.GPUs[0].Units[0].Holders[0].Pod)
 }
 
 // A node with no kubelet folder at all (bare metal) reads no pods, rather

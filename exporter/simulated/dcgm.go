@@ -67,7 +67,7 @@ func (c *dcgmCollector) Collect(ch chan<- prometheus.Metric) {
 				device = names.DRAMIGName(g.Minor, u.MIG.Profile, u.MIG.ProfileID, u.MIG.PlacementStart)
 			}
 			var pods [][]string
-			for _, o := range u.Owners {
+			for _, o := range u.Holders {
 				if o.Pod == "" {
 					continue
 				}

@@ -8,11 +8,12 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/names"
 )
 
-// Owner exports who holds each unit. An owner is a pod's container
+// Holder exports who holds each unit. A holder is a pod's container
 // (namespace, pod, container) or, outside Kubernetes, a Unix user and Slurm
-// job; the labels that do not apply are empty. PIDs are never labels: they
+// job; the labels that do not apply are empty (the metrics say owner: their
+// names predate the word, and the rules and dashboards read them). PIDs are never labels: they
 // churn, and the reclaimer asks the node for them when it acts.
-type Owner struct {
+type Holder struct {
 	src                                            Source
 	info, memory, smUtil, procs, started, slurmJob *prometheus.Desc
 	slurmPending, draUnresolved                    *prometheus.Desc
@@ -20,9 +21,9 @@ type Owner struct {
 
 var ownerLabels = []string{names.LabelUUID, names.LabelGPUUUID, names.LabelNamespace, names.LabelPod, names.LabelContainer, names.LabelUser, names.LabelSlurmJob}
 
-// NewOwner returns the owner collector.
-func NewOwner(src Source) *Owner {
-	return &Owner{
+// NewHolder returns the holder collector.
+func NewHolder(src Source) *Holder {
+	return &Holder{
 		src: src,
 		info: desc("gpureclaim_unit_owner_info", "Who holds the unit: a pod the device plugin or a DRA driver allocated it to (claim_namespace and claim name the ResourceClaim), a Slurm job slurmctld allocated it to, or the owner of a process on it; always 1. keep is \"true\" when the pod is marked gpureclaim.io/keep or the job's comment says gpureclaim:keep.",
 			append(ownerLabels, "keep", names.LabelClaimNamespace, names.LabelClaim)...),
@@ -38,13 +39,13 @@ func NewOwner(src Source) *Owner {
 	}
 }
 
-func (c *Owner) Describe(ch chan<- *prometheus.Desc) {
+func (c *Holder) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.info, c.memory, c.smUtil, c.procs, c.started, c.slurmJob, c.slurmPending, c.draUnresolved} {
 		ch <- d
 	}
 }
 
-func (c *Owner) Collect(ch chan<- prometheus.Metric) {
+func (c *Holder) Collect(ch chan<- prometheus.Metric) {
 	s := c.src.Latest()
 	if s == nil {
 		return
@@ -57,8 +58,8 @@ func (c *Owner) Collect(ch chan<- prometheus.Metric) {
 	for i := range s.GPUs {
 		for j := range s.GPUs[i].Units {
 			u := &s.GPUs[i].Units[j]
-			for k := range u.Owners {
-				o := &u.Owners[k]
+			for k := range u.Holders {
+				o := &u.Holders[k]
 				l := []string{u.UUID, u.GPUUUID, o.Namespace, o.Pod, o.Container, o.User, o.SlurmJob}
 				keep := "false"
 				if o.Keep {
