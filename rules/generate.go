@@ -510,14 +510,13 @@ func pauseRules(c Config) []Rule {
 	if p == nil {
 		return nil
 	}
-	busy := fmt.Sprintf("(%s >= %s)", RecActivityLookback(c), num(c.Idle.Threshold))
 	return []Rule{
 		// Busy at two evaluations in a row is no pause: only gaps longer than the lookback count.
 		{Record: names.RecPauseEnded, Expr: Expr(fmt.Sprintf(`  (time() - %s > %d)
 and on (%s)
   (%s and on (uuid) %s)
-`, names.RecIdleSince, int64(time.Duration(c.Idle.Lookback).Seconds()), ownerKey, names.RecHeld, busy))},
-		idleSinceRule(c, max(p.Window, c.idleSinceKeep())),
+`, names.RecIdleSince, int64(time.Duration(c.Idle.Lookback).Seconds()), ownerKey, names.RecHeld, c.busy(">=")))},
+		idleSinceRule(c),
 		{Record: names.RecPauseLongest, Expr: Expr(fmt.Sprintf("max_over_time(%s[%s])", names.RecPauseEnded, p.Window))},
 	}
 }
@@ -546,14 +545,19 @@ func fromAnyClass[T any](c Config, of func(idleClass) *T) *T {
 // when the owner was first seen). The record outlives its owner's series
 // by keep, so that a pause during which the workload was reclaimed and
 // came back counts too.
-func idleSinceRule(c Config, keep model.Duration) Rule {
-	busy := fmt.Sprintf("(%s >= %s)", RecActivityLookback(c), num(c.Idle.Threshold))
+func idleSinceRule(c Config) Rule {
 	return Rule{Record: names.RecIdleSince, Expr: Expr(fmt.Sprintf(`    (%s * 0 + time()) and on (uuid) %s
   or
     %s > (time() - %d)
   or
     %s * 0 + time()
-`, names.RecHeld, busy, names.RecIdleSince, int64(time.Duration(keep).Seconds()), names.RecHeld))}
+`, names.RecHeld, c.busy(">="), names.RecIdleSince, int64(time.Duration(c.idleSinceKeep()).Seconds()), names.RecHeld))}
+}
+
+// busy compares a unit's activity over the lookback with idle.threshold:
+// op ">=" keeps the busy units, ">= bool" gives every unit 1 or 0.
+func (c Config) busy(op string) string {
+	return fmt.Sprintf("(%s %s %s)", RecActivityLookback(c), op, num(c.Idle.Threshold))
 }
 
 // quietRules record whether each held unit is busy, for the quiet
@@ -562,18 +566,22 @@ func quietRules(c Config) []Rule {
 	if c.quiet() == nil {
 		return nil
 	}
-	rs := []Rule{{Record: names.RecOwnerBusy, Expr: Expr(fmt.Sprintf("  %s * 0\n+ on (uuid) group_left ()\n  (%s >= bool %s)\n", names.RecHeld, RecActivityLookback(c), num(c.Idle.Threshold)))}}
+	rs := []Rule{{Record: names.RecOwnerBusy, Expr: Expr(fmt.Sprintf("  %s * 0\n+ on (uuid) group_left ()\n  %s\n", names.RecHeld, c.busy(">= bool")))}}
 	if c.pauses() == nil {
-		rs = append(rs, idleSinceRule(c, c.idleSinceKeep()))
+		rs = append(rs, idleSinceRule(c))
 	}
 	return rs
 }
 
 // idleSinceKeep is how long the last-busy record is kept without a new
-// value: past it the record starts again, so it must outlast the longest
-// wait it times, and a workload reclaimed overnight.
+// value: past it the record starts again. With pauses, their window;
+// else a day, to outlast a workload reclaimed overnight; and with quiet,
+// at least the longest wait it times.
 func (c Config) idleSinceKeep() model.Duration {
 	keep := dur(24 * time.Hour)
+	if p := c.pauses(); p != nil {
+		keep = p.Window
+	}
 	for _, k := range c.idleClasses() {
 		if k.quiet != nil {
 			keep = max(keep, k.after)
@@ -629,7 +637,7 @@ unless on (%s)
   (time() - %s < clamp_max(%s * %s, %d))
 `, idle, ownerKey, names.RecIdleSince, names.RecPauseLongest, num(p.Factor), int64(time.Duration(p.Max).Seconds()))
 	}
-	if idle != names.RecIdleWhole+sel {
+	if k.quiet != nil || k.pauses != nil {
 		r.Expr = Expr(c.suggest(idle) + "\n")
 	}
 	return r

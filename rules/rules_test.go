@@ -226,3 +226,30 @@ func TestEveryAggregationKeepsTheCluster(t *testing.T) {
 		}
 	}
 }
+
+// The last-busy record is kept for the pause history's window, else a
+// day, and at least as long as the longest wait quiet times with it.
+func TestIdleSinceKeep(t *testing.T) {
+	for _, tc := range []struct {
+		config string
+		keep   string
+	}{
+		{"idle: {pauses: {window: 6h}}\n", "(time() - 21600)"},
+		{"idle: {quiet: {}}\n", "(time() - 86400)"},
+		{"idle: {reclaim_after: 30h, quiet: {}}\n", "(time() - 108000)"},
+		{"idle: {pauses: {window: 6h}, reclaim_after: 8h, quiet: {}}\n", "(time() - 28800)"},
+	} {
+		c, err := Parse([]byte(tc.config))
+		require.NoError(t, err, tc.config)
+		var found bool
+		for _, g := range Generate(c).Groups {
+			for _, r := range g.Rules {
+				if r.Record == names.RecIdleSince {
+					found = true
+					require.Contains(t, string(r.Expr), tc.keep, tc.config)
+				}
+			}
+		}
+		require.True(t, found, tc.config)
+	}
+}
