@@ -173,7 +173,7 @@ func runBacktest(ctx context.Context, o *backtestOptions, stdout io.Writer) erro
 	}
 	rep := backtest.Summarize(res, o.heldApart)
 	if o.boundDelay > 0 {
-		rep.SetBounds(h, o.threshold, o.regret, o.boundDelay, o.heldApart)
+		rep.SetBounds(h, res.IdleThreshold, res.RegretWindow, o.boundDelay, o.heldApart)
 	}
 	switch o.format {
 	case "json":
@@ -200,20 +200,12 @@ func runBacktest(ctx context.Context, o *backtestOptions, stdout io.Writer) erro
 // printBounds prints backtest.Bounds for every workload, and for the tuned
 // and held-apart ones when a share is held apart.
 func printBounds(w io.Writer, h backtest.History, o *backtestOptions) error {
-	type split struct {
-		name string
-		keep func(string) bool
-	}
-	splits := []split{{"all", func(string) bool { return true }}}
-	if o.heldApart > 0 {
-		splits = append(splits, split{"tuned", func(id string) bool { return !backtest.IsHeldApart(id, o.heldApart) }},
-			split{"held apart", func(id string) bool { return backtest.IsHeldApart(id, o.heldApart) }})
-	}
+	splits := backtest.Splits(o.heldApart)
 	cols := make([][]backtest.Bound, len(splits))
 	fmt.Fprint(w, "| acts after | cold starts per workload-day |")
 	for i, s := range splits {
-		cols[i] = backtest.Bounds(h, o.threshold, o.regret, o.boundDelays, o.boundColdStarts, s.keep)
-		fmt.Fprintf(w, " freed, %s |", s.name)
+		cols[i] = backtest.Bounds(h, o.threshold, o.regret, o.boundDelays, o.boundColdStarts, s.Keep)
+		fmt.Fprintf(w, " freed, %s |", s.Name)
 	}
 	fmt.Fprint(w, "\n| --- | --- |"+strings.Repeat(" --- |", len(splits))+"\n")
 	for row, b := range cols[0] {

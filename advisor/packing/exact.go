@@ -36,8 +36,8 @@ type Exact struct {
 // searches the partitions depth first, each time covering the workload
 // with the fewest groups left, largest groups first, and prunes a branch
 // that cannot beat the best found. It starts from first fit's plan, so it
-// never does worse; nil when the instance is past the limits before it
-// starts.
+// never does worse, and gives that plan back, not proven, when the groups
+// pass their limit.
 func (p *Plan) exactGroups(packable []int, firstFit [][]int, split int) ([][]int, *Exact) {
 	o := &p.Options
 	n := len(packable)

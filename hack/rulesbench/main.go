@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net/http"
 	"os"
@@ -466,11 +467,7 @@ func watchGroups(base string, evals int, interval time.Duration, sumRules bool) 
 
 // printGroups prints each group's evaluations as a Markdown table.
 func (w groupTimes) printGroups(gpus, inputSeries int) {
-	groups := make([]string, 0, len(w.seen))
-	for g := range w.seen {
-		groups = append(groups, g)
-	}
-	sort.Strings(groups)
+	groups := slices.Sorted(maps.Keys(w.seen))
 	fmt.Printf("| GPUs | clusters | input series | rule group | evaluations | median | max |\n| --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, g := range groups {
 		d := w.seen[g]
@@ -501,11 +498,7 @@ func alertCounts(base string) map[string]int {
 // printAlerts prints the alerts once a group had been evaluated twice, to
 // set one engine's beside another's.
 func (w groupTimes) printAlerts() {
-	keys := make([]string, 0, len(w.alerts))
-	for k := range w.alerts {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(w.alerts))
 	fmt.Printf("\nAlerts once a group was evaluated twice:")
 	for _, k := range keys {
 		fmt.Printf(" %s %d;", k, w.alerts[k])

@@ -59,19 +59,34 @@ func (f Figures) ShareOfBound() float64 {
 	return f.RegretFreeMinutes / f.ReclaimableMinutes / f.Bound.Freed
 }
 
+// Split is a set of workloads a report totals: all, or the tuned or the
+// held-apart ones.
+type Split struct {
+	Name string
+	Keep func(id string) bool
+}
+
+// Splits are all the workloads and, when a share is held apart, the
+// tuned and the held-apart ones, in that order.
+func Splits(heldApart float64) []Split {
+	out := []Split{{"all", func(string) bool { return true }}}
+	if heldApart > 0 {
+		out = append(out, Split{"tuned", func(id string) bool { return !IsHeldApart(id, heldApart) }},
+			Split{"held apart", func(id string) bool { return IsHeldApart(id, heldApart) }})
+	}
+	return out
+}
+
 // SetBounds gives the report's totals (all, tuned, held apart) their
 // bound at delay and at the cold starts each spent, as Bounds counts.
 func (rep *Report) SetBounds(h History, threshold float64, regret, delay time.Duration, heldApart float64) {
-	set := func(f *Figures, keep func(string) bool) {
-		if f == nil {
-			return
+	totals := append([]*Figures{&rep.Total}, rep.Tuned, rep.HeldApart)
+	for i, s := range Splits(heldApart) {
+		if f := totals[i]; f != nil {
+			b := Bounds(h, threshold, regret, []time.Duration{delay}, []float64{f.ColdStartsPerWorkloadDay()}, s.Keep)[0]
+			f.Bound = &b
 		}
-		b := Bounds(h, threshold, regret, []time.Duration{delay}, []float64{f.ColdStartsPerWorkloadDay()}, keep)[0]
-		f.Bound = &b
 	}
-	set(&rep.Total, func(string) bool { return true })
-	set(rep.Tuned, func(id string) bool { return !IsHeldApart(id, heldApart) })
-	set(rep.HeldApart, func(id string) bool { return IsHeldApart(id, heldApart) })
 }
 
 // ColdStartsPerWorkloadDay is how often, on average, a workload's returning
