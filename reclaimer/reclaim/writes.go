@@ -201,9 +201,8 @@ func (e *Engine) writeOut(batch []*pendingWrite) error {
 // the alerts in the journal and answers: the rest are still being written.
 func (e *Engine) await(ws []*pendingWrite, n *Notification, arrived time.Time) error {
 	j := e.o.Journal
-	journal := j != nil
 	var timeout <-chan time.Time
-	if d := time.Duration(e.o.Config.Webhook.AnswerWithin); journal && d > 0 && len(ws) > 0 {
+	if d := time.Duration(e.o.Config.Webhook.AnswerWithin); j != nil && d > 0 && len(ws) > 0 {
 		t := time.NewTimer(max(0, time.Until(arrived.Add(d))))
 		defer t.Stop()
 		timeout = t.C
