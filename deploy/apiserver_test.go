@@ -139,7 +139,7 @@ func TestManifestsOnAPIServer(t *testing.T) {
 		require.Equal(t, int32(0), *d.Spec.Replicas)
 		require.Equal(t, "3", d.Annotations[kube.ReplicasAnnotation])
 
-		r.Workload = res.Workload
+		r.Stopped = res.Stopped
 		require.NoError(t, rc.Restore(ctx, r))
 		d, err = admin.AppsV1().Deployments(team).Get(ctx, "inference", metav1.GetOptions{})
 		require.NoError(t, err)
@@ -160,7 +160,7 @@ func TestManifestsOnAPIServer(t *testing.T) {
 		res, err := rc.Stop(ctx, r)
 		require.NoError(t, err)
 		require.Equal(t, "Job team-a/train suspended", res.Detail)
-		r.Workload = res.Workload
+		r.Stopped = res.Stopped
 		require.NoError(t, rc.Restore(ctx, r))
 		job, err = admin.BatchV1().Jobs(team).Get(ctx, "train", metav1.GetOptions{})
 		require.NoError(t, err)

@@ -332,8 +332,8 @@ func (b *bench) Act(_ context.Context, action config.Action, r *reclaim.Reclaim)
 	st.res.Reclaims = append(st.res.Reclaims, Reclaimed{Action: action, At: b.step, Returned: -1, Restored: -1})
 	res := reclaim.Result{Detail: string(action)}
 	if c := b.h.Workloads[i].TopOwner; c.Stop == reclaim.StopScale || c.Stop == reclaim.StopPatch {
-		res.Workload = &reclaim.Workload{APIVersion: c.APIVersion, Kind: c.Kind, Namespace: c.Namespace, Name: c.Name, Stop: c.Stop,
-			PreviousReplicas: c.Replicas, Stopped: c.Stopped, Restored: "resumed"}
+		res.Stopped = &reclaim.Stopped{APIVersion: c.APIVersion, Kind: c.Kind, Namespace: c.Namespace, Name: c.Name, Stop: c.Stop,
+			PreviousReplicas: c.Replicas, StopVerb: c.Stopped, RestoreVerb: "resumed"}
 	}
 	return res, nil
 }

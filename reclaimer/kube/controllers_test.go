@@ -273,7 +273,7 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 
 				// The stop is taken back: no controller that comes later carries it out.
 				require.Contains(t, r.Reason, "the stop was taken back")
 				require.False(t, r.StopInPlace)
-				w := (&objects{t: t, dyn: dyn, cs: admin, ns: ns}).get(r.Workload.APIVersion, strings.ToLower(r.Workload.Kind)+"s", r.Workload.Name)
+				w := (&objects{t: t, dyn: dyn, cs: admin, ns: ns}).get(r.Stopped.APIVersion, strings.ToLower(r.Stopped.Kind)+"s", r.Stopped.Name)
 				require.NotContains(t, w.GetAnnotations(), kube.StoppedAnnotation, "the stop is no longer written")
 				require.NotContains(t, w.GetAnnotations(), kube.ReplicasAnnotation)
 				t.Logf("%s (%s): not released after %s: %s", tc.name, tc.controller, r.Closed.Sub(r.ActedAt).Round(time.Second), r.Reason)

@@ -213,7 +213,7 @@ func (c *Client) Event(ctx context.Context, r *reclaim.Reclaim, reason, message 
 		return
 	}
 	objs := []corev1.ObjectReference{{Kind: "Pod", Namespace: r.Target.Namespace, Name: r.Target.Pod, APIVersion: "v1"}}
-	switch w := r.Workload; {
+	switch w := r.Stopped; {
 	case w != nil && w.Stop == "":
 		// Recorded before the reclaimer kept the API version: a Deployment or StatefulSet.
 		objs = append(objs, corev1.ObjectReference{Kind: w.Kind, Namespace: w.Namespace, Name: w.Name, APIVersion: "apps/v1"})

@@ -179,7 +179,7 @@ func TestKubernetes(t *testing.T) {
 		require.Equal(t, reclaim.TopOwner{APIVersion: "apps/v1", Kind: "Deployment", Namespace: ns, Name: "chat-api", Replicas: 3, Stop: reclaim.StopScale, Stopped: "scaled down"}, topOwner)
 		res, err := kc.ScaleDown(ctx, r, 0)
 		require.NoError(t, err)
-		require.Equal(t, &reclaim.Workload{APIVersion: "apps/v1", Kind: "Deployment", Namespace: ns, Name: "chat-api", Stop: reclaim.StopScale, PreviousReplicas: 3, ScaledTo: 0, Stopped: "scaled down", Restored: "scaled back"}, res.Workload)
+		require.Equal(t, &reclaim.Stopped{APIVersion: "apps/v1", Kind: "Deployment", Namespace: ns, Name: "chat-api", Stop: reclaim.StopScale, PreviousReplicas: 3, ScaledTo: 0, StopVerb: "scaled down", RestoreVerb: "scaled back"}, res.Stopped)
 		got, err := admin.AppsV1().Deployments(ns).Get(ctx, "chat-api", metav1.GetOptions{})
 		require.NoError(t, err)
 		require.EqualValues(t, 0, *got.Spec.Replicas)
@@ -188,9 +188,9 @@ func TestKubernetes(t *testing.T) {
 		// After a crash the action runs again: nothing changes, the count is kept.
 		res, err = kc.ScaleDown(ctx, r, 0)
 		require.NoError(t, err)
-		require.EqualValues(t, 3, res.Workload.PreviousReplicas)
+		require.EqualValues(t, 3, res.Stopped.PreviousReplicas)
 
-		r.Workload = res.Workload
+		r.Stopped = res.Stopped
 		require.NoError(t, kc.Restore(ctx, r))
 		got, err = admin.AppsV1().Deployments(ns).Get(ctx, "chat-api", metav1.GetOptions{})
 		require.NoError(t, err)
@@ -228,7 +228,7 @@ func TestKubernetes(t *testing.T) {
 		require.Equal(t, "StatefulSet vllm scaled from 2 to 1 replicas", strings.Replace(res.Detail, "sts/", "", 1))
 		got, _ := admin.AppsV1().StatefulSets(ns).Get(ctx, "vllm", metav1.GetOptions{})
 		require.EqualValues(t, 1, *got.Spec.Replicas)
-		r.Workload = res.Workload
+		r.Stopped = res.Stopped
 		require.NoError(t, kc.Restore(ctx, r))
 		got, _ = admin.AppsV1().StatefulSets(ns).Get(ctx, "vllm", metav1.GetOptions{})
 		require.EqualValues(t, 2, *got.Spec.Replicas)
@@ -308,7 +308,7 @@ func TestKubernetes(t *testing.T) {
 			require.NoError(t, err)
 		}
 		r := target(ns, "tune-0")
-		r.Workload = &reclaim.Workload{APIVersion: "batch/v1", Kind: "Job", Namespace: ns, Name: "tune", Stop: reclaim.StopPatch}
+		r.Stopped = &reclaim.Stopped{APIVersion: "batch/v1", Kind: "Job", Namespace: ns, Name: "tune", Stop: reclaim.StopPatch}
 
 		// A submitter without a GPU runs first (a RayJob's): not yet.
 		running("tune-submitter", nil)

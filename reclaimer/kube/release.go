@@ -33,7 +33,7 @@ func (o ref) String() string { return fmt.Sprintf("%s %s/%s", o.kind, o.namespac
 // RayCluster was suspended). A pod under any of them is the workload's.
 func stopped(r *reclaim.Reclaim) []ref {
 	var out []ref
-	if w := r.Workload; w != nil && w.Name != "" {
+	if w := r.Stopped; w != nil && w.Name != "" {
 		out = append(out, ref{w.APIVersion, w.Kind, w.Namespace, w.Name})
 	}
 	if c := r.TopOwner; c != nil && c.Name != "" && c.Stop != reclaim.StopHub {
@@ -220,7 +220,7 @@ func (c *Client) Released(ctx context.Context, r *reclaim.Reclaim) (reclaim.Rele
 // holds a GPU runs, on any node. A pod without one (a RayJob's submitter)
 // does not count: the GPU work has not started.
 func (c *Client) Running(ctx context.Context, r *reclaim.Reclaim) (reclaim.Release, error) {
-	w := r.Workload
+	w := r.Stopped
 	pods, err := c.cs.CoreV1().Pods(w.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return reclaim.Release{}, fmt.Errorf("listing the pods of %s: %w", w, err)

@@ -88,12 +88,12 @@ func (c *Client) stopPatch(ctx context.Context, r *reclaim.Reclaim, topOwner *re
 		}
 		return reclaim.Result{}, fmt.Errorf("stopping %s: %w", topOwner, err)
 	}
-	wl := &reclaim.Workload{APIVersion: topOwner.APIVersion, Kind: topOwner.Kind, Namespace: topOwner.Namespace, Name: topOwner.Name, Stop: reclaim.StopPatch, Stopped: w.Stopped, Restored: w.Restored}
+	wl := &reclaim.Stopped{APIVersion: topOwner.APIVersion, Kind: topOwner.Kind, Namespace: topOwner.Namespace, Name: topOwner.Name, Stop: reclaim.StopPatch, StopVerb: w.Stopped, RestoreVerb: w.Restored}
 	detail := fmt.Sprintf("%s %s", wl, w.Stopped)
 	if topOwner.Above != nil && topOwner.Why != "" {
 		detail += " (" + topOwner.Why + ")"
 	}
-	return reclaim.Result{Workload: wl, Detail: detail}, nil
+	return reclaim.Result{Stopped: wl, Detail: detail}, nil
 }
 
 // kueueWorkloadOf finds the Kueue Workload that admits an object: the one
@@ -130,9 +130,9 @@ func (c *Client) stopKueue(ctx context.Context, r *reclaim.Reclaim, topOwner *re
 		}
 		return reclaim.Result{}, fmt.Errorf("deactivating the Kueue Workload of %s: %w", topOwner, err)
 	}
-	w := &reclaim.Workload{APIVersion: topOwner.APIVersion, Kind: topOwner.Kind, Namespace: topOwner.Namespace, Name: topOwner.Name, Stop: reclaim.StopKueue,
-		Via: "Workload " + topOwner.Namespace + "/" + wl.GetName(), Stopped: topOwner.Stopped, Restored: "requeued through its Kueue Workload"}
-	return reclaim.Result{Workload: w, Detail: fmt.Sprintf("%s stopped: Kueue Workload %s deactivated", w, wl.GetName())}, nil
+	w := &reclaim.Stopped{APIVersion: topOwner.APIVersion, Kind: topOwner.Kind, Namespace: topOwner.Namespace, Name: topOwner.Name, Stop: reclaim.StopKueue,
+		Via: "Workload " + topOwner.Namespace + "/" + wl.GetName(), StopVerb: topOwner.Stopped, RestoreVerb: "requeued through its Kueue Workload"}
+	return reclaim.Result{Stopped: w, Detail: fmt.Sprintf("%s stopped: Kueue Workload %s deactivated", w, wl.GetName())}, nil
 }
 
 func (c *Client) stopHub(ctx context.Context, r *reclaim.Reclaim, topOwner *reclaim.TopOwner) (reclaim.Result, error) {
@@ -143,14 +143,14 @@ func (c *Client) stopHub(ctx context.Context, r *reclaim.Reclaim, topOwner *recl
 	if err := c.hub.Stop(ctx, user, server); err != nil {
 		return reclaim.Result{}, err
 	}
-	w := &reclaim.Workload{Kind: topOwner.Kind, Namespace: r.Target.Namespace, Name: topOwner.Name, Stop: reclaim.StopHub, Stopped: topOwner.Stopped, Restored: "started again through the hub"}
-	return reclaim.Result{Workload: w, Detail: fmt.Sprintf("the JupyterHub server of %s stopped", topOwner.Name)}, nil
+	w := &reclaim.Stopped{Kind: topOwner.Kind, Namespace: r.Target.Namespace, Name: topOwner.Name, Stop: reclaim.StopHub, StopVerb: topOwner.Stopped, RestoreVerb: "started again through the hub"}
+	return reclaim.Result{Stopped: w, Detail: fmt.Sprintf("the JupyterHub server of %s stopped", topOwner.Name)}, nil
 }
 
 // Restore undoes what a reclaim stopped: the replicas back, the restore
 // patch, the Kueue Workload active again, the hub server started.
 func (c *Client) Restore(ctx context.Context, r *reclaim.Reclaim) error {
-	w := r.Workload
+	w := r.Stopped
 	switch w.Stop {
 	case reclaim.StopScale, "":
 		return c.restoreScale(ctx, w)
@@ -322,14 +322,14 @@ func (c *Client) ScaleDown(ctx context.Context, r *reclaim.Reclaim, to int32) (r
 			return reclaim.Result{}, fmt.Errorf("scaling %s: %w", what, err)
 		}
 	}
-	w := &reclaim.Workload{APIVersion: topOwner.APIVersion, Kind: topOwner.Kind, Namespace: topOwner.Namespace, Name: topOwner.Name, Stop: reclaim.StopScale, PreviousReplicas: prev, ScaledTo: to,
-		Stopped: "scaled down", Restored: "scaled back"}
-	return reclaim.Result{Workload: w, Detail: fmt.Sprintf("%s scaled from %d to %d replicas", what, prev, to)}, nil
+	w := &reclaim.Stopped{APIVersion: topOwner.APIVersion, Kind: topOwner.Kind, Namespace: topOwner.Namespace, Name: topOwner.Name, Stop: reclaim.StopScale, PreviousReplicas: prev, ScaledTo: to,
+		StopVerb: "scaled down", RestoreVerb: "scaled back"}
+	return reclaim.Result{Stopped: w, Detail: fmt.Sprintf("%s scaled from %d to %d replicas", what, prev, to)}, nil
 }
 
 // restoreScale scales a workload back to the replicas its annotation
 // remembers and removes the annotation.
-func (c *Client) restoreScale(ctx context.Context, w *reclaim.Workload) error {
+func (c *Client) restoreScale(ctx context.Context, w *reclaim.Stopped) error {
 	apiVersion := w.APIVersion
 	if apiVersion == "" {
 		apiVersion = "apps/v1" // recorded before the reclaimer kept it

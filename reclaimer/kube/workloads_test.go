@@ -295,10 +295,10 @@ func TestTopOwners(t *testing.T) {
 				require.ErrorIs(t, err, reclaim.ErrGone, "the hub says the server is stopped already")
 			} else {
 				require.NoError(t, err)
-				require.Equal(t, res.Workload, again.Workload)
+				require.Equal(t, res.Stopped, again.Stopped)
 			}
 
-			r.Workload = res.Workload
+			r.Stopped = res.Stopped
 			require.NoError(t, kc.Restore(ctx, r))
 			if tc.check.resource != "" {
 				u := o.get(tc.check.apiVersion, tc.check.resource, tc.check.name)
@@ -352,10 +352,10 @@ workloads:
 		require.NoError(t, err)
 		require.Equal(t, "TrainingRun ml/run-1 paused", res.Detail)
 		require.Equal(t, true, nested(o.get("example.com/v1", "trainingruns", "run-1"), "spec", "paused"))
-		r.Workload = res.Workload
+		r.Stopped = res.Stopped
 		require.NoError(t, declared.Restore(ctx, r))
 		require.Equal(t, false, nested(o.get("example.com/v1", "trainingruns", "run-1"), "spec", "paused"))
-		require.Equal(t, "TrainingRun ml/run-1 resumed", res.Workload.RestoredText())
+		require.Equal(t, "TrainingRun ml/run-1 resumed", res.Stopped.RestoredText())
 	})
 
 	t.Run("a kind turned off is only reported", func(t *testing.T) {
@@ -482,7 +482,7 @@ func TestControllersDoNotUndo(t *testing.T) {
 		require.True(t, *job.Spec.Suspend, "the Job controller keeps it suspended")
 		require.Zero(t, job.Status.Failed, "a suspend is not a failure: the backoff limit is untouched")
 
-		r.Workload = res.Workload
+		r.Stopped = res.Stopped
 		require.NoError(t, kc.Restore(ctx, r))
 		require.NotEqual(t, pod, waitPod(sel), "restored: the Job starts a pod again")
 	})
@@ -503,7 +503,7 @@ func TestControllersDoNotUndo(t *testing.T) {
 		got, err := admin.AppsV1().Deployments(ns).Get(ctx, d.Name, metav1.GetOptions{})
 		require.NoError(t, err)
 		require.EqualValues(t, 0, *got.Spec.Replicas, "nothing reverts the scale-down")
-		r.Workload = res.Workload
+		r.Stopped = res.Stopped
 		require.NoError(t, kc.Restore(ctx, r))
 		waitPod(sel)
 	})

@@ -172,7 +172,7 @@ func (e *Engine) finishWith(id string, st State, why string, res *Result, more f
 			c.ReleasedAt = now // seen released, now
 		}
 		if res != nil {
-			c.Workload, c.Killed, c.Detail = res.Workload, res.Killed, res.Detail
+			c.Stopped, c.Killed, c.Detail = res.Stopped, res.Killed, res.Detail
 		}
 		c.Final.Sent = st == Cancelled && !c.Warning.Sent
 		if more != nil {

@@ -93,7 +93,7 @@ func (e *Engine) restore(ctx context.Context, id, by string) (*Reclaim, error) {
 	}
 	// Done, or not released with its stop still in place (or restored since).
 	stopped := r.State == Done || (r.State == NotReleased && (r.StopInPlace || r.Restore != nil))
-	if r.Workload == nil || !stopped {
+	if r.Stopped == nil || !stopped {
 		return nil, ErrNotRestorable
 	}
 	rs := e.o.Restorer
@@ -128,7 +128,7 @@ func (e *Engine) restore(ctx context.Context, id, by string) (*Reclaim, error) {
 		return nil, err
 	}
 	if _, err := e.update(id, func(c *Reclaim) []Event {
-		return []Event{e.event(c, "restore_asked", c.Workload.RestoredText(), by)}
+		return []Event{e.event(c, "restore_asked", c.Stopped.RestoredText(), by)}
 	}, func(c *Reclaim) bool { c.StopInPlace = false; return true }); err != nil {
 		return nil, err
 	}

@@ -49,7 +49,7 @@ func (e *Engine) RestoreOnDemand(ctx context.Context, q DemandQuerier) []*Reclai
 		if !wanted {
 			continue
 		}
-		log.Info("demand is back: restoring", "query", query, "workload", r.Workload.String())
+		log.Info("demand is back: restoring", "query", query, "workload", r.Stopped.String())
 		done, err := e.restore(ctx, r.ID, fmt.Sprintf("%s (%s)", RestoredByDemand, query))
 		if err != nil {
 			log.Warn("restore on demand failed; trying again next interval", "err", err)
@@ -64,7 +64,7 @@ func (e *Engine) RestoreOnDemand(ctx context.Context, q DemandQuerier) []*Reclai
 func restoreData(r *Reclaim) config.RestoreData {
 	d := config.RestoreData{}
 	r.Labels.Range(func(l labels.Label) { d[l.Name] = l.Value })
-	if w := r.Workload; w != nil {
+	if w := r.Stopped; w != nil {
 		d[config.RestoreWorkloadKind], d[config.RestoreWorkloadName], d[config.RestoreWorkloadNamespace] = w.Kind, w.Name, w.Namespace
 	}
 	return d

@@ -186,9 +186,9 @@ type Plan struct {
 
 // Result is what an action did.
 type Result struct {
-	Workload *Workload
-	Killed   []int
-	Detail   string
+	Stopped *Stopped
+	Killed  []int
+	Detail  string
 }
 
 // ErrGone says the target was already gone (evicted, exited, scaled):

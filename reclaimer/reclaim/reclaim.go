@@ -69,20 +69,20 @@ func (r *Reclaim) EndedBefore(t time.Time) bool {
 
 // Target is what an alert is about: a unit and who holds it.
 type Target struct {
-	Alertname  string `json:"alertname"`
-	UUID       string `json:"uuid"`
-	GPUUUID    string `json:"gpu_uuid"`
-	Node       string `json:"node"`
-	Kind       string `json:"kind"`
-	MIGProfile string `json:"mig_profile,omitempty"`
-	Namespace  string `json:"namespace,omitempty"`
-	Pod        string `json:"pod,omitempty"`
-	Container  string `json:"container,omitempty"`
-	User       string `json:"user,omitempty"`
-	SlurmJob   string `json:"slurm_job,omitempty"`
-	Keep       bool   `json:"keep,omitempty"`
+	Alertname  string
+	UUID       string
+	GPUUUID    string
+	Node       string
+	Kind       string
+	MIGProfile string
+	Namespace  string
+	Pod        string
+	Container  string
+	User       string
+	SlurmJob   string
+	Keep       bool
 	// Suggested is the alert's action label.
-	Suggested config.Action `json:"suggested,omitempty"`
+	Suggested config.Action
 }
 
 // TargetFrom reads a target from an alert's labels; false when the alert
@@ -148,133 +148,132 @@ func (r *Reclaim) OnlyShare() bool { return r.Labels.Get(names.LabelSignal) == n
 
 // Delivery is the state of one message to the owner.
 type Delivery struct {
-	Sent bool `json:"sent"`
+	Sent bool
 	// Escalated says the admins were told it did not go out within the
 	// warning deadline; FirstTry is the first attempt.
-	Escalated bool      `json:"escalated,omitempty"`
-	At        time.Time `json:"at,omitzero"`
-	Attempts  int       `json:"attempts,omitempty"`
-	Error     string    `json:"error,omitempty"`
-	FirstTry  time.Time `json:"first_try,omitzero"`
+	Escalated bool
+	At        time.Time
+	Attempts  int
+	Error     string
+	FirstTry  time.Time
 	// Refs lets a notifier update its message later (a Slack channel and ts).
-	Refs map[string]string `json:"refs,omitempty"`
+	Refs map[string]string
 	// Channels says where it went (a DM, a channel, the log).
-	Channels []string `json:"channels,omitempty"`
+	Channels []string
 }
 
-// Workload is what an action stopped, to be restored: the top owner
+// Stopped is what an action stopped, to be restored: the top owner
 // scaled or patched, or the JupyterHub server stopped.
-type Workload struct {
-	APIVersion string `json:"api_version,omitempty"`
-	Kind       string `json:"kind"`
-	Namespace  string `json:"namespace"`
-	Name       string `json:"name"`
+type Stopped struct {
+	APIVersion string
+	Kind       string
+	Namespace  string
+	Name       string
 	// Stop is how it was stopped (StopScale, StopPatch, StopKueue, StopHub).
-	Stop string `json:"stop,omitempty"`
+	Stop string
 	// PreviousReplicas and ScaledTo, for a scale-down.
-	PreviousReplicas int32 `json:"previous_replicas"`
-	ScaledTo         int32 `json:"scaled_to"`
+	PreviousReplicas int32
+	ScaledTo         int32
 	// Via is the object patched in its stead (a Kueue Workload).
-	Via string `json:"via,omitempty"`
-	// Stopped and Restored are the verbs for messages.
-	Stopped  string `json:"stopped,omitempty"`
-	Restored string `json:"restored,omitempty"`
+	Via string
+	// StopVerb and RestoreVerb are the verbs for messages.
+	StopVerb    string
+	RestoreVerb string
 }
 
 // String names the workload for people: "Job ml/train-7".
-func (w *Workload) String() string { return fmt.Sprintf("%s %s/%s", w.Kind, w.Namespace, w.Name) }
+func (w *Stopped) String() string { return fmt.Sprintf("%s %s/%s", w.Kind, w.Namespace, w.Name) }
 
 // RestoredText says what a restore did: "Job ml/train-7 resumed".
-func (w *Workload) RestoredText() string {
+func (w *Stopped) RestoredText() string {
 	if w.Stop == StopScale || w.Stop == "" {
 		return fmt.Sprintf("%s scaled back to %d replicas", w, w.PreviousReplicas)
 	}
-	return w.String() + " " + w.Restored
+	return w.String() + " " + w.RestoreVerb
 }
 
 // Reclaim is one alert episode (fingerprint and startsAt) and what was
 // decided and done about it: the engine's record. The stores keep and the
-// API serves its public form (v1alpha1.GPUReclaim, record.go); its JSON
-// is how the stores kept it before that, read only to load such state.
+// API serves its public form (v1alpha1.GPUReclaim, record.go), never this.
 type Reclaim struct {
-	ID          string        `json:"id"`
-	Fingerprint string        `json:"fingerprint"`
-	StartsAt    time.Time     `json:"starts_at"`
-	Labels      labels.Labels `json:"labels"`
-	Annotations labels.Labels `json:"annotations,omitzero"`
-	Target      Target        `json:"target"`
+	ID          string
+	Fingerprint string
+	StartsAt    time.Time
+	Labels      labels.Labels
+	Annotations labels.Labels
+	Target      Target
 
-	Policy string        `json:"policy,omitempty"`
-	Action config.Action `json:"action,omitempty"`
-	DryRun bool          `json:"dry_run,omitempty"`
+	Policy string
+	Action config.Action
+	DryRun bool
 	// Wanted: GPUs of the unit's kind were wanted when the owner was warned,
 	// and the policy's shorter demand grace applied. AwaitsDemand: the
 	// policy acts only while they are (config.Demand).
-	Wanted       bool `json:"wanted,omitempty"`
-	AwaitsDemand bool `json:"awaits_demand,omitempty"`
+	Wanted       bool
+	AwaitsDemand bool
 
-	State  State  `json:"state"`
-	Reason string `json:"reason,omitempty"`
+	State  State
+	Reason string
 
-	Created time.Time `json:"created"`
-	Updated time.Time `json:"updated"`
+	Created time.Time
+	Updated time.Time
 	// ActAt is when the action is due (after the grace, and any deferral).
-	ActAt time.Time `json:"act_at,omitzero"`
+	ActAt time.Time
 	// ActedAt is when the action was confirmed (the API accepted the
 	// stop, the node answered that it ended the processes); for an action
 	// begun before a restart and found to have taken effect, when it began.
-	ActedAt time.Time `json:"acted_at,omitzero"`
+	ActedAt time.Time
 	// ReleaseBy is the deadline for the world to show the GPU released,
 	// set when the action was carried out; ReleasedAt is when it did.
-	ReleaseBy  time.Time `json:"release_by,omitzero"`
-	ReleasedAt time.Time `json:"released_at,omitzero"`
+	ReleaseBy  time.Time
+	ReleasedAt time.Time
 	// SharedWith, once released, says who still holds the GPU: the action
 	// freed the target's share of a shared ResourceClaim, not the GPU.
-	SharedWith string `json:"shared_with,omitempty"`
+	SharedWith string
 	// ActingSince is when the action began, until its outcome is recorded:
 	// after a restart it says the action may have taken effect.
-	ActingSince time.Time `json:"acting_since,omitzero"`
-	Closed      time.Time `json:"closed,omitzero"`
+	ActingSince time.Time
+	Closed      time.Time
 
-	Warning Delivery `json:"warning"`
+	Warning Delivery
 	// Final is the message that tells the owner what happened.
-	Final Delivery `json:"final"`
+	Final Delivery
 
-	Attempts  int       `json:"attempts,omitempty"`
-	LastError string    `json:"last_error,omitempty"`
-	NextTry   time.Time `json:"next_try,omitzero"`
+	Attempts  int
+	LastError string
+	NextTry   time.Time
 
 	// TopOwner is the pod's top owner, found before the warning.
-	TopOwner *TopOwner `json:"controller,omitempty"`
-	Workload *Workload `json:"workload,omitempty"`
-	Killed   []int     `json:"killed,omitempty"`
+	TopOwner *TopOwner
+	Stopped  *Stopped
+	Killed   []int
 	// Planned is what the action set out to end (a kill's PIDs), written
 	// before it ran.
-	Planned []int `json:"planned,omitempty"`
+	Planned []int
 	// HeldBy are the pods (namespace/name/uid) that held the GPU when the
 	// action was decided: the release waits for each, whatever becomes of
 	// their owners.
-	HeldBy []string `json:"held_by,omitempty"`
+	HeldBy []string
 	// Fence is the fencing token of the leader that last wrote it.
-	Fence  int64  `json:"fence,omitempty"`
-	Detail string `json:"detail,omitempty"`
+	Fence  int64
+	Detail string
 	// TargetGone: the target was already gone when the action ran.
-	TargetGone bool `json:"target_gone,omitempty"`
+	TargetGone bool
 	// StopInPlace: the reclaim ended not released and its stop is still
 	// written on the workload (release.on_not_released: keep, or taking
 	// it back failed). The engine follows it; a restore takes it back.
-	StopInPlace bool `json:"stop_in_place,omitempty"`
+	StopInPlace bool
 	// Restore is a restore of what the action stopped, once asked; Snooze
 	// a snooze, a keep or a silence that mutes the alert. Most reclaims
 	// have neither, so each is kept only when there is one.
-	Restore *Restore `json:"-"`
-	Snooze  *Snooze  `json:"-"`
+	Restore *Restore
+	Snooze  *Snooze
 	// ReleaseAskedBy is who pressed release now in a message: act at once.
-	ReleaseAskedBy string `json:"released,omitempty"`
+	ReleaseAskedBy string
 	// WarningRound counts the warnings due: one more each time a snooze
 	// ends and the owner is warned again. A warning sent twice in one round
 	// (a retry, a resend after a crash) is the same message to a receiver.
-	WarningRound int `json:"warning_round,omitempty"`
+	WarningRound int
 }
 
 // Restore is a restore asked of the workload's controller.
@@ -328,9 +327,9 @@ func (r *Reclaim) Clone() *Reclaim {
 		}
 		c.TopOwner = &topOwner
 	}
-	if r.Workload != nil {
-		w := *r.Workload
-		c.Workload = &w
+	if r.Stopped != nil {
+		w := *r.Stopped
+		c.Stopped = &w
 	}
 	if r.Restore != nil {
 		rs := *r.Restore
@@ -354,7 +353,7 @@ func (d Delivery) clone() Delivery {
 // nobody has asked to restore yet.
 func (r *Reclaim) Restorable() bool {
 	stopped := r.State == Done || (r.State == NotReleased && r.StopInPlace)
-	return stopped && r.Workload != nil && r.Restore == nil && !r.DryRun
+	return stopped && r.Stopped != nil && r.Restore == nil && !r.DryRun
 }
 
 // ActionText says what the action will do or did, for people: the action,

@@ -25,7 +25,7 @@ func TestCloneIsDeep(t *testing.T) {
 		Warning:  Delivery{Sent: true, At: now, Refs: map[string]string{"slack.ts": "1"}, Channels: []string{"D0"}},
 		Final:    Delivery{Refs: map[string]string{"x": "y"}, Channels: []string{"C0"}},
 		TopOwner: &TopOwner{Kind: "Job", Name: "train"},
-		Workload: &Workload{Kind: "Job", Name: "train", Stop: StopPatch},
+		Stopped:  &Stopped{Kind: "Job", Name: "train", Stop: StopPatch},
 		Killed:   []int{1, 2},
 		Snooze:   &Snooze{By: "bob", Until: now},
 		Restore:  &Restore{AskedAt: now, AskedBy: "carol"},
@@ -34,13 +34,13 @@ func TestCloneIsDeep(t *testing.T) {
 	want.Snooze, want.Restore = &Snooze{By: "bob", Until: now}, &Restore{AskedAt: now, AskedBy: "carol"}
 	want.Warning.Refs, want.Final.Refs = map[string]string{"slack.ts": "1"}, map[string]string{"x": "y"}
 	want.Warning.Channels, want.Killed = []string{"D0"}, []int{1, 2}
-	want.TopOwner, want.Workload = &TopOwner{Kind: "Job", Name: "train"}, &Workload{Kind: "Job", Name: "train", Stop: StopPatch}
+	want.TopOwner, want.Stopped = &TopOwner{Kind: "Job", Name: "train"}, &Stopped{Kind: "Job", Name: "train", Stop: StopPatch}
 	c := r.Clone()
 	require.Equal(t, &want, c, "every field copied")
 
 	c.Warning.Refs["slack.ts"], c.Final.Refs["x"] = "changed", "changed"
 	c.Warning.Channels[0], c.Killed[0] = "changed", 99
-	c.TopOwner.Name, c.Workload.Name = "changed", "changed"
+	c.TopOwner.Name, c.Stopped.Name = "changed", "changed"
 	c.Snooze.By, c.Restore.AskedBy = "changed", "changed"
 	require.Equal(t, &want, r, "the original is untouched")
 }
@@ -64,9 +64,9 @@ func TestPublicRecordRoundTrip(t *testing.T) {
 		TopOwner: &TopOwner{APIVersion: "ray.io/v1", Kind: "RayCluster", Namespace: "ml", Name: "rc", Replicas: 2, Stop: StopPatch, Stopped: "suspended", Why: "w",
 			Above:  &TopOwner{APIVersion: "ray.io/v1", Kind: "RayJob", Namespace: "ml", Name: "rj"},
 			Claims: []Claim{{Namespace: "ml", Name: "gpu", Shared: true, Others: []string{"ml/q"}}}},
-		Workload: &Workload{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "ml", Name: "web", Stop: StopScale, PreviousReplicas: 3, ScaledTo: 0, Via: "v", Stopped: "s", Restored: "r"},
-		Snooze:   &Snooze{Silence: "sil", By: "bob", Until: later},
-		Restore:  &Restore{AskedAt: later, AskedBy: "carol", Deadline: later, RestoredAt: later, Failed: "f"},
+		Stopped: &Stopped{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "ml", Name: "web", Stop: StopScale, PreviousReplicas: 3, ScaledTo: 0, Via: "v", StopVerb: "s", RestoreVerb: "r"},
+		Snooze:  &Snooze{Silence: "sil", By: "bob", Until: later},
+		Restore: &Restore{AskedAt: later, AskedBy: "carol", Deadline: later, RestoredAt: later, Failed: "f"},
 	}
 	events := []Event{{Time: now, Reclaim: "fp-1", Kind: "decided", Target: r.Target.Unit() + " held by " + r.Target.Holder(), Detail: "d", Actor: "policy"}}
 	b, err := json.Marshal(ToAPI(r, events))

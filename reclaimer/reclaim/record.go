@@ -50,9 +50,9 @@ func ToAPI(r *Reclaim, events []Event) *v1alpha1.GPUReclaim {
 			st.TopOwner.Claims = append(st.TopOwner.Claims, v1alpha1.Claim{Namespace: c.Namespace, Name: c.Name, Shared: c.Shared, Others: c.Others})
 		}
 	}
-	if w := r.Workload; w != nil {
+	if w := r.Stopped; w != nil {
 		st.Workload = &v1alpha1.Workload{ObjectRef: ref(w.APIVersion, w.Kind, w.Namespace, w.Name), Stop: w.Stop, PreviousReplicas: w.PreviousReplicas,
-			ScaledTo: w.ScaledTo, Via: w.Via, Stopped: w.Stopped, Restored: w.Restored}
+			ScaledTo: w.ScaledTo, Via: w.Via, Stopped: w.StopVerb, Restored: w.RestoreVerb}
 	}
 	if s := r.Snooze; s != nil {
 		st.Snooze = &v1alpha1.Snooze{Silence: s.Silence, By: s.By, Until: at(s.Until)}
@@ -182,8 +182,8 @@ func fromAPI(g *v1alpha1.GPUReclaim) *Reclaim {
 		}
 	}
 	if w := st.Workload; w != nil {
-		r.Workload = &Workload{APIVersion: w.APIVersion, Kind: w.Kind, Namespace: w.Namespace, Name: w.Name, Stop: w.Stop, PreviousReplicas: w.PreviousReplicas,
-			ScaledTo: w.ScaledTo, Via: w.Via, Stopped: w.Stopped, Restored: w.Restored}
+		r.Stopped = &Stopped{APIVersion: w.APIVersion, Kind: w.Kind, Namespace: w.Namespace, Name: w.Name, Stop: w.Stop, PreviousReplicas: w.PreviousReplicas,
+			ScaledTo: w.ScaledTo, Via: w.Via, StopVerb: w.Stopped, RestoreVerb: w.Restored}
 	}
 	if s := st.Snooze; s != nil {
 		r.Snooze = &Snooze{Silence: s.Silence, By: s.By, Until: tm(s.Until)}

@@ -19,8 +19,8 @@ func (r *Reclaim) ReleaseKind() string {
 		return config.ReleaseKindSlurmJob
 	}
 	switch {
-	case r.Workload != nil && r.Workload.Kind != "":
-		return r.Workload.Kind
+	case r.Stopped != nil && r.Stopped.Kind != "":
+		return r.Stopped.Kind
 	case r.TopOwner != nil && r.TopOwner.Kind != "":
 		return r.TopOwner.Kind
 	}
@@ -35,7 +35,7 @@ func (e *Engine) carriedOut(ctx context.Context, id string, res *Result, at time
 		if c.State != Acting {
 			return false
 		}
-		c.Workload, c.Killed, c.Detail = res.Workload, res.Killed, res.Detail
+		c.Stopped, c.Killed, c.Detail = res.Stopped, res.Killed, res.Detail
 		c.ActedAt, c.TargetGone = at, gone
 		c.ActingSince, c.NextTry = time.Time{}, time.Time{}
 		c.ReleaseBy = c.ActedAt.Add(e.o.Config.Release.TimeoutFor(c.ReleaseKind()))
@@ -96,14 +96,14 @@ func (e *Engine) verify(ctx context.Context, r *Reclaim) {
 // undo) and the owner hears the workload was left running, or kept and
 // followed (keep), and the message says which.
 func (e *Engine) notReleased(ctx context.Context, r *Reclaim, why string) {
-	inPlace := r.Workload != nil && !r.DryRun
+	inPlace := r.Stopped != nil && !r.DryRun
 	if inPlace {
 		rs := e.o.Restorer
 		switch {
 		case rs == nil:
-			why += fmt.Sprintf("; the stop of %s stays in place", r.Workload)
+			why += fmt.Sprintf("; the stop of %s stays in place", r.Stopped)
 		case e.o.Config.Release.OnNotReleased == config.NotReleasedKeep:
-			why += fmt.Sprintf("; the stop of %s stays in place (release.on_not_released: keep): the workload stops if its controller carries it out, and restoring takes it back", r.Workload)
+			why += fmt.Sprintf("; the stop of %s stays in place (release.on_not_released: keep): the workload stops if its controller carries it out, and restoring takes it back", r.Stopped)
 		default:
 			if err := e.fenced(FencedAction); err != nil {
 				e.o.Logger.Warn("not taking a stop back", "reclaim", r.ID, "err", err)
@@ -114,7 +114,7 @@ func (e *Engine) notReleased(ctx context.Context, r *Reclaim, why string) {
 				why += fmt.Sprintf("; taking the stop back failed, so it stays in place (restoring takes it back): %v", err)
 			} else {
 				inPlace = false
-				why += fmt.Sprintf("; the stop was taken back (%s) and the workload left running", r.Workload.RestoredText())
+				why += fmt.Sprintf("; the stop was taken back (%s) and the workload left running", r.Stopped.RestoredText())
 			}
 		}
 	}
@@ -215,7 +215,7 @@ func (e *Engine) verifyRestore(ctx context.Context, r *Reclaim) {
 	r, err := e.update(r.ID, func(c *Reclaim) []Event {
 		switch {
 		case run.Done:
-			return []Event{e.event(c, "restored", c.Workload.RestoredText(), c.Restore.AskedBy)}
+			return []Event{e.event(c, "restored", c.Stopped.RestoredText(), c.Restore.AskedBy)}
 		case !now.Before(c.Restore.Deadline):
 			return []Event{e.event(c, "restore_failed", c.Restore.Failed, c.Restore.AskedBy)}
 		}
@@ -232,7 +232,7 @@ func (e *Engine) verifyRestore(ctx context.Context, r *Reclaim) {
 			c.NextTry = now.Add(nextLook(now.Sub(rs.AskedAt), time.Duration(e.o.Config.Release.Interval)))
 		default:
 			c.NextTry, kind = time.Time{}, MsgRestoreFailed
-			rs.Failed = fmt.Sprintf("%s was asked to run again %s ago and does not: %s", c.Workload, now.Sub(rs.AskedAt).Round(time.Second), run.Why)
+			rs.Failed = fmt.Sprintf("%s was asked to run again %s ago and does not: %s", c.Stopped, now.Sub(rs.AskedAt).Round(time.Second), run.Why)
 		}
 		return true
 	})
@@ -243,9 +243,9 @@ func (e *Engine) verifyRestore(ctx context.Context, r *Reclaim) {
 	switch kind {
 	case MsgRestored:
 		by := r.Restore.AskedBy
-		e.send(ctx, Message{Kind: MsgRestored, Reclaim: r, By: by, Text: fmt.Sprintf("%s by %s; it runs again.", r.Workload.RestoredText(), by)}, nil)
+		e.send(ctx, Message{Kind: MsgRestored, Reclaim: r, By: by, Text: fmt.Sprintf("%s by %s; it runs again.", r.Stopped.RestoredText(), by)}, nil)
 		if e.o.Events != nil {
-			e.kubeEvent(ctx, r, "GPUReclaimRestored", fmt.Sprintf("%s by %s", r.Workload.RestoredText(), by))
+			e.kubeEvent(ctx, r, "GPUReclaimRestored", fmt.Sprintf("%s by %s", r.Stopped.RestoredText(), by))
 		}
 	case MsgRestoreFailed:
 		why := r.Restore.Failed

@@ -161,8 +161,8 @@ func (a *Actor) Act(_ context.Context, action config.Action, r *reclaim.Reclaim)
 	res := reclaim.Result{Detail: "did " + string(action)}
 	if c := r.TopOwner; c != nil && err == nil && (action == config.ActionScaleDown || action == config.ActionStop) {
 		// What a restore brings back, as the cluster actor records it.
-		res.Workload = &reclaim.Workload{APIVersion: c.APIVersion, Kind: c.Kind, Namespace: c.Namespace, Name: c.Name, Stop: c.Stop,
-			PreviousReplicas: c.Replicas, Stopped: c.Stopped, Restored: "resumed"}
+		res.Stopped = &reclaim.Stopped{APIVersion: c.APIVersion, Kind: c.Kind, Namespace: c.Namespace, Name: c.Name, Stop: c.Stop,
+			PreviousReplicas: c.Replicas, StopVerb: c.Stopped, RestoreVerb: "resumed"}
 	}
 	return res, err
 }

@@ -218,7 +218,7 @@ func Outcome(kind reclaim.MessageKind, r *reclaim.Reclaim, by string, now time.T
 	case reclaim.MsgReclaimed:
 		head = "Reclaimed"
 		body = fmt.Sprintf("Reclaimed on %s: %s.", date(r.ActedAt), esc(r.Detail))
-		if w := r.Workload; w != nil && r.Restore == nil {
+		if w := r.Stopped; w != nil && r.Restore == nil {
 			if w.Stop == reclaim.StopScale || w.Stop == "" {
 				body += fmt.Sprintf(" %s `%s` had %d replicas.", w.Kind, w.Name, w.PreviousReplicas)
 			}
@@ -226,7 +226,7 @@ func Outcome(kind reclaim.MessageKind, r *reclaim.Reclaim, by string, now time.T
 		}
 	case reclaim.MsgRestored:
 		head = "Restored"
-		body = fmt.Sprintf("Restored by %s: %s; it runs again.", by, esc(r.Workload.RestoredText()))
+		body = fmt.Sprintf("Restored by %s: %s; it runs again.", by, esc(r.Stopped.RestoredText()))
 	case reclaim.MsgRestoreFailed:
 		head = "Restore failed"
 		body = "The restore asked by " + by + " did not take: " + esc(r.Restore.Failed) + ". The admins are told."

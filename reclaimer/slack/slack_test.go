@@ -217,7 +217,7 @@ func TestMessagesGolden(t *testing.T) {
 
 	scaled := sample()
 	scaled.Action, scaled.ActedAt, scaled.Detail = "scale_down", reclaimtest.T0.Add(5*time.Minute), "Deployment serving/chat-api scaled from 3 to 0 replicas"
-	scaled.Workload = &reclaim.Workload{Kind: "Deployment", Namespace: "serving", Name: "chat-api", PreviousReplicas: 3}
+	scaled.Stopped = &reclaim.Stopped{Kind: "Deployment", Namespace: "serving", Name: "chat-api", PreviousReplicas: 3}
 	golden(t, "reclaimed-scale-down.json", rslack.Outcome(reclaim.MsgReclaimed, scaled, "", reclaimtest.T0.Add(5*time.Minute), p, page))
 
 	job := sample()
@@ -225,7 +225,7 @@ func TestMessagesGolden(t *testing.T) {
 	job.TopOwner = &reclaim.TopOwner{APIVersion: "batch/v1", Kind: "Job", Namespace: "ml", Name: "train-7", Stop: reclaim.StopPatch, Stopped: "suspended"}
 	golden(t, "warning-job.json", rslack.Warning(job, reclaimtest.T0, p, page, rslack.DefaultSnoozes))
 	job.ActedAt, job.Detail = reclaimtest.T0.Add(15*time.Minute), "Job ml/train-7 suspended"
-	job.Workload = &reclaim.Workload{APIVersion: "batch/v1", Kind: "Job", Namespace: "ml", Name: "train-7", Stop: reclaim.StopPatch, Stopped: "suspended", Restored: "resumed"}
+	job.Stopped = &reclaim.Stopped{APIVersion: "batch/v1", Kind: "Job", Namespace: "ml", Name: "train-7", Stop: reclaim.StopPatch, StopVerb: "suspended", RestoreVerb: "resumed"}
 	golden(t, "reclaimed-job.json", rslack.Outcome(reclaim.MsgReclaimed, job, "", reclaimtest.T0.Add(15*time.Minute), p, page))
 	job.Restore = &reclaim.Restore{AskedAt: reclaimtest.T0.Add(16 * time.Minute), AskedBy: "<@U0CAROL>", RestoredAt: reclaimtest.T0.Add(20 * time.Minute)}
 	golden(t, "restored-job.json", rslack.Outcome(reclaim.MsgRestored, job, "<@U0CAROL>", reclaimtest.T0.Add(20*time.Minute), p, page))

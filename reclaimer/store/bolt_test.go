@@ -188,7 +188,7 @@ func TestLoadsThisReleasesFormat(t *testing.T) {
 		ActedAt: t0.Add(15 * time.Minute), ReleasedAt: t0.Add(16 * time.Minute), Closed: t0.Add(16 * time.Minute),
 		Warning: reclaim.Delivery{Sent: true, At: t0.Add(time.Minute)}, Final: reclaim.Delivery{Sent: true, At: t0.Add(16 * time.Minute)},
 		TopOwner: &reclaim.TopOwner{APIVersion: "batch/v1", Kind: "Job", Namespace: "ml", Name: "train-7", Stop: reclaim.StopPatch, Stopped: "suspended"},
-		Workload: &reclaim.Workload{APIVersion: "batch/v1", Kind: "Job", Namespace: "ml", Name: "train-7", Stop: reclaim.StopPatch, Stopped: "suspended", Restored: "resumed"},
+		Stopped:  &reclaim.Stopped{APIVersion: "batch/v1", Kind: "Job", Namespace: "ml", Name: "train-7", Stop: reclaim.StopPatch, StopVerb: "suspended", RestoreVerb: "resumed"},
 		HeldBy:   []string{"ml/train-7-abcde/u1"}, Snooze: &reclaim.Snooze{Silence: "s1", By: "ana", Until: t0.Add(time.Hour)}}
 	events := []reclaim.Event{{Time: t0.Add(15 * time.Minute), Reclaim: r.ID, Kind: "done", Detail: "stop on the top owner, Job ml/train-7", Actor: "reclaimer"}}
 	golden := "testdata/gpureclaim-v1alpha1.json"
