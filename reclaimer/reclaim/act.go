@@ -18,18 +18,14 @@ func (e *Engine) checks(ctx context.Context, r *Reclaim) bool {
 		return false
 	}
 	v := e.verdict(ctx, r)
-	switch v.Do {
-	case DoAct:
+	if v.Do == DoAct {
+		if v.Decision != "" {
+			e.o.Metrics.decide(v.Decision)
+		}
 		return true
-	case DoWait:
-		e.deferTo(r.ID, v.Until, v.Why)
-	case DoCancel:
-		e.finish(r.ID, Cancelled, v.Why, nil)
-	case DoSnooze:
-		e.snooze(r.ID, v)
 	}
-	if v.Decision != "" {
-		e.o.Metrics.decide(v.Decision)
+	if _, _, err := e.apply(r.ID, v); err != nil {
+		e.o.Logger.Error("recording a verdict on a due action", "reclaim", r.ID, "do", v.Do, "err", err)
 	}
 	return false
 }
@@ -87,7 +83,7 @@ func (e *Engine) act(ctx context.Context, id string) {
 	if r.DryRun {
 		e.o.Logger.Info("dry run: would reclaim", "reclaim", id, "action", r.Action, "owner", r.Target.Holder(), "unit", r.Target.Unit())
 		e.o.Metrics.action(r.Action, ActionDryRun)
-		e.finish(id, DryRun, fmt.Sprintf("dry run: would have run %s", r.Action), nil)
+		e.finish(id, DryRun, fmt.Sprintf("dry run: would have run %s", r.Action))
 		return
 	}
 	if e.fenced(FencedAction) != nil {
@@ -127,7 +123,9 @@ func (e *Engine) act(ctx context.Context, id string) {
 		e.carriedOut(ctx, id, &res, at, result == ActionGone)
 	case errors.As(err, &refused):
 		e.o.Metrics.action(r.Action, ActionRefused)
-		e.finish(id, Cancelled, refused.Reason, nil)
+		if _, _, err := e.apply(id, Verdict{Do: DoCancel, Why: refused.Reason}); err != nil {
+			e.o.Logger.Error("recording a refused action", "reclaim", id, "err", err)
+		}
 	case errors.As(err, &retry) && r.Attempts < actionAttemptsRetryable:
 		e.o.Metrics.action(r.Action, ActionRetry)
 		e.deferTo(id, now.Add(retry.After), "will try again: "+err.Error())
@@ -140,7 +138,7 @@ func (e *Engine) act(ctx context.Context, id string) {
 	default:
 		e.o.Metrics.action(r.Action, ActionFailed)
 		e.o.Metrics.Error(ComponentAction)
-		e.finish(id, Failed, err.Error(), nil)
+		e.finish(id, Failed, err.Error())
 	}
 }
 
@@ -152,32 +150,14 @@ func (e *Engine) recordError(id string, err error) {
 	}
 }
 
-// finish moves a reclaim to a terminal state.
-func (e *Engine) finish(id string, st State, why string, res *Result) {
-	e.finishWith(id, st, why, res, nil)
-}
-
-// finishWith is finish, with more recorded in the same write.
-func (e *Engine) finishWith(id string, st State, why string, res *Result, more func(*Reclaim)) {
+// finish ends a reclaim on an action's outcome that no verdict gives
+// (failed, a dry run).
+func (e *Engine) finish(id string, st State, why string) {
 	r, err := e.update(id, func(c *Reclaim) []Event { return []Event{e.event(c, string(st), why, "reclaimer")} }, func(c *Reclaim) bool {
 		if c.State.Terminal() {
 			return false
 		}
-		now := e.now()
-		c.State, c.Reason, c.Closed, c.NextTry, c.ActingSince = st, why, now, time.Time{}, time.Time{}
-		if st == DryRun || (st == Done && c.ActedAt.IsZero()) {
-			c.ActedAt = now
-		}
-		if st == Done && !c.ReleaseBy.IsZero() {
-			c.ReleasedAt = now // seen released, now
-		}
-		if res != nil {
-			c.Stopped, c.Killed, c.Detail = res.Stopped, res.Killed, res.Detail
-		}
-		c.Final.Sent = st == Cancelled && !c.Warning.Sent
-		if more != nil {
-			more(c)
-		}
+		end(c, st, why, e.now())
 		return true
 	})
 	if err != nil {

@@ -42,6 +42,11 @@ const (
 	DoDone
 	// DoNotReleased: past its deadline the GPU is still held.
 	DoNotReleased
+	// DoKeep: a person keeps the target until its workload ends (By,
+	// SilenceID, Until).
+	DoKeep
+	// DoReleaseNow: a person asks for the action now (By).
+	DoReleaseNow
 )
 
 // Need names a fact decide reads.
@@ -100,7 +105,8 @@ type Facts struct {
 	Release *Fact[Release]
 }
 
-// Verdict is what decide concludes.
+// Verdict is what decide concludes, or what a person asks (DoSnooze with
+// By, DoKeep, DoReleaseNow); transition applies it to the record.
 type Verdict struct {
 	Do   Do
 	Need Need // DoGather
@@ -112,7 +118,8 @@ type Verdict struct {
 	// Wanted says the policy's shorter demand grace applies.
 	Grace  time.Duration
 	Wanted bool
-	// Until is when to look again (DoWait).
+	// Until is when to look again (DoWait), or when a person's snooze or
+	// keep ends.
 	Until time.Time
 	// Why says why, for the record and the owner.
 	Why string
@@ -121,7 +128,14 @@ type Verdict struct {
 	// Shared, when done, says who still holds the GPU: the action freed
 	// the target's share.
 	Shared string
-	// Decision, when set, is counted.
+	// StopInPlace, when not released, says the stop stays written.
+	StopInPlace bool
+	// By is who gave a person's verdict, or who else than the reclaimer
+	// the record names for it (Alertmanager, resolving the alert).
+	By string
+	// SilenceID is the Alertmanager silence a person's snooze or keep made.
+	SilenceID string
+	// Decision, when set, is counted once the verdict is recorded.
 	Decision Decision
 }
 

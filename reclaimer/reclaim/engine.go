@@ -228,7 +228,7 @@ func (e *Engine) kubeEvent(ctx context.Context, r *Reclaim, reason, message stri
 }
 
 func (e *Engine) event(r *Reclaim, kind, detail, actor string) Event {
-	return Event{Time: e.now(), Reclaim: r.ID, Kind: kind, Target: r.Target.UnitAndHolder(), Detail: detail, Actor: actor}
+	return newEvent(r, e.now(), kind, detail, actor)
 }
 
 // Kick makes Run take a step now rather than at its next tick.
@@ -423,6 +423,35 @@ func (e *Engine) snapshot(id string) *Reclaim {
 		return clone(r)
 	}
 	return nil
+}
+
+// apply records a verdict: the stored reclaim's transition under v,
+// written with its events. It returns the record as it stands after, and
+// whether v applied; a verdict's decision is counted once recorded.
+func (e *Engine) apply(id string, v Verdict) (*Reclaim, bool, error) {
+	var events []Event
+	applied := false
+	r, err := e.update(id, func(*Reclaim) []Event { return events }, func(c *Reclaim) bool {
+		next, evs := transition(c, v, e.now())
+		if next == nil {
+			return false
+		}
+		if v.Do == DoWait && next.Reason != c.Reason {
+			e.o.Logger.Info("reclaim waits", "reclaim", id, "until", v.Until, "reason", v.Why)
+		}
+		*c, events, applied = *next, evs, true
+		return true
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	if applied && v.Decision != "" {
+		e.o.Metrics.decide(v.Decision)
+	}
+	if applied && r.State.Terminal() {
+		e.o.Logger.Info("reclaim "+string(r.State), "reclaim", id, "reason", r.Reason, "unit", r.Target.Unit(), "owner", r.Target.Holder())
+	}
+	return r, applied, nil
 }
 
 // update applies f to the stored reclaim and writes it; if f returns false

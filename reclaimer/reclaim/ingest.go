@@ -206,10 +206,9 @@ func (e *Engine) ingest(alerts []Alert) (IngestResult, []*pendingWrite) {
 				put(r)
 				count(DecisionResolvedFirst)
 			case existing.State == Pending || existing.State == Snoozed:
-				c := clone(existing)
-				e.cancel(c, "the alert resolved: the GPU is busy again or was released")
+				c, evs := transition(existing, Verdict{Do: DoCancel, Why: "the alert resolved: the GPU is busy again or was released", By: "alertmanager"}, now)
 				put(c)
-				events = append(events, e.event(c, "cancelled", c.Reason, "alertmanager"))
+				events = append(events, evs...)
 				res.Cancelled++
 				count(DecisionCancelled)
 			default:
@@ -250,10 +249,10 @@ func (e *Engine) ingest(alerts []Alert) (IngestResult, []*pendingWrite) {
 			}
 			old := get(oldID)
 			if old.State == Pending && old.StartsAt.Before(a.StartsAt) {
-				c := clone(old)
-				e.cancel(c, "superseded by a new episode of the alert")
+				c, evs := transition(old, Verdict{Do: DoCancel, Why: "superseded by a new episode of the alert", By: "alertmanager"}, now)
 				c.Final.Sent = true // the new episode's warning says it all
 				put(c)
+				events = append(events, evs...)
 			}
 		}
 		r := &Reclaim{ID: id, Fingerprint: fp, StartsAt: a.StartsAt, Labels: a.Labels, Annotations: a.Annotations, Target: t, Created: now}
@@ -263,16 +262,7 @@ func (e *Engine) ingest(alerts []Alert) (IngestResult, []*pendingWrite) {
 		}
 		v := decide(r, p, e.o.Config, Facts{Now: now})
 		count(v.Decision)
-		switch v.Do {
-		case DoExempt:
-			r.State, r.Reason, r.Closed = Exempt, v.Why, now
-			r.Warning.Sent, r.Final.Sent = true, true
-		case DoNotify:
-			r.State, r.Reason, r.Closed = Notified, v.Why, now
-			r.Final.Sent = true
-		default:
-			r.State, r.ActAt, r.Reason = Pending, now.Add(v.Grace), v.Why
-		}
+		r, evs := transition(r, v, now)
 		put(r)
 		if p == nil {
 			res.Ignored++
@@ -281,7 +271,7 @@ func (e *Engine) ingest(alerts []Alert) (IngestResult, []*pendingWrite) {
 		if !r.State.Terminal() {
 			open[t.key()] = fp
 		}
-		events = append(events, e.event(r, "decided", string(r.State)+": policy "+r.Policy+", action "+string(r.Action), "alertmanager"))
+		events = append(events, evs...)
 		res.New++
 	}
 	if len(changed) == 0 {
@@ -304,11 +294,6 @@ func (e *Engine) sortedIDs(fp string) []string {
 	return ids
 }
 
-func (e *Engine) cancel(r *Reclaim, why string) {
-	r.State, r.Reason, r.Closed = Cancelled, why, e.now()
-	// Tell the owner only if they were warned of something.
-	r.Final.Sent = !r.Warning.Sent
-}
 
 // clone deep-copies a reclaim, so the index changes only once a write is durable.
 func clone(r *Reclaim) *Reclaim { return r.Clone() }

@@ -72,17 +72,15 @@ func (e *Engine) verify(ctx context.Context, r *Reclaim) {
 		case e.o.Verifier != nil:
 			why = fmt.Sprintf("%s; the GPU was seen released %s after the action", r.Detail, took.Round(time.Second))
 		}
-		// One result per action, counted with the write that ends it.
-		e.finishWith(r.ID, Done, why, nil, func(c *Reclaim) { c.SharedWith = v.Shared; e.o.Metrics.action(c.Action, result) })
+		v.Why = why
+		// One result per action, counted once the write that ends it succeeds.
+		if _, applied, err := e.apply(r.ID, v); err != nil {
+			e.o.Logger.Error("recording a release", "reclaim", r.ID, "err", err)
+		} else if applied {
+			e.o.Metrics.action(r.Action, result)
+		}
 	case DoWait:
-		_, err := e.update(r.ID, nil, func(c *Reclaim) bool {
-			if c.State != Acting {
-				return false
-			}
-			c.NextTry, c.Reason = v.Until, v.Why
-			return true
-		})
-		if err != nil {
+		if _, _, err := e.apply(r.ID, v); err != nil {
 			e.o.Logger.Error("recording a look at the release", "reclaim", r.ID, "err", err)
 		}
 	case DoNotReleased:
@@ -118,10 +116,11 @@ func (e *Engine) notReleased(ctx context.Context, r *Reclaim, why string) {
 			}
 		}
 	}
-	e.finishWith(r.ID, NotReleased, why, nil, func(c *Reclaim) {
-		c.StopInPlace = inPlace
-		e.o.Metrics.action(c.Action, ActionNotReleased)
-	})
+	if _, applied, err := e.apply(r.ID, Verdict{Do: DoNotReleased, Why: why, StopInPlace: inPlace}); err != nil {
+		e.o.Logger.Error("recording a GPU not released", "reclaim", r.ID, "err", err)
+	} else if applied {
+		e.o.Metrics.action(r.Action, ActionNotReleased)
+	}
 }
 
 // follow looks again at a stop left in place after not_released: once its

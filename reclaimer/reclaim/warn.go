@@ -215,68 +215,20 @@ func (e *Engine) warn(ctx context.Context, id string) {
 // decided records a verdict taken before the warning, and says whether a
 // warning or a notice is to be delivered now.
 func (e *Engine) decided(r *Reclaim, v Verdict) bool {
-	id := r.ID
 	switch v.Do {
-	case DoExempt:
-		_, err := e.update(id, func(c *Reclaim) []Event { return []Event{e.event(c, "exempt", v.Why, "policy")} }, func(c *Reclaim) bool {
-			if c.State != Pending {
-				return false
-			}
-			c.State, c.Reason, c.Closed = Exempt, v.Why, e.now()
-			c.Warning.Sent, c.Final.Sent = true, true
-			return true
-		})
-		if err == nil {
-			e.o.Metrics.decide(v.Decision)
-		}
-		return false
-	case DoWait:
-		_, err := e.update(id, nil, func(c *Reclaim) bool {
-			c.NextTry, c.Reason = v.Until, v.Why
-			return true
-		})
-		if err != nil {
-			e.o.Logger.Error("recording a deferral", "reclaim", id, "err", err)
-		}
-		return false
-	case DoWarn, DoNotify:
+	case DoExempt, DoWait, DoWarn, DoNotify:
 	default:
 		return false
 	}
-	top := v.TopOwner
-	if top == nil {
-		return true // no top owner looked up this time: nothing more to record
-	}
-	c, err := e.update(id, func(c *Reclaim) []Event {
-		switch {
-		case v.Do == DoNotify:
-			return []Event{e.event(c, "decided", "notify: "+v.Why, "policy")}
-		case v.Action != r.Action || top.Kind != "":
-			return []Event{e.event(c, "decided", fmt.Sprintf("%s on the top owner, %s", v.Action, top), "policy")}
-		}
-		return nil // a bare pod, evicted as decided
-	}, func(c *Reclaim) bool {
-		if c.State != Pending {
-			return false
-		}
-		c.TopOwner = top
-		if v.Do == DoNotify {
-			c.State, c.Closed, c.Final.Sent, c.Reason = Notified, e.now(), true, v.Why
-			return true
-		}
-		c.Action = v.Action
-		c.Reason = "warning the owner; " + c.ActionText() + " after the grace period"
-		return true
-	})
+	c, applied, err := e.apply(r.ID, v)
 	if err != nil {
-		e.o.Logger.Error("recording the top owner's action", "reclaim", id, "err", err)
+		e.o.Logger.Error("recording a verdict before the warning", "reclaim", r.ID, "do", v.Do, "err", err)
 		return false
 	}
-	if c.State == Notified {
-		e.o.Metrics.decide(v.Decision)
-		e.o.Logger.Info("telling the owner only", "reclaim", id, "pod", r.Target.Holder(), "top_owner", top.String(), "reason", v.Why)
+	if applied && c.State == Notified && v.TopOwner != nil {
+		e.o.Logger.Info("telling the owner only", "reclaim", r.ID, "pod", r.Target.Holder(), "top_owner", v.TopOwner.String(), "reason", v.Why)
 	}
-	return true
+	return v.Do == DoWarn || v.Do == DoNotify
 }
 
 // restate updates a delivered warning in place with the time it acts at,
@@ -310,24 +262,9 @@ func hasMessage(refs map[string]string) bool {
 	return false
 }
 
-// defer records why an action waits and until when.
+// deferTo makes a reclaim wait until a time, saying why.
 func (e *Engine) deferTo(id string, until time.Time, why string) {
-	_, err := e.update(id, nil, func(c *Reclaim) bool {
-		if c.Reason != why {
-			e.o.Logger.Info("reclaim waits", "reclaim", id, "until", until, "reason", why)
-		}
-		if c.State != Pending && c.State != Acting {
-			return false
-		}
-		if c.State == Pending {
-			c.ActAt = until
-		} else {
-			c.NextTry = until
-		}
-		c.Reason = why
-		return true
-	})
-	if err != nil {
+	if _, _, err := e.apply(id, Verdict{Do: DoWait, Until: until, Why: why}); err != nil {
 		e.o.Logger.Error("recording a deferral", "reclaim", id, "err", err)
 	}
 }

@@ -195,7 +195,7 @@ func (h *Interactions) press(ctx context.Context, cb *slack.InteractionCallback)
 	snooze, isSnooze := h.snoozeFor(a.ActionID)
 	switch {
 	case isSnooze:
-		if r.State != reclaim.Pending {
+		if !reclaim.Takes(r, reclaim.DoSnooze) {
 			h.ephemeral(ctx, cb, h.already(r))
 			return
 		}
@@ -206,7 +206,7 @@ func (h *Interactions) press(ctx context.Context, cb *slack.InteractionCallback)
 			_, err = h.engine.Snooze(ctx, id, by, until, sid)
 		}
 	case a.ActionID == ActionKeep:
-		if r.State != reclaim.Pending && r.State != reclaim.Snoozed {
+		if !reclaim.Takes(r, reclaim.DoKeep) {
 			h.ephemeral(ctx, cb, h.already(r))
 			return
 		}
@@ -217,7 +217,7 @@ func (h *Interactions) press(ctx context.Context, cb *slack.InteractionCallback)
 			_, err = h.engine.Keep(ctx, id, by, until, sid)
 		}
 	case a.ActionID == ActionRelease:
-		if r.State != reclaim.Pending && r.State != reclaim.Snoozed {
+		if !reclaim.Takes(r, reclaim.DoReleaseNow) {
 			h.ephemeral(ctx, cb, h.already(r))
 			return
 		}

@@ -1,0 +1,206 @@
+package reclaim
+
+import (
+	"fmt"
+	"time"
+)
+
+// Where a verdict takes a reclaim is written once: transition, a pure
+// function of the record, the verdict (decide's, or a person's) and the
+// time. The engine's step is verdict → transition → persist (apply) →
+// effect (a message, the action, a count), and nothing else writes a
+// verdict into a record.
+
+// transition returns the record that follows r under v at now, and the
+// audit events that say so. It returns nil when v does not apply where r
+// stands (another step moved it on since the verdict was taken): nothing
+// is written.
+func transition(r *Reclaim, v Verdict, now time.Time) (*Reclaim, []Event) {
+	c := r.Clone()
+	if r.State == "" {
+		return arrive(c, v, now)
+	}
+	event := func(kind, detail, actor string) []Event { return []Event{newEvent(c, now, kind, detail, actor)} }
+	person := v.By != ""
+	switch v.Do {
+	case DoExempt:
+		if r.State != Pending || r.Warning.Sent {
+			return nil, nil
+		}
+		exempt(c, v.Why, now)
+		return c, event("exempt", v.Why, "policy")
+
+	case DoNotify:
+		if r.State != Pending || r.Warning.Sent {
+			return nil, nil
+		}
+		c.TopOwner = v.TopOwner
+		c.State, c.Closed, c.Final.Sent, c.Reason = Notified, now, true, v.Why
+		return c, event("decided", "notify: "+v.Why, "policy")
+
+	case DoWarn:
+		switch {
+		case r.State == Pending && !r.Warning.Sent:
+			if v.TopOwner == nil {
+				return nil, nil // no top owner looked up: the warning goes as the record says
+			}
+			c.TopOwner, c.Action = v.TopOwner, v.Action
+			c.Reason = "warning the owner; " + c.ActionText() + " after the grace period"
+			if v.Action == r.Action && v.TopOwner.Kind == "" {
+				return c, nil // a bare pod, evicted as decided
+			}
+			return c, event("decided", fmt.Sprintf("%s on the top owner, %s", v.Action, v.TopOwner), "policy")
+		case r.State == Snoozed:
+			// The snooze is over and the unit still idle: a new warning,
+			// and a new grace from it.
+			c.State, c.ActAt, c.NextTry, c.Reason = Pending, now.Add(v.Grace), time.Time{}, v.Why
+			c.Warning = Delivery{Refs: c.Warning.Refs}
+			c.WarningRound++
+			for k := range c.Warning.Refs {
+				if isSentKey(k) {
+					delete(c.Warning.Refs, k) // a new warning is due; its message refs stay for updates
+				}
+			}
+			return c, event("unsnoozed", "the snooze ended and the unit is still idle", "reclaimer")
+		}
+		return nil, nil
+
+	case DoWait:
+		switch {
+		case r.State == Pending && r.Warning.Sent:
+			// Warned and due: the action is due later, and the record (the
+			// status page, kubectl's Act At) says when.
+			c.ActAt, c.Reason = v.Until, v.Why
+		case r.State == Pending || r.State == Acting:
+			c.NextTry, c.Reason = v.Until, v.Why
+		case r.State == Snoozed:
+			c.NextTry = v.Until // the snooze's reason stands
+		default:
+			return nil, nil
+		}
+		return c, nil
+
+	case DoCancel:
+		if r.State.Terminal() {
+			return nil, nil
+		}
+		end(c, Cancelled, v.Why, now)
+		return c, event(string(Cancelled), v.Why, actor(v))
+
+	case DoSnooze:
+		if person {
+			if r.State != Pending {
+				return nil, nil
+			}
+			at := v.Until.UTC().Format(time.RFC3339)
+			c.State, c.Snooze = Snoozed, &Snooze{Silence: v.SilenceID, By: v.By, Until: v.Until}
+			c.NextTry, c.Reason = v.Until, "snoozed by "+v.By+" until "+at
+			return c, event("snoozed", "until "+at+", silence "+v.SilenceID, v.By)
+		}
+		if r.State != Pending && r.State != Acting && r.State != Snoozed {
+			return nil, nil
+		}
+		c.State, c.Reason = Snoozed, v.Why
+		if c.Snooze == nil { // c is a clone: its Snooze is its own
+			c.Snooze = &Snooze{}
+		}
+		c.Snooze.Until, c.NextTry = v.Silence.Until, v.Silence.Until
+		if v.Silence.Until.IsZero() {
+			c.NextTry = now.Add(inhibitedWait) // an inhibition says no end
+		}
+		return c, event("snoozed", v.Silence.Reason, "")
+
+	case DoKeep:
+		if !person || r.State != Pending && r.State != Snoozed {
+			return nil, nil
+		}
+		c.State, c.Reason, c.Closed = Exempt, "kept by "+v.By, now
+		c.Snooze = &Snooze{Silence: v.SilenceID, By: v.By, Until: v.Until}
+		c.Final.Sent = true // the kept message says it all
+		return c, event("kept", "silence "+v.SilenceID+" until the workload ends (at most "+v.Until.UTC().Format(time.RFC3339)+")", v.By)
+
+	case DoReleaseNow:
+		if !person || r.State != Pending && r.State != Snoozed {
+			return nil, nil
+		}
+		c.State, c.ActAt, c.NextTry, c.ReleaseAskedBy = Pending, now, time.Time{}, v.By
+		c.Warning.Sent = true // the owner pressed the button on it
+		c.Reason = "released by " + v.By + ": acting now"
+		return c, event("released", "by the owner: acting now", v.By)
+
+	case DoDone:
+		if r.State != Acting {
+			return nil, nil
+		}
+		end(c, Done, v.Why, now)
+		c.SharedWith = v.Shared
+		return c, event(string(Done), v.Why, actor(v))
+
+	case DoNotReleased:
+		if r.State != Acting {
+			return nil, nil
+		}
+		end(c, NotReleased, v.Why, now)
+		c.StopInPlace = v.StopInPlace
+		return c, event(string(NotReleased), v.Why, actor(v))
+	}
+	return nil, nil // DoGather and DoAct change no record
+}
+
+// arrive is a new episode's first verdict: exempt, notify only, or
+// pending its warning.
+func arrive(c *Reclaim, v Verdict, now time.Time) (*Reclaim, []Event) {
+	switch v.Do {
+	case DoExempt:
+		exempt(c, v.Why, now)
+	case DoNotify:
+		c.State, c.Reason, c.Closed = Notified, v.Why, now
+		c.Final.Sent = true
+	case DoWarn:
+		c.State, c.ActAt, c.Reason = Pending, now.Add(v.Grace), v.Why
+	default:
+		return nil, nil
+	}
+	if c.Policy == "" {
+		return c, nil // no policy matched: nothing was decided for anyone
+	}
+	return c, []Event{newEvent(c, now, "decided", fmt.Sprintf("%s: policy %s, action %s", c.State, c.Policy, c.Action), actor(Verdict{By: "alertmanager"}))}
+}
+
+func exempt(c *Reclaim, why string, now time.Time) {
+	c.State, c.Reason, c.Closed = Exempt, why, now
+	c.Warning.Sent, c.Final.Sent = true, true
+}
+
+// end closes a reclaim in a terminal state. The owner hears of a cancel
+// only if they were warned of something.
+func end(c *Reclaim, st State, why string, now time.Time) {
+	c.State, c.Reason, c.Closed, c.NextTry, c.ActingSince = st, why, now, time.Time{}, time.Time{}
+	if st == DryRun || (st == Done && c.ActedAt.IsZero()) {
+		c.ActedAt = now
+	}
+	if st == Done && !c.ReleaseBy.IsZero() {
+		c.ReleasedAt = now // seen released, now
+	}
+	c.Final.Sent = st == Cancelled && !c.Warning.Sent
+}
+
+// actor is who the record names for a verdict: the reclaimer unless
+// someone else gave it.
+func actor(v Verdict) string {
+	if v.By != "" {
+		return v.By
+	}
+	return "reclaimer"
+}
+
+// Takes says whether a person's verdict (DoSnooze, DoKeep, DoReleaseNow)
+// applies to r where it stands: a button asks before it makes a silence.
+func Takes(r *Reclaim, d Do) bool {
+	next, _ := transition(r, Verdict{Do: d, By: "someone"}, time.Time{})
+	return next != nil
+}
+
+func newEvent(r *Reclaim, now time.Time, kind, detail, actor string) Event {
+	return Event{Time: now, Reclaim: r.ID, Kind: kind, Target: r.Target.UnitAndHolder(), Detail: detail, Actor: actor}
+}

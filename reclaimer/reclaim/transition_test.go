@@ -1,0 +1,194 @@
+package reclaim
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+)
+
+// TestTransition is every move a verdict makes, one row each: where a
+// reclaim stands, the verdict, and the whole record and audit trail that
+// follow, or nothing written when the verdict no longer applies there.
+func TestTransition(t *testing.T) {
+	now := time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
+	later := now.Add(time.Hour)
+	job := &TopOwner{APIVersion: "batch/v1", Kind: "Job", Namespace: "ml", Name: "train", Stop: StopPatch}
+	bare := &TopOwner{}
+	target := Target{UUID: "GPU-1", Node: "n1", Namespace: "ml", Pod: "p"}
+	base := func(st State) *Reclaim {
+		return &Reclaim{ID: "r", Policy: "stop", Action: config.ActionEvict, Target: target, State: st, ActAt: now.Add(-time.Minute)}
+	}
+	warned := func(st State) *Reclaim {
+		r := base(st)
+		r.Warning = Delivery{Sent: true, At: now.Add(-time.Hour), Refs: map[string]string{"slack.sent.warning": "1", "slack.msg.C1": "17.1"}}
+		return r
+	}
+	newOne := func(policy string) *Reclaim {
+		r := base("")
+		r.Policy, r.ActAt = policy, time.Time{}
+		return r
+	}
+	acting := func() *Reclaim {
+		r := warned(Acting)
+		r.ActedAt, r.ReleaseBy, r.Detail = now.Add(-time.Minute), now.Add(time.Minute), "pod ml/p evicted"
+		return r
+	}
+	snoozed := func() *Reclaim {
+		r := warned(Snoozed)
+		r.Snooze, r.NextTry, r.Reason = &Snooze{Until: now}, now, "snoozed by U1"
+		return r
+	}
+	type ev struct{ kind, actor string }
+	rows := []struct {
+		name   string
+		from   *Reclaim
+		v      Verdict
+		want   func(*Reclaim) // nil: nothing is written
+		events []ev
+	}{
+		// A new episode.
+		{"new, no policy: exempt, nothing decided for anyone", newOne(""), Verdict{Do: DoExempt, Why: "no policy matches the alert"},
+			func(r *Reclaim) {
+				r.State, r.Reason, r.Closed, r.Warning.Sent, r.Final.Sent = Exempt, "no policy matches the alert", now, true, true
+			}, nil},
+		{"new, exempt by the config", newOne("stop"), Verdict{Do: DoExempt, Why: "namespace kube-system is exempt"},
+			func(r *Reclaim) {
+				r.State, r.Reason, r.Closed, r.Warning.Sent, r.Final.Sent = Exempt, "namespace kube-system is exempt", now, true, true
+			}, []ev{{"decided", "alertmanager"}}},
+		{"new, notify only", newOne("stop"), Verdict{Do: DoNotify, Why: "the policy only notifies"},
+			func(r *Reclaim) { r.State, r.Reason, r.Closed, r.Final.Sent = Notified, "the policy only notifies", now, true },
+			[]ev{{"decided", "alertmanager"}}},
+		{"new, pending its warning for the grace", newOne("stop"), Verdict{Do: DoWarn, Grace: 30 * time.Minute, Why: "warning"},
+			func(r *Reclaim) { r.State, r.ActAt, r.Reason = Pending, now.Add(30*time.Minute), "warning" },
+			[]ev{{"decided", "alertmanager"}}},
+		{"new: a wait is no first verdict", newOne("stop"), Verdict{Do: DoWait, Until: later}, nil, nil},
+
+		// Before the warning.
+		{"pending: exempt by a keep mark", base(Pending), Verdict{Do: DoExempt, Why: "annotated keep"},
+			func(r *Reclaim) {
+				r.State, r.Reason, r.Closed, r.Warning.Sent, r.Final.Sent = Exempt, "annotated keep", now, true, true
+			}, []ev{{"exempt", "policy"}}},
+		{"warned: exempt no longer applies", warned(Pending), Verdict{Do: DoExempt, Why: "annotated keep"}, nil, nil},
+		{"pending: notify only, its top owner recorded", base(Pending), Verdict{Do: DoNotify, TopOwner: job, Why: "cannot stop it"},
+			func(r *Reclaim) {
+				r.TopOwner, r.State, r.Closed, r.Final.Sent, r.Reason = job, Notified, now, true, "cannot stop it"
+			}, []ev{{"decided", "policy"}}},
+		{"pending: warn of the action on the top owner", base(Pending), Verdict{Do: DoWarn, Action: config.ActionStop, TopOwner: job},
+			func(r *Reclaim) {
+				r.TopOwner, r.Action = job, config.ActionStop
+				r.Reason = "warning the owner; " + r.ActionText() + " after the grace period"
+			}, []ev{{"decided", "policy"}}},
+		{"pending: a bare pod, evicted as decided, tells nothing new", base(Pending), Verdict{Do: DoWarn, Action: config.ActionEvict, TopOwner: bare},
+			func(r *Reclaim) {
+				r.TopOwner = bare
+				r.Reason = "warning the owner; " + r.ActionText() + " after the grace period"
+			}, nil},
+		{"pending: no top owner looked up, nothing to record", base(Pending), Verdict{Do: DoWarn, Action: config.ActionEvict}, nil, nil},
+		{"pending: wait before the warning", base(Pending), Verdict{Do: DoWait, Until: later, Why: "cannot look up what owns the pod yet"},
+			func(r *Reclaim) { r.NextTry, r.Reason = later, "cannot look up what owns the pod yet" }, nil},
+
+		// Warned and due.
+		{"warned: the action waits, and the record says when it is due", warned(Pending), Verdict{Do: DoWait, Until: later, Why: "outside the policy's windows"},
+			func(r *Reclaim) { r.ActAt, r.Reason = later, "outside the policy's windows" }, nil},
+		{"warned: cancel, and the owner hears of it", warned(Pending), Verdict{Do: DoCancel, Why: "the alert no longer fires"},
+			func(r *Reclaim) { r.State, r.Reason, r.Closed = Cancelled, "the alert no longer fires", now },
+			[]ev{{"cancelled", "reclaimer"}}},
+		{"not warned: a cancel tells nobody", base(Pending), Verdict{Do: DoCancel, Why: "the alert resolved", By: "alertmanager"},
+			func(r *Reclaim) { r.State, r.Reason, r.Closed, r.Final.Sent = Cancelled, "the alert resolved", now, true },
+			[]ev{{"cancelled", "alertmanager"}}},
+		{"ended: a cancel comes too late", warned(Done), Verdict{Do: DoCancel, Why: "late"}, nil, nil},
+		{"warned: silenced in Alertmanager", warned(Pending), Verdict{Do: DoSnooze, Silence: AlertCheck{Status: AlertSilenced, Reason: "silenced by ann", Until: later}, Why: "the alert is silenced: silenced by ann"},
+			func(r *Reclaim) {
+				r.State, r.Reason, r.Snooze, r.NextTry = Snoozed, "the alert is silenced: silenced by ann", &Snooze{Until: later}, later
+			}, []ev{{"snoozed", ""}}},
+		{"acting again: inhibited, looked at again after a while", warned(Acting), Verdict{Do: DoSnooze, Silence: AlertCheck{Status: AlertSilenced, Reason: "inhibited"}, Why: "inhibited"},
+			func(r *Reclaim) {
+				r.State, r.Reason, r.Snooze, r.NextTry = Snoozed, "inhibited", &Snooze{}, now.Add(inhibitedWait)
+			}, []ev{{"snoozed", ""}}},
+		{"acting again: wait", warned(Acting), Verdict{Do: DoWait, Until: later, Why: "will try again"},
+			func(r *Reclaim) { r.NextTry, r.Reason = later, "will try again" }, nil},
+		{"nothing to write: act", warned(Pending), Verdict{Do: DoAct}, nil, nil},
+
+		// People.
+		{"a person snoozes a pending reclaim", warned(Pending), Verdict{Do: DoSnooze, By: "U1", Until: later, SilenceID: "s1"},
+			func(r *Reclaim) {
+				r.State, r.Snooze, r.NextTry = Snoozed, &Snooze{Silence: "s1", By: "U1", Until: later}, later
+				r.Reason = "snoozed by U1 until " + later.Format(time.RFC3339)
+			}, []ev{{"snoozed", "U1"}}},
+		{"a snoozed reclaim is not snoozed again", snoozed(), Verdict{Do: DoSnooze, By: "U2", Until: later, SilenceID: "s2"}, nil, nil},
+		{"a person keeps a snoozed reclaim", snoozed(), Verdict{Do: DoKeep, By: "U1", Until: later, SilenceID: "s1"},
+			func(r *Reclaim) {
+				r.State, r.Reason, r.Closed, r.Final.Sent = Exempt, "kept by U1", now, true
+				r.Snooze = &Snooze{Silence: "s1", By: "U1", Until: later}
+			}, []ev{{"kept", "U1"}}},
+		{"keep comes too late for an action under way", acting(), Verdict{Do: DoKeep, By: "U1", Until: later, SilenceID: "s1"}, nil, nil},
+		{"a keep needs a person", warned(Pending), Verdict{Do: DoKeep, Until: later}, nil, nil},
+		{"a person releases it now, before the warning went", base(Pending), Verdict{Do: DoReleaseNow, By: "U1"},
+			func(r *Reclaim) {
+				r.ActAt, r.ReleaseAskedBy, r.Warning.Sent, r.Reason = now, "U1", true, "released by U1: acting now"
+			}, []ev{{"released", "U1"}}},
+		{"a person releases a snoozed reclaim", snoozed(), Verdict{Do: DoReleaseNow, By: "U1"},
+			func(r *Reclaim) {
+				r.State, r.ActAt, r.NextTry, r.ReleaseAskedBy, r.Reason = Pending, now, time.Time{}, "U1", "released by U1: acting now"
+			}, []ev{{"released", "U1"}}},
+		{"release now on an ended reclaim", warned(Cancelled), Verdict{Do: DoReleaseNow, By: "U1"}, nil, nil},
+
+		// The snooze over.
+		{"snooze over, still idle: a new warning and a new grace", snoozed(), Verdict{Do: DoWarn, Grace: 30 * time.Minute, Why: "warning again"},
+			func(r *Reclaim) {
+				r.State, r.ActAt, r.NextTry, r.Reason, r.WarningRound = Pending, now.Add(30*time.Minute), time.Time{}, "warning again", 1
+				r.Warning = Delivery{Refs: map[string]string{"slack.msg.C1": "17.1"}}
+			}, []ev{{"unsnoozed", "reclaimer"}}},
+		{"snooze over, silenced still: the reason stands", snoozed(), Verdict{Do: DoWait, Until: later, Why: "cannot re-check the alert"},
+			func(r *Reclaim) { r.NextTry = later }, nil},
+
+		// Carried out.
+		{"released: done, seen now", acting(), Verdict{Do: DoDone, Why: "pod ml/p evicted; the GPU was seen released"},
+			func(r *Reclaim) {
+				r.State, r.Reason, r.Closed, r.ReleasedAt = Done, "pod ml/p evicted; the GPU was seen released", now, now
+			}, []ev{{"done", "reclaimer"}}},
+		{"released in part: done, and who still holds it", acting(), Verdict{Do: DoDone, Why: "its share freed", Shared: "pod ml/q"},
+			func(r *Reclaim) {
+				r.State, r.Reason, r.Closed, r.ReleasedAt, r.SharedWith = Done, "its share freed", now, now, "pod ml/q"
+			}, []ev{{"done", "reclaimer"}}},
+		{"not released, the stop left written", acting(), Verdict{Do: DoNotReleased, Why: "still held", StopInPlace: true},
+			func(r *Reclaim) { r.State, r.Reason, r.Closed, r.StopInPlace = NotReleased, "still held", now, true },
+			[]ev{{"not_released", "reclaimer"}}},
+		{"done only from acting", warned(Pending), Verdict{Do: DoDone, Why: "x"}, nil, nil},
+	}
+	for _, row := range rows {
+		t.Run(row.name, func(t *testing.T) {
+			before := row.from.Clone()
+			got, events := transition(row.from, row.v, now)
+			require.Equal(t, before, row.from, "transition leaves its input alone")
+			if row.want == nil {
+				require.Nil(t, got, "nothing is written")
+				require.Empty(t, events)
+				return
+			}
+			want := row.from.Clone()
+			row.want(want)
+			require.Equal(t, want, got)
+			var kinds []ev
+			for _, e := range events {
+				require.Equal(t, Event{Time: now, Reclaim: "r", Kind: e.Kind, Target: target.UnitAndHolder(), Detail: e.Detail, Actor: e.Actor}, e)
+				kinds = append(kinds, ev{e.Kind, e.Actor})
+			}
+			require.Equal(t, row.events, kinds)
+		})
+	}
+}
+
+// A button asks the same question the engine's write does.
+func TestTakes(t *testing.T) {
+	for st, want := range map[State][3]bool{
+		Pending: {true, true, true}, Snoozed: {false, true, true}, Acting: {false, false, false},
+		Done: {false, false, false}, Exempt: {false, false, false},
+	} {
+		r := &Reclaim{ID: "r", State: st}
+		require.Equal(t, want, [3]bool{Takes(r, DoSnooze), Takes(r, DoKeep), Takes(r, DoReleaseNow)}, "%s", st)
+	}
+}
