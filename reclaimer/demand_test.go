@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpureclaim/gpureclaim/internal/testkit/promtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/promquery"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
@@ -82,7 +83,7 @@ policies:
 		return nil
 	}
 
-	_, err = eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", time.Now(), "lab", "nb-0")})
+	_, err = eng.Ingest([]notification.Alert{reclaimtest.IdlePod("firing", time.Now(), "lab", "nb-0")})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		eng.Step(ctx)
@@ -111,7 +112,7 @@ policies:
 	require.Equal(t, []string{"evict lab/nb-0"}, actor.Calls)
 
 	// A GPU is wanted now: the policy's 1h grace shortens to nothing.
-	_, err = eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", time.Now(), "web", "serve-0")})
+	_, err = eng.Ingest([]notification.Alert{reclaimtest.IdlePod("firing", time.Now(), "web", "serve-0")})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		eng.Step(ctx)

@@ -24,6 +24,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/testkit/promtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/kube"
+	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/promquery"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
@@ -94,7 +95,7 @@ policies:
 	})
 	require.NoError(t, err)
 
-	_, err = eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", time.Now(), ns, pod)})
+	_, err = eng.Ingest([]notification.Alert{reclaimtest.IdlePod("firing", time.Now(), ns, pod)})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		eng.Step(ctx)

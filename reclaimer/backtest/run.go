@@ -15,6 +15,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/names"
 	"github.com/gpureclaim/gpureclaim/internal/ruleeval"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
@@ -132,7 +133,7 @@ func Run(ctx context.Context, h History, o Options) (*Result, error) {
 	}
 	defer rp.Close()
 
-	b := &bench{h: &h, o: o, byKey: map[string]int{}, byUUID: map[string][]int{}, firing: map[string]reclaim.Alert{}}
+	b := &bench{h: &h, o: o, byKey: map[string]int{}, byUUID: map[string][]int{}, firing: map[string]notification.Alert{}}
 	b.states = make([]workloadState, len(h.Workloads))
 	b.nextBusy = make([][]int, len(h.Workloads))
 	for i, w := range h.Workloads {
@@ -198,7 +199,7 @@ type bench struct {
 	mu     sync.Mutex
 	step   int
 	clock  time.Time
-	firing map[string]reclaim.Alert // by fingerprint: what Alertmanager holds as firing
+	firing map[string]notification.Alert // by fingerprint: what Alertmanager holds as firing
 }
 
 func (b *bench) now() time.Time {
@@ -242,7 +243,7 @@ func (b *bench) account(i int) {
 // of the alerts that started firing, and of those that stopped.
 func (b *bench) notify(eng *reclaim.Engine, alerts []ruleeval.Alert) error {
 	now := b.now()
-	current := map[string]reclaim.Alert{}
+	current := map[string]notification.Alert{}
 	for _, a := range alerts {
 		if !a.Firing {
 			continue
@@ -251,9 +252,9 @@ func (b *bench) notify(eng *reclaim.Engine, alerts []ruleeval.Alert) error {
 			continue
 		}
 		fp := model.LabelSet(toLabelSet(a.Labels.Map())).Fingerprint().String()
-		current[fp] = reclaim.Alert{Status: "firing", Labels: a.Labels, Annotations: a.Annotations, StartsAt: a.ActiveAt, Fingerprint: fp}
+		current[fp] = notification.Alert{Status: "firing", Labels: a.Labels, Annotations: a.Annotations, StartsAt: a.ActiveAt, Fingerprint: fp}
 	}
-	var send []reclaim.Alert
+	var send []notification.Alert
 	b.mu.Lock()
 	for fp, a := range current {
 		if old, ok := b.firing[fp]; !ok || !old.StartsAt.Equal(a.StartsAt) {

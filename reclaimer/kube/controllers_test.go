@@ -22,6 +22,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/testkit/operatortest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/kube"
+	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/store"
@@ -262,7 +263,7 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 
 				return false
 			}, 3*time.Minute, 500*time.Millisecond, "%s runs a GPU pod", tc.controller)
 
-			_, err := eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", time.Now(), ns, pod, "node", gpuNode, "uuid", "GPU-"+ns, "gpu_uuid", "GPU-"+ns)})
+			_, err := eng.Ingest([]notification.Alert{reclaimtest.IdlePod("firing", time.Now(), ns, pod, "node", gpuNode, "uuid", "GPU-"+ns, "gpu_uuid", "GPU-"+ns)})
 			require.NoError(t, err)
 			r := endedReclaim(t, eng, func(r *reclaim.Reclaim) bool { return r.Target.Namespace == ns }, 4*time.Minute)
 			require.Equal(t, tc.want, r.State, r.Reason)

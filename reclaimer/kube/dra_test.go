@@ -17,6 +17,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/names"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/kubetest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/kube"
+	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 )
@@ -153,7 +154,7 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 
 		device := allocated(claim)
 		require.NotEmpty(t, device)
 
-		_, err = eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", time.Now(), ns, trainPod, "node", gpuNode, "uuid", "GPU-dra-"+device, "gpu_uuid", "GPU-dra-"+device)})
+		_, err = eng.Ingest([]notification.Alert{reclaimtest.IdlePod("firing", time.Now(), ns, trainPod, "node", gpuNode, "uuid", "GPU-dra-"+device, "gpu_uuid", "GPU-dra-"+device)})
 		require.NoError(t, err)
 		r := ended(trainPod)
 		require.Equal(t, reclaim.Done, r.State, r.Reason)
@@ -166,7 +167,7 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 
 	})
 
 	t.Run("a shared claim: the owner is told, its share is freed, and the GPU stays with the other pod", func(t *testing.T) {
-		_, err = eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", time.Now(), ns, servePod, "node", gpuNode, "uuid", "GPU-shared", "gpu_uuid", "GPU-shared")})
+		_, err = eng.Ingest([]notification.Alert{reclaimtest.IdlePod("firing", time.Now(), ns, servePod, "node", gpuNode, "uuid", "GPU-shared", "gpu_uuid", "GPU-shared")})
 		require.NoError(t, err)
 		r := ended(servePod)
 		require.Equal(t, reclaim.Done, r.State, r.Reason)

@@ -15,6 +15,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/testkit/kubetest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/kubestore"
+	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 )
@@ -133,7 +134,7 @@ func BenchmarkManySmallNotifications(b *testing.B) {
 				parts := slices.Collect(slices.Chunk(all, alerts/notifications))
 				b.StartTimer()
 				start := time.Now()
-				next := make(chan []reclaim.Alert)
+				next := make(chan []notification.Alert)
 				var wg sync.WaitGroup
 				var failed atomic.Value
 				for range min(senders, len(parts)) {
@@ -193,8 +194,8 @@ func benchEngine(b *testing.B, cfg *config.Config, st interface {
 
 // idlePods are n firing GPUIdle alerts, each for its own pod, of an
 // episode of their own for each run.
-func idlePods(n, run int) []reclaim.Alert {
-	alerts := make([]reclaim.Alert, n)
+func idlePods(n, run int) []notification.Alert {
+	alerts := make([]notification.Alert, n)
 	for i := range alerts {
 		alerts[i] = reclaimtest.IdlePod("firing", reclaimtest.T0.Add(time.Duration(run)*time.Hour), fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("pod-%d", i))
 	}

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
@@ -100,16 +101,16 @@ func unzipEntry(gzipped []byte) ([]byte, error) {
 	if b = bytes.TrimSpace(b); !bytes.HasPrefix(b, []byte("[")) {
 		return b, nil
 	}
-	var alerts []reclaim.Alert
+	var alerts []notification.Alert
 	dec := json.NewDecoder(bytes.NewReader(b))
 	for dec.More() {
-		var part []reclaim.Alert
+		var part []notification.Alert
 		if err := dec.Decode(&part); err != nil {
 			return nil, err
 		}
 		alerts = append(alerts, part...)
 	}
-	return (&reclaim.Notification{Alerts: alerts, Version: "4"}).Body()
+	return (&notification.Notification{Alerts: alerts, Version: "4"}).Body()
 }
 
 // journalOrder sorts entries by time and parts by number: names are

@@ -30,6 +30,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/testkit/kubetest"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/kubestore"
+	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 )
@@ -262,14 +263,14 @@ func TestJournal(t *testing.T) {
 	cl, _ := apiserver(t)
 	st, err := kubestore.New(cl.RESTConfig(kubetest.ReclaimerToken), deploy.Namespace, "gpureclaim-reclaimer-replays")
 	require.NoError(t, err)
-	body := func(alerts []reclaim.Alert) []byte {
-		b, err := (&reclaim.Notification{Alerts: alerts, Version: "4"}).Body()
+	body := func(alerts []notification.Alert) []byte {
+		b, err := (&notification.Notification{Alerts: alerts, Version: "4"}).Body()
 		require.NoError(t, err)
 		return b
 	}
-	small := body([]reclaim.Alert{reclaimtest.IdlePod("firing", t0, "ml", "nb-0")})
+	small := body([]notification.Alert{reclaimtest.IdlePod("firing", t0, "ml", "nb-0")})
 	// Labels that do not repeat, so that gzip cannot fold them into one part.
-	var alerts []reclaim.Alert
+	var alerts []notification.Alert
 	for i := range 20000 {
 		alerts = append(alerts, reclaimtest.IdlePod("firing", t0, fmt.Sprintf("ns-%x", sha256.Sum256([]byte(fmt.Sprint(i)))), fmt.Sprintf("pod-%d", i)))
 	}
@@ -289,7 +290,7 @@ func TestJournal(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, entries, 3)
 	require.Equal(t, legacy, entries[0].ID, "oldest first")
-	n, err := reclaim.DecodeNotification(entries[0].Notification)
+	n, err := notification.Decode(entries[0].Notification)
 	require.NoError(t, err)
 	require.Len(t, n.Alerts, 3, "both parts of the old entry")
 	require.Equal(t, "pod-2", n.Alerts[2].Labels.Get("pod"))
@@ -308,9 +309,9 @@ func TestJournal(t *testing.T) {
 
 // legacyJournalEntry writes a journal entry as the reclaimer did before 2
 // December 2026: the alerts in two parts, each a gzipped JSON array.
-func legacyJournalEntry(t *testing.T, admin kubernetes.Interface, alerts []reclaim.Alert) string {
+func legacyJournalEntry(t *testing.T, admin kubernetes.Interface, alerts []notification.Alert) string {
 	id := "gpureclaim-journal-1"
-	for i, part := range [][]reclaim.Alert{alerts[:1], alerts[1:]} {
+	for i, part := range [][]notification.Alert{alerts[:1], alerts[1:]} {
 		var buf bytes.Buffer
 		zw := gzip.NewWriter(&buf)
 		require.NoError(t, json.NewEncoder(zw).Encode(part))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpureclaim/gpureclaim/internal/testkit/fakeclock"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/store"
@@ -27,7 +28,7 @@ func BenchmarkIngest10kAlerts(b *testing.B) { benchmarkIngest(b, 10000) }
 func BenchmarkIngest100kAlerts(b *testing.B) { benchmarkIngest(b, 100000) }
 
 func benchmarkIngest(b *testing.B, n int) {
-	alerts := make([]reclaim.Alert, n)
+	alerts := make([]notification.Alert, n)
 	for i := range alerts {
 		alerts[i] = reclaimtest.IdlePod("firing", reclaimtest.T0, fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("pod-%d", i))
 	}
@@ -85,7 +86,7 @@ func BenchmarkIngestOneAlertBeside100k(b *testing.B) {
 		b.Fatal(err)
 	}
 	for batch := range 10 {
-		alerts := make([]reclaim.Alert, 10000)
+		alerts := make([]notification.Alert, 10000)
 		for i := range alerts {
 			alerts[i] = reclaimtest.IdlePod("firing", reclaimtest.T0, fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("stored-%d-%d", batch, i))
 		}
@@ -97,7 +98,7 @@ func BenchmarkIngestOneAlertBeside100k(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		i++
-		res, err := eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ns-new", fmt.Sprintf("new-%d", i))})
+		res, err := eng.Ingest([]notification.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ns-new", fmt.Sprintf("new-%d", i))})
 		if err != nil || res.New != 1 {
 			b.Fatalf("%+v %v", res, err)
 		}
@@ -152,7 +153,7 @@ func (n pacedNotifier) Send(ctx context.Context, m reclaim.Message, refs map[str
 // at 100 µs each).
 func BenchmarkDueActionBehindABurst(b *testing.B) {
 	cfg := reclaimtest.Config(b, "circuit_breaker: {max_pending: 0}\npolicies: [{name: idle, matchers: ['alertname=\"GPUIdle\"'], action: evict, grace: 5m, min_runtime: 0s}]\n")
-	var burst []reclaim.Alert
+	var burst []notification.Alert
 	for i := range 10000 {
 		burst = append(burst, reclaimtest.IdlePod("firing", reclaimtest.T0.Add(10*time.Minute), fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("aa-%05d", i)))
 	}
@@ -165,7 +166,7 @@ func BenchmarkDueActionBehindABurst(b *testing.B) {
 		})
 		ctx := context.Background()
 		// "zz" sorts after every pod of the burst.
-		if _, err := eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "zz-due")}); err != nil {
+		if _, err := eng.Ingest([]notification.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "zz-due")}); err != nil {
 			b.Fatal(err)
 		}
 		eng.Step(ctx) // warned
@@ -204,7 +205,7 @@ func BenchmarkPrune10k(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		eng, st, clock := benchEngine(b, cfg, nil)
-		var ended, open []reclaim.Alert
+		var ended, open []notification.Alert
 		for i := range 10000 {
 			ended = append(ended, reclaimtest.IdlePod("firing", reclaimtest.T0, fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("ended-%d", i)))
 			a := reclaimtest.IdlePod("firing", reclaimtest.T0, fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("open-%d", i))
@@ -212,7 +213,7 @@ func BenchmarkPrune10k(b *testing.B) {
 			a.Fingerprint = reclaim.Fingerprint(a.Labels)
 			open = append(open, a)
 		}
-		for _, alerts := range [][]reclaim.Alert{ended, open} {
+		for _, alerts := range [][]notification.Alert{ended, open} {
 			if _, err := eng.Ingest(alerts); err != nil {
 				b.Fatal(err)
 			}
@@ -231,7 +232,7 @@ func BenchmarkPrune10k(b *testing.B) {
 			case <-done:
 			default:
 				start := time.Now()
-				if _, err := eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", clock.Now(), "new", fmt.Sprintf("new-%d", i))}); err != nil {
+				if _, err := eng.Ingest([]notification.Alert{reclaimtest.IdlePod("firing", clock.Now(), "new", fmt.Sprintf("new-%d", i))}); err != nil {
 					b.Fatal(err)
 				}
 				slowest = max(slowest, time.Since(start))

@@ -12,7 +12,7 @@ func (e *Engine) updateBreaker() string {
 		return ""
 	}
 	n := 0
-	for _, r := range e.index {
+	for _, r := range e.ledger.index {
 		if r.State == Pending && !r.DryRun {
 			n++
 		}

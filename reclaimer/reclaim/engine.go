@@ -57,14 +57,9 @@ type Options struct {
 type Engine struct {
 	o Options
 
-	mu    sync.Mutex
-	index map[string]*Reclaim // values are never changed once in: a write puts a new copy
-	// Kept with the index by set and remove, so that a notification costs
-	// what its alerts do, not what the store holds.
-	byAlert  map[string][]string    // reclaim ids by alert fingerprint
-	openUnit map[targetKey][]string // ids of the reclaims not ended, by unit
-	counts   map[State]int
-	version  uint64          // counts the index's changes
+	mu sync.Mutex // guards the ledger and what follows
+	// ledger is the reclaims in memory and their writes under way.
+	ledger   ledger
 	inflight map[string]bool // side effects in progress, outside the lock
 	// unrecorded keeps a message's delivery that was sent but whose record
 	// could not be written (the store unreachable), by reclaim and kind:
@@ -72,24 +67,12 @@ type Engine struct {
 	unrecorded map[string]Delivery
 	breaker    bool
 	wake       chan struct{}
-	// Decisions in the index not yet in the store (writes.go): the latest
-	// write of each reclaim, the writes in order, and whether one runs.
-	unwritten map[string]*pendingWrite
-	queue     []*pendingWrite
-	writing   bool
 	// deciding counts the notifications answered from the journal and
 	// not yet decided (ingest.go); decideTurn lets one at a time be
 	// decided, and holds the next before it is journaled: a flood of large
 	// notifications waits rather than piling up in memory.
 	deciding   sync.WaitGroup
 	decideTurn chan struct{}
-
-	// The sorted view readers share, rebuilt when the index has changed,
-	// outside the engine's lock: a status page over 60,000 reclaims does
-	// not hold up a webhook.
-	viewMu      sync.Mutex
-	view        []*Reclaim
-	viewVersion uint64
 }
 
 // New loads the store and resumes every reclaim where it stopped.
@@ -107,12 +90,11 @@ func New(o Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading the store: %w", err)
 	}
-	e := &Engine{o: o, index: make(map[string]*Reclaim, len(rs)), byAlert: map[string][]string{}, openUnit: map[targetKey][]string{},
-		counts: map[State]int{}, inflight: map[string]bool{}, unrecorded: map[string]Delivery{}, unwritten: map[string]*pendingWrite{}, wake: make(chan struct{}, 1),
+	e := &Engine{o: o, ledger: newLedger(len(rs)), inflight: map[string]bool{}, unrecorded: map[string]Delivery{}, wake: make(chan struct{}, 1),
 		decideTurn: make(chan struct{}, 1)}
 	resumed := 0
 	for _, r := range rs {
-		e.set(r)
+		e.ledger.set(r)
 		if !r.State.Terminal() {
 			resumed++
 		}
@@ -176,10 +158,10 @@ func (e *Engine) persist(events []Event, rs ...*Reclaim) error {
 			// Another replica wrote them (a leader that lost the Lease, before
 			// the fence): what the store holds is what was done.
 			for _, c := range cs {
-				e.set(c.Stored)
+				e.ledger.set(c.Stored)
 				e.o.Logger.Warn("a reclaim was written by another replica: going on from the store", "reclaim", c.Stored.ID, "state", c.Stored.State)
 			}
-			e.version++
+			e.ledger.version++
 			return err
 		}
 		e.o.Logger.Error("writing to the store failed: nothing is done until it is written", "reclaims", len(rs), "first", rs[0].ID, "err", err)
@@ -288,8 +270,8 @@ func (e *Engine) step(ctx context.Context, budget time.Duration) {
 	e.o.Metrics.lastStepSeconds.Set(float64(now.Unix()))
 	breakerMsg := e.updateBreaker()
 	var due []work
-	for id, r := range e.index {
-		if e.inflight[id] || e.unwritten[id] != nil || now.Before(r.NextTry) {
+	for id, r := range e.ledger.index {
+		if e.inflight[id] || e.ledger.unwritten[id] != nil || now.Before(r.NextTry) {
 			continue
 		}
 		switch {
@@ -373,53 +355,16 @@ func (e *Engine) step(ctx context.Context, budget time.Duration) {
 // gauges sets the per-state gauge; the caller holds e.mu.
 func (e *Engine) gauges() {
 	for _, s := range States {
-		e.o.Metrics.reclaims.WithLabelValues(string(s)).Set(float64(e.counts[s]))
+		e.o.Metrics.reclaims.WithLabelValues(string(s)).Set(float64(e.ledger.counts[s]))
 	}
-	e.o.Metrics.unwritten.Set(float64(len(e.unwritten)))
-}
-
-// set puts a reclaim into the index and the indexes kept with it; the
-// caller holds e.mu.
-func (e *Engine) set(r *Reclaim) {
-	e.remove(r.ID)
-	e.index[r.ID] = r
-	e.counts[r.State]++
-	add(e.byAlert, r.Fingerprint, r.ID)
-	if !r.State.Terminal() {
-		add(e.openUnit, r.Target.key(), r.ID)
-	}
-}
-
-// remove takes a reclaim out of the index; the caller holds e.mu.
-func (e *Engine) remove(id string) {
-	old, ok := e.index[id]
-	if !ok {
-		return
-	}
-	delete(e.index, id)
-	e.counts[old.State]--
-	drop(e.byAlert, old.Fingerprint, id)
-	drop(e.openUnit, old.Target.key(), id)
-}
-
-// add and drop keep short lists: an alert has a reclaim an episode, a
-// unit one open reclaim.
-func add[K comparable](m map[K][]string, k K, id string) { m[k] = append(m[k], id) }
-
-func drop[K comparable](m map[K][]string, k K, id string) {
-	ids := slices.DeleteFunc(m[k], func(x string) bool { return x == id })
-	if len(ids) == 0 {
-		delete(m, k)
-		return
-	}
-	m[k] = ids
+	e.o.Metrics.unwritten.Set(float64(len(e.ledger.unwritten)))
 }
 
 // snapshot returns a copy of a reclaim, or nil.
 func (e *Engine) snapshot(id string) *Reclaim {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if r, ok := e.index[id]; ok {
+	if r, ok := e.ledger.index[id]; ok {
 		return clone(r)
 	}
 	return nil
@@ -462,7 +407,7 @@ func (e *Engine) update(id string, events func(*Reclaim) []Event, f func(*Reclai
 	if err := e.awaitWritten(id); err != nil {
 		return nil, err
 	}
-	cur, ok := e.index[id]
+	cur, ok := e.ledger.index[id]
 	if !ok {
 		return nil, fmt.Errorf("no reclaim %s", id)
 	}
@@ -477,7 +422,7 @@ func (e *Engine) update(id string, events func(*Reclaim) []Event, f func(*Reclai
 	if err := e.persist(evs, c); err != nil {
 		return nil, err
 	}
-	e.set(c)
-	e.version++
+	e.ledger.set(c)
+	e.ledger.version++
 	return c, nil
 }

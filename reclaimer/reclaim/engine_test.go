@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpureclaim/gpureclaim/internal/testkit/fakeclock"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/store"
@@ -93,7 +94,7 @@ func (f *fixture) restart() {
 	f.open()
 }
 
-func (f *fixture) ingest(alerts ...reclaim.Alert) reclaim.IngestResult {
+func (f *fixture) ingest(alerts ...notification.Alert) reclaim.IngestResult {
 	f.t.Helper()
 	res, err := f.eng.Ingest(alerts)
 	require.NoError(f.t, err)
@@ -343,7 +344,7 @@ func TestRateLimits(t *testing.T) {
 
 func TestCircuitBreaker(t *testing.T) {
 	f := newFixture(t, "circuit_breaker: {max_pending: 3}\n")
-	var burst []reclaim.Alert
+	var burst []notification.Alert
 	for i := range 4 {
 		burst = append(burst, reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", fmt.Sprint("p", i)))
 	}
@@ -911,13 +912,13 @@ func TestDueActionGoesBeforeABurstOfWarnings(t *testing.T) {
 	var err error
 
 	// "zz" sorts after every burst pod: an order by id would act last.
-	_, err = eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "zz-old")})
+	_, err = eng.Ingest([]notification.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "zz-old")})
 	require.NoError(t, err)
 	eng.Step(ctx)
 	require.Equal(t, []int{0}, n.actsBefore, "warned")
 
 	clock.Advance(6 * time.Minute)
-	var burst []reclaim.Alert
+	var burst []notification.Alert
 	for i := range 50 {
 		burst = append(burst, reclaimtest.IdlePod("firing", clock.Now(), "ml", fmt.Sprintf("aa-%02d", i)))
 	}
@@ -998,7 +999,7 @@ func TestGraceRunsFromASlowDelivery(t *testing.T) {
 	f.with(func(o *reclaim.Options) { o.Notifiers = []reclaim.Notifier{n} })
 	eng := f.eng
 	ctx := context.Background()
-	_, err := eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")})
+	_, err := eng.Ingest([]notification.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")})
 	require.NoError(t, err)
 	eng.Step(ctx)
 	r := eng.List()[0]
@@ -1056,7 +1057,7 @@ func TestNoActionWriteOrMessageOnceLeadershipIsInDoubt(t *testing.T) {
 	f.at(5 * time.Minute)
 	require.Zero(t, f.actor.Count(), "no action")
 	require.Len(t, f.notifier.Kinds(), 2, "no message")
-	_, err := f.eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-2")})
+	_, err := f.eng.Ingest([]notification.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-2")})
 	require.ErrorIs(t, err, reclaim.ErrNotLeader, "no write: Alertmanager retries on the leader")
 	require.Equal(t, 3.0, f.metric("gpureclaim_reclaimer_fenced_total", "what", "write"), "two acting records and the notification")
 
@@ -1169,7 +1170,7 @@ func TestAConflictGoesOnFromTheStore(t *testing.T) {
 	require.Zero(t, f.actor.Count(), "nothing acted twice")
 
 	// Both reclaims of one notification come back from one refused write.
-	_, err := f.eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-2"), reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-3")})
+	_, err := f.eng.Ingest([]notification.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-2"), reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-3")})
 	var conflict *reclaim.ConflictError
 	require.ErrorAs(t, err, &conflict)
 	require.Len(t, f.eng.List(), 4)

@@ -102,7 +102,7 @@ func (e *Engine) acted(namespace string) Acted {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var a Acted
-	for _, r := range e.index {
+	for _, r := range e.ledger.index {
 		if (r.State == Done || r.State == NotReleased || r.State == Acting) && !r.ActedAt.IsZero() {
 			a.Fleet = append(a.Fleet, r.ActedAt)
 			if namespace != "" && r.Target.Namespace == namespace {

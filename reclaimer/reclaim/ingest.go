@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 )
 
 // IngestResult says what a notification changed. Journaled counts the
@@ -23,7 +25,7 @@ const JournalFirst = 20000
 // notification is in the store's journal and its decisions are still being
 // made or written (writes.go); an error means the notification should be
 // retried: the retry waits for what this one began to write.
-func (e *Engine) IngestNotification(n *Notification) (IngestResult, error) {
+func (e *Engine) IngestNotification(n *notification.Notification) (IngestResult, error) {
 	arrived := n.Received
 	if arrived.IsZero() {
 		arrived = time.Now()
@@ -45,7 +47,7 @@ func (e *Engine) IngestNotification(n *Notification) (IngestResult, error) {
 // retires the entry once its decisions are written. A replica that stops,
 // or stops leading, before then leaves the entry to the next start or
 // leader.
-func (e *Engine) journalThenDecide(j Journal, n *Notification) (IngestResult, error) {
+func (e *Engine) journalThenDecide(j Journal, n *notification.Notification) (IngestResult, error) {
 	e.decideTurn <- struct{}{}
 	body, err := n.Body()
 	if err != nil {
@@ -94,7 +96,7 @@ func (e *Engine) journalThenDecide(j Journal, n *Notification) (IngestResult, er
 // alerts would, and a webhook or a read waits for one part, not all.
 const decidePart = 5000
 
-func newestFirst(a, b Alert) int { return b.StartsAt.Compare(a.StartsAt) }
+func newestFirst(a, b notification.Alert) int { return b.StartsAt.Compare(a.StartsAt) }
 
 func (r *IngestResult) add(o IngestResult) {
 	r.New += o.New
@@ -106,13 +108,13 @@ func (r *IngestResult) add(o IngestResult) {
 
 // Ingest decides on alerts as IngestNotification does, for callers that
 // build them (the backtest, tests).
-func (e *Engine) Ingest(alerts []Alert) (IngestResult, error) {
-	return e.IngestNotification(&Notification{Alerts: alerts, Version: "4"})
+func (e *Engine) Ingest(alerts []notification.Alert) (IngestResult, error) {
+	return e.IngestNotification(&notification.Notification{Alerts: alerts, Version: "4"})
 }
 
 // ingest decides and queues the writes; it returns the writes the answer
 // waits for. The caller holds e.mu.
-func (e *Engine) ingest(alerts []Alert) (IngestResult, []*pendingWrite) {
+func (e *Engine) ingest(alerts []notification.Alert) (IngestResult, []*pendingWrite) {
 	var res IngestResult
 	now := e.now()
 	var deps []*pendingWrite
@@ -125,7 +127,7 @@ func (e *Engine) ingest(alerts []Alert) (IngestResult, []*pendingWrite) {
 		if r, ok := changed[id]; ok {
 			return r
 		}
-		return e.index[id]
+		return e.ledger.index[id]
 	}
 	put := func(r *Reclaim) { changed[r.ID] = r }
 	count := e.o.Metrics.decide
@@ -137,8 +139,8 @@ func (e *Engine) ingest(alerts []Alert) (IngestResult, []*pendingWrite) {
 			return t
 		}
 		var t time.Time
-		for _, id := range e.byAlert[fp] {
-			if s := e.index[id].StartsAt; s.After(t) {
+		for _, id := range e.ledger.byAlert[fp] {
+			if s := e.ledger.index[id].StartsAt; s.After(t) {
 				t = s
 			}
 		}
@@ -150,8 +152,8 @@ func (e *Engine) ingest(alerts []Alert) (IngestResult, []*pendingWrite) {
 		if other, ok := open[k]; ok {
 			return other != fp
 		}
-		for _, id := range e.openUnit[k] {
-			if e.index[id].Fingerprint != fp {
+		for _, id := range e.ledger.openUnit[k] {
+			if e.ledger.index[id].Fingerprint != fp {
 				return true
 			}
 		}
@@ -195,7 +197,7 @@ func (e *Engine) ingest(alerts []Alert) (IngestResult, []*pendingWrite) {
 			fp = Fingerprint(a.Labels)
 		}
 		id := ID(fp, a.StartsAt)
-		if w := e.unwritten[id]; w != nil {
+		if w := e.ledger.unwritten[id]; w != nil {
 			deps = append(deps, w) // a retry: answered once that is written
 		}
 		existing := get(id)
@@ -244,7 +246,7 @@ func (e *Engine) ingest(alerts []Alert) (IngestResult, []*pendingWrite) {
 		latest[fp] = a.StartsAt
 		// A new episode of an alert supersedes the last one's pending reclaim.
 		for _, oldID := range e.sortedIDs(fp) {
-			if e.index[oldID].State != Pending {
+			if e.ledger.index[oldID].State != Pending {
 				continue // the index as it was: only what was pending then
 			}
 			old := get(oldID)
@@ -282,18 +284,17 @@ func (e *Engine) ingest(alerts []Alert) (IngestResult, []*pendingWrite) {
 		rs = append(rs, r)
 	}
 	deps = append(deps, e.queueWrite(rs, events))
-	e.version++
+	e.ledger.version++
 	e.gauges()
 	return res, deps
 }
 
 // sortedIDs lists an alert's reclaims in id order; the caller holds e.mu.
 func (e *Engine) sortedIDs(fp string) []string {
-	ids := slices.Clone(e.byAlert[fp])
+	ids := slices.Clone(e.ledger.byAlert[fp])
 	slices.Sort(ids)
 	return ids
 }
-
 
 // clone deep-copies a reclaim, so the index changes only once a write is durable.
 func clone(r *Reclaim) *Reclaim { return r.Clone() }

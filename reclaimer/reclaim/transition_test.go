@@ -59,7 +59,9 @@ func TestTransition(t *testing.T) {
 				r.State, r.Reason, r.Closed, r.Warning.Sent, r.Final.Sent = Exempt, "namespace kube-system is exempt", now, true, true
 			}, []ev{{"decided", "alertmanager"}}},
 		{"new, notify only", newOne("stop"), Verdict{Do: DoNotify, Why: "the policy only notifies"},
-			func(r *Reclaim) { r.State, r.Reason, r.Closed, r.Final.Sent = Notified, "the policy only notifies", now, true },
+			func(r *Reclaim) {
+				r.State, r.Reason, r.Closed, r.Final.Sent = Notified, "the policy only notifies", now, true
+			},
 			[]ev{{"decided", "alertmanager"}}},
 		{"new, pending its warning for the grace", newOne("stop"), Verdict{Do: DoWarn, Grace: 30 * time.Minute, Why: "warning"},
 			func(r *Reclaim) { r.State, r.ActAt, r.Reason = Pending, now.Add(30*time.Minute), "warning" },
@@ -97,7 +99,9 @@ func TestTransition(t *testing.T) {
 			func(r *Reclaim) { r.State, r.Reason, r.Closed = Cancelled, "the alert no longer fires", now },
 			[]ev{{"cancelled", "reclaimer"}}},
 		{"not warned: a cancel tells nobody", base(Pending), Verdict{Do: DoCancel, Why: "the alert resolved", By: "alertmanager"},
-			func(r *Reclaim) { r.State, r.Reason, r.Closed, r.Final.Sent = Cancelled, "the alert resolved", now, true },
+			func(r *Reclaim) {
+				r.State, r.Reason, r.Closed, r.Final.Sent = Cancelled, "the alert resolved", now, true
+			},
 			[]ev{{"cancelled", "alertmanager"}}},
 		{"ended: a cancel comes too late", warned(Done), Verdict{Do: DoCancel, Why: "late"}, nil, nil},
 		{"warned: silenced in Alertmanager", warned(Pending), Verdict{Do: DoSnooze, Silence: AlertCheck{Status: AlertSilenced, Reason: "silenced by ann", Until: later}, Why: "the alert is silenced: silenced by ann"},

@@ -7,25 +7,7 @@ import (
 
 // List returns every reclaim, newest first. The reclaims are shared with
 // the engine and other readers: read them, never change them.
-func (e *Engine) List() []*Reclaim {
-	e.viewMu.Lock()
-	defer e.viewMu.Unlock()
-	e.mu.Lock()
-	if e.view != nil && e.viewVersion == e.version {
-		v := e.view
-		e.mu.Unlock()
-		return v
-	}
-	ver := e.version
-	out := make([]*Reclaim, 0, len(e.index))
-	for _, r := range e.index {
-		out = append(out, r)
-	}
-	e.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return newer(out[i], out[j]) })
-	e.view, e.viewVersion = out, ver
-	return out
-}
+func (e *Engine) List() []*Reclaim { return e.ledger.sorted(e.mu.Lock, e.mu.Unlock) }
 
 // newer orders reclaims newest first, then by ID.
 func newer(a, b *Reclaim) bool {
@@ -58,7 +40,7 @@ func (e *Engine) Page(q Query) Page {
 	start := 0
 	if q.After != "" {
 		e.mu.Lock()
-		last, ok := e.index[q.After]
+		last, ok := e.ledger.index[q.After]
 		e.mu.Unlock()
 		if ok {
 			start = sort.Search(len(all), func(i int) bool { return newer(last, all[i]) })
@@ -100,11 +82,11 @@ func (e *Engine) Prune(before time.Time) (int, error) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for id, r := range e.index {
+	for id, r := range e.ledger.index {
 		if r.EndedBefore(before) {
-			e.remove(id)
+			e.ledger.remove(id)
 		}
 	}
-	e.version++
+	e.ledger.version++
 	return n, nil
 }

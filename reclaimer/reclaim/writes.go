@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 )
 
 // A notification's decisions are in the index at once and written to the
@@ -63,12 +65,12 @@ func (e *Engine) queueWrite(rs []*Reclaim, events []Event) *pendingWrite {
 		if e.o.Leadership != nil {
 			r.Fence = e.o.Leadership.Token()
 		}
-		e.set(r)
-		e.unwritten[r.ID] = w
+		e.ledger.set(r)
+		e.ledger.unwritten[r.ID] = w
 	}
-	e.queue = append(e.queue, w)
-	if !e.writing {
-		e.writing = true
+	e.ledger.queue = append(e.ledger.queue, w)
+	if !e.ledger.writing {
+		e.ledger.writing = true
 		go e.writeQueued()
 	}
 	return w
@@ -81,32 +83,32 @@ func (e *Engine) queueWrite(rs []*Reclaim, events []Event) *pendingWrite {
 func (e *Engine) writeQueued() {
 	for {
 		e.mu.Lock()
-		if len(e.queue) == 0 {
-			e.writing = false
+		if len(e.ledger.queue) == 0 {
+			e.ledger.writing = false
 			e.mu.Unlock()
 			return
 		}
 		n, size := 0, 0
-		for n < len(e.queue) && (n == 0 || size+len(e.queue[n].rs) <= writeBatch) {
-			size += len(e.queue[n].rs)
+		for n < len(e.ledger.queue) && (n == 0 || size+len(e.ledger.queue[n].rs) <= writeBatch) {
+			size += len(e.ledger.queue[n].rs)
 			n++
 		}
-		batch := slices.Clone(e.queue[:n])
+		batch := slices.Clone(e.ledger.queue[:n])
 		e.mu.Unlock()
 
 		err := e.writeOut(batch)
 
 		e.mu.Lock()
-		clear(e.queue[:n]) // their reclaims and events can go once written
-		e.queue = e.queue[n:]
+		clear(e.ledger.queue[:n]) // their reclaims and events can go once written
+		e.ledger.queue = e.ledger.queue[n:]
 		for _, w := range batch {
 			for _, r := range w.rs {
-				if e.unwritten[r.ID] == w {
-					delete(e.unwritten, r.ID)
+				if e.ledger.unwritten[r.ID] == w {
+					delete(e.ledger.unwritten, r.ID)
 				}
 			}
 		}
-		e.o.Metrics.unwritten.Set(float64(len(e.unwritten)))
+		e.o.Metrics.unwritten.Set(float64(len(e.ledger.unwritten)))
 		e.mu.Unlock()
 		var entries []string
 		for _, w := range batch {
@@ -173,9 +175,9 @@ func (e *Engine) writeOut(batch []*pendingWrite) error {
 			// store holds is what was done.
 			e.mu.Lock()
 			for _, c := range cs {
-				e.set(c.Stored)
+				e.ledger.set(c.Stored)
 			}
-			e.version++
+			e.ledger.version++
 			e.mu.Unlock()
 			e.o.Logger.Warn("a notification's decisions were refused by the store: another replica leads", "reclaims", len(rs), "err", err)
 			return err
@@ -199,7 +201,7 @@ func (e *Engine) writeOut(batch []*pendingWrite) error {
 // journal it waits until webhook.answer_within after the notification
 // arrived (0: until written); then, if nothing failed so far, it records
 // the alerts in the journal and answers: the rest are still being written.
-func (e *Engine) await(ws []*pendingWrite, n *Notification, arrived time.Time) error {
+func (e *Engine) await(ws []*pendingWrite, n *notification.Notification, arrived time.Time) error {
 	j := e.o.Journal
 	var timeout <-chan time.Time
 	if d := time.Duration(e.o.Config.Webhook.AnswerWithin); j != nil && d > 0 && len(ws) > 0 {
@@ -266,7 +268,7 @@ func (e *Engine) replay() error {
 		return fmt.Errorf("reading the journal: %w", err)
 	}
 	for _, entry := range entries {
-		n, err := DecodeNotification(entry.Notification)
+		n, err := notification.Decode(entry.Notification)
 		if err != nil {
 			return fmt.Errorf("journal entry %s: %w", entry.ID, err)
 		}
@@ -303,7 +305,7 @@ func (e *Engine) awaitWritten(id string) error {
 	deadline := time.NewTimer(writeWait)
 	defer deadline.Stop()
 	for {
-		w := e.unwritten[id]
+		w := e.ledger.unwritten[id]
 		if w == nil {
 			return nil
 		}
@@ -326,7 +328,7 @@ const writeWait = 30 * time.Second
 func (e *Engine) Flush() error {
 	e.deciding.Wait()
 	e.mu.Lock()
-	ws := append([]*pendingWrite(nil), e.queue...)
+	ws := append([]*pendingWrite(nil), e.ledger.queue...)
 	e.mu.Unlock()
 	var errs []error
 	for _, w := range ws {

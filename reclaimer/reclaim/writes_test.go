@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/store"
@@ -82,7 +83,7 @@ func TestAnswerBeforeTheWriteEnds(t *testing.T) {
 	g := &gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: &memJournal{}}
 	f.with(func(o *reclaim.Options) { o.Store = g; o.Journal, _ = o.Store.(reclaim.Journal) })
 
-	res, err := f.eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")})
+	res, err := f.eng.Ingest([]notification.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")})
 	require.NoError(t, err, "answered while the write goes on")
 	require.Equal(t, 1, res.New)
 	require.Equal(t, reclaim.Pending, f.only().State, "decided: the index has it")
@@ -123,7 +124,7 @@ func TestAnswerWithinCountsFromTheRequest(t *testing.T) {
 	f.with(func(o *reclaim.Options) { o.Store = g; o.Journal, _ = o.Store.(reclaim.Journal) })
 	answered := make(chan error, 1)
 	go func() {
-		_, err := f.eng.IngestNotification(&reclaim.Notification{Alerts: []reclaim.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")},
+		_, err := f.eng.IngestNotification(&notification.Notification{Alerts: []notification.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")},
 			Version: "4", Received: time.Now().Add(-time.Hour)})
 		answered <- err
 	}()
@@ -143,7 +144,7 @@ func TestALargeNotificationIsJournaledFirst(t *testing.T) {
 	f := newFixture(t, "")
 	g := &gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: &memJournal{}}
 	f.with(func(o *reclaim.Options) { o.Store = g; o.Journal, _ = o.Store.(reclaim.Journal) })
-	var alerts []reclaim.Alert
+	var alerts []notification.Alert
 	for i := range reclaim.JournalFirst + 1 {
 		alerts = append(alerts, reclaimtest.IdlePod("firing", reclaimtest.T0, fmt.Sprint("ns-", i%50), fmt.Sprint("nb-", i)))
 	}
@@ -169,7 +170,7 @@ func TestTheJournalIsReplayed(t *testing.T) {
 	journal := &memJournal{}
 	g := &gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: journal}
 	f.with(func(o *reclaim.Options) { o.Store = g; o.Journal, _ = o.Store.(reclaim.Journal) })
-	_, err := f.eng.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"), reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-1")})
+	_, err := f.eng.Ingest([]notification.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"), reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-1")})
 	require.NoError(t, err)
 	require.Len(t, journal.ids(), 1)
 	// That replica stops; its write never ends.
@@ -195,12 +196,12 @@ func TestRetryWaitsForTheFirstWrite(t *testing.T) {
 	f.with(func(o *reclaim.Options) { o.Store = g; o.Journal, _ = o.Store.(reclaim.Journal) })
 	alert := reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")
 	first := make(chan error, 1)
-	go func() { _, err := f.eng.Ingest([]reclaim.Alert{alert}); first <- err }()
+	go func() { _, err := f.eng.Ingest([]notification.Alert{alert}); first <- err }()
 	require.Eventually(t, func() bool { return len(f.eng.List()) == 1 }, 5*time.Second, 10*time.Millisecond)
 
 	retry := make(chan reclaim.IngestResult, 1)
 	go func() {
-		res, err := f.eng.Ingest([]reclaim.Alert{alert})
+		res, err := f.eng.Ingest([]notification.Alert{alert})
 		require.NoError(t, err)
 		retry <- res
 	}()
@@ -246,12 +247,12 @@ func TestTheBboltJournalIsReplayedAfterAStop(t *testing.T) {
 	b, err := store.Open(path, time.Second)
 	require.NoError(t, err)
 	slow := &slowBolt{Bolt: b, gate: make(chan struct{})}
-	_, err = engine(slow).Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"), reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-1")})
+	_, err = engine(slow).Ingest([]notification.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"), reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-1")})
 	require.NoError(t, err, "answered from the journal")
 	entries, err := b.Replay()
 	require.NoError(t, err)
 	require.Len(t, entries, 1)
-	n, err := reclaim.DecodeNotification(entries[0].Notification)
+	n, err := notification.Decode(entries[0].Notification)
 	require.NoError(t, err)
 	require.Len(t, n.Alerts, 2)
 	// The reclaimer stops: its write never ends.
@@ -298,7 +299,7 @@ func TestAJournaledNotificationIsLeftToTheNextLeader(t *testing.T) {
 		o.Journal = o.Store.(reclaim.Journal)
 		o.Leadership = l
 	})
-	var alerts []reclaim.Alert
+	var alerts []notification.Alert
 	for i := range reclaim.JournalFirst + 1 {
 		alerts = append(alerts, reclaimtest.IdlePod("firing", reclaimtest.T0, fmt.Sprint("ns-", i%50), fmt.Sprint("nb-", i)))
 	}
@@ -347,9 +348,9 @@ func TestLargeNotificationsAreDecidedOneAtATime(t *testing.T) {
 	})
 	// As the webhook gives it: the body is journaled as it came, at once.
 	body := journalFirstPlusOne(t)
-	var ns []*reclaim.Notification
+	var ns []*notification.Notification
 	for range 2 { // the second Alertmanager's retry of the first, say
-		n, err := reclaim.DecodeNotification(body)
+		n, err := notification.Decode(body)
 		require.NoError(t, err)
 		ns = append(ns, n)
 	}
@@ -398,13 +399,13 @@ func TestNotificationsQueuedTogetherAreWrittenTogether(t *testing.T) {
 	s := &sizedStore{gatedStore: gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: &memJournal{}}}
 	f.with(func(o *reclaim.Options) { o.Store = s; o.Journal, _ = o.Store.(reclaim.Journal) })
 
-	for _, a := range []reclaim.Alert{
+	for _, a := range []notification.Alert{
 		reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"), // written first, alone
 		reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-1"),
 		reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-2"),
 		reclaimtest.IdlePod("resolved", reclaimtest.T0, "ml", "nb-1"), // the same reclaim again
 	} {
-		_, err := f.eng.Ingest([]reclaim.Alert{a})
+		_, err := f.eng.Ingest([]notification.Alert{a})
 		require.NoError(t, err)
 	}
 	close(s.gate)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpureclaim/gpureclaim/internal/testkit/fakeclock"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
@@ -51,23 +52,23 @@ func Config(t testing.TB, yaml string) *config.Config {
 
 // Alert builds an alert as Alertmanager sends it. labels are pairs.
 // A label named twice takes the later value.
-func Alert(status string, startsAt time.Time, pairs ...string) reclaim.Alert {
+func Alert(status string, startsAt time.Time, pairs ...string) notification.Alert {
 	m := map[string]string{}
 	for i := 0; i+1 < len(pairs); i += 2 {
 		m[pairs[i]] = pairs[i+1]
 	}
 	l := labels.FromMap(m)
-	return reclaim.Alert{Status: status, Labels: l, Annotations: labels.FromStrings("summary", "s", "description", "d"), StartsAt: startsAt, Fingerprint: reclaim.Fingerprint(l)}
+	return notification.Alert{Status: status, Labels: l, Annotations: labels.FromStrings("summary", "s", "description", "d"), StartsAt: startsAt, Fingerprint: reclaim.Fingerprint(l)}
 }
 
 // IdlePod is GPUIdle for a pod on a whole GPU.
-func IdlePod(status string, startsAt time.Time, ns, pod string, extra ...string) reclaim.Alert {
+func IdlePod(status string, startsAt time.Time, ns, pod string, extra ...string) notification.Alert {
 	return Alert(status, startsAt, append([]string{"alertname", "GPUIdle", "uuid", "GPU-" + pod, "gpu_uuid", "GPU-" + pod, "node", "n1", "kind", "gpu",
 		"namespace", ns, "pod", pod, "container", "c", "keep", "false", "action", "evict", "signal", "sm_active", "severity", "warning"}, extra...)...)
 }
 
 // IdleProcess is GPUIdle for a bare-metal user's process.
-func IdleProcess(status string, startsAt time.Time, user string, extra ...string) reclaim.Alert {
+func IdleProcess(status string, startsAt time.Time, user string, extra ...string) notification.Alert {
 	return Alert(status, startsAt, append([]string{"alertname", "GPUIdle", "uuid", "GPU-" + user, "gpu_uuid", "GPU-" + user, "node", "n1", "kind", "gpu",
 		"user", user, "keep", "false", "action", "kill", "signal", "sm_active", "severity", "warning"}, extra...)...)
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/testkit/tlstest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/alertmanager"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 	rslack "github.com/gpureclaim/gpureclaim/reclaimer/slack"
@@ -122,7 +123,7 @@ func (e *env) at(d time.Duration) {
 	e.eng.Step(context.Background())
 }
 
-func (e *env) ingest(a ...reclaim.Alert) {
+func (e *env) ingest(a ...notification.Alert) {
 	_, err := e.eng.Ingest(a)
 	require.NoError(e.t, err)
 }
@@ -254,7 +255,7 @@ func TestRouting(t *testing.T) {
 		slack    string
 		owners   owners
 		emails   map[string]string
-		alert    reclaim.Alert
+		alert    notification.Alert
 		channels []string // where the warning was posted
 		err      string
 	}{
@@ -321,7 +322,7 @@ func TestButtonsAgainstARealAlertmanager(t *testing.T) {
 	// Silences live in Alertmanager's time: run on the wall clock.
 	e.base = time.Now().Truncate(time.Second)
 	e.clock.Set(e.base)
-	alert := func(pod string) reclaim.Alert {
+	alert := func(pod string) notification.Alert {
 		a := reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", pod, "audience", "reclaimer")
 		a.Fingerprint = model.Fingerprint(model.LabelsToSignature(a.Labels.Map())).String()
 		a.StartsAt = time.Now().Add(-15 * time.Minute).Truncate(time.Second).UTC()
@@ -669,7 +670,7 @@ func TestAWarningIsPostedOnceAcrossACrash(t *testing.T) {
 			}
 		}})
 	require.NoError(t, err)
-	_, err = crashing.Ingest([]reclaim.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")})
+	_, err = crashing.Ingest([]notification.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")})
 	require.NoError(t, err)
 	require.NoError(t, crashing.Flush())
 	func() {

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"sync"
 	"testing"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/store"
@@ -29,7 +29,7 @@ func BenchmarkWebhookWhilePolled(b *testing.B) {
 	const stored, pollers = 60000, 4
 	h, eng := benchServer(b, "webhook: {bearer_token_file: token, max_body_bytes: 8MiB}\n")
 	for i := 0; i < stored; i += 1000 {
-		var batch []reclaim.Alert
+		var batch []notification.Alert
 		for j := i; j < i+1000; j++ {
 			batch = append(batch, reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", fmt.Sprintf("nb-%d", j)))
 		}
@@ -59,8 +59,8 @@ func BenchmarkWebhookWhilePolled(b *testing.B) {
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := range b.N {
-		body, _ := json.Marshal(reclaim.Notification{Version: "4", GroupKey: "{}:{}", Receiver: "gpureclaim", Status: "firing",
-			Alerts: []reclaim.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", fmt.Sprintf("new-%d", i))}})
+		body, _ := json.Marshal(notification.Notification{Version: "4", GroupKey: "{}:{}", Receiver: "gpureclaim", Status: "firing",
+			Alerts: []notification.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", fmt.Sprintf("new-%d", i))}})
 		req := httptest.NewRequest(http.MethodPost, "/webhook", bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer t0ken")
 		rec := httptest.NewRecorder()
@@ -88,8 +88,8 @@ func BenchmarkOneAlertNotifications(b *testing.B) {
 	h, _ := benchServer(b, "webhook: {bearer_token_file: token}\ncircuit_breaker: {max_pending: 0}\n")
 	bodies := make([][]byte, b.N)
 	for i := range bodies {
-		bodies[i], _ = json.Marshal(reclaim.Notification{Version: "4", GroupKey: "{}:{}", Receiver: "gpureclaim", Status: "firing",
-			Alerts: []reclaim.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", fmt.Sprintf("one-%d", i))}})
+		bodies[i], _ = json.Marshal(notification.Notification{Version: "4", GroupKey: "{}:{}", Receiver: "gpureclaim", Status: "firing",
+			Alerts: []notification.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", fmt.Sprintf("one-%d", i))}})
 	}
 	next := make(chan int)
 	var wg sync.WaitGroup
@@ -134,30 +134,4 @@ func benchServer(b *testing.B, cfgYAML string) (*web.Server, *reclaim.Engine) {
 		b.Fatal(err)
 	}
 	return web.New(web.Options{Config: cfg, Engine: eng, Clock: clock.Now, Registry: reg}), eng
-}
-
-// BenchmarkDecodeNotification100k reads one notification of 100,000 alerts
-// (46 MB): time and memory per notification, and the heap its alerts hold
-// once read (heap-MiB).
-func BenchmarkDecodeNotification100k(b *testing.B) {
-	body := reclaimtest.Notification(b, 100000, reclaimtest.T0)
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	var held uint64
-	for b.Loop() {
-		runtime.GC()
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		m, err := reclaim.DecodeNotification(body)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		held = after.HeapAlloc - before.HeapAlloc
-		runtime.KeepAlive(m)
-		b.StartTimer()
-	}
-	b.ReportMetric(float64(held)/(1<<20), "heap-MiB")
 }

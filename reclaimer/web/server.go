@@ -22,13 +22,14 @@ import (
 	"github.com/gpureclaim/gpureclaim/api/v1alpha1"
 	"github.com/gpureclaim/gpureclaim/internal/httpserver"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/report"
 )
 
 // Engine is what the server needs of the lifecycle.
 type Engine interface {
-	IngestNotification(n *reclaim.Notification) (reclaim.IngestResult, error)
+	IngestNotification(n *notification.Notification) (reclaim.IngestResult, error)
 	List() []*reclaim.Reclaim
 	Page(q reclaim.Query) reclaim.Page
 	Get(id string) (*reclaim.Reclaim, bool)

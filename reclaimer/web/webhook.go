@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpureclaim/gpureclaim/internal/httpserver"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
@@ -98,9 +99,9 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusRequestEntityTooLarge, fmt.Sprintf("the notification is over %d bytes (webhook.max_body_bytes)", s.cfg.Webhook.MaxBodyBytes))
 		return
 	}
-	var n *reclaim.Notification
+	var n *notification.Notification
 	if err == nil {
-		n, err = reclaim.DecodeNotification(body)
+		n, err = notification.Decode(body)
 	}
 	if err != nil {
 		// 4xx: Alertmanager does not retry what it cannot fix.

@@ -1,4 +1,6 @@
-package reclaim
+// Package notification reads Alertmanager's webhook notifications: the
+// payload, version 4, decoded with the strings it repeats shared.
+package notification
 
 import (
 	"bytes"
@@ -49,12 +51,12 @@ type Alert struct {
 	Fingerprint  string        `json:"fingerprint"`
 }
 
-// DecodeNotification reads and validates an Alertmanager webhook
+// Decode reads and validates an Alertmanager webhook
 // notification. The label names and values its alerts repeat (alertname,
 // namespace, node) are read once and shared while it is read, and each
 // alert's label set is kept as one string. A member named twice is
 // refused. The notification keeps body, for the journal.
-func DecodeNotification(body []byte) (*Notification, error) {
+func Decode(body []byte) (*Notification, error) {
 	n := Notification{body: body}
 	in := interner{strings: map[string]string{}, labels: labels.NewScratchBuilder(16)}
 	if err := json.Unmarshal(body, &n, json.WithUnmarshalers(json.JoinUnmarshalers(

@@ -1,0 +1,99 @@
+package reclaim
+
+import (
+	"slices"
+	"sort"
+	"sync"
+)
+
+// ledger is the reclaims in memory: each by id, the indexes kept with
+// it, the count per state, the writes on their way to the store
+// (writes.go), and the sorted view readers share (views.go). It changes
+// under the engine's lock only, and a record in it never changes: a write
+// puts a new copy.
+type ledger struct {
+	index map[string]*Reclaim
+	// Kept with the index by set and remove, so that a notification costs
+	// what its alerts do, not what the store holds.
+	byAlert  map[string][]string    // reclaim ids by alert fingerprint
+	openUnit map[targetKey][]string // ids of the reclaims not ended, by unit
+	counts   map[State]int
+	version  uint64 // counts the index's changes
+
+	// Decisions in the index not yet in the store: the latest write of
+	// each reclaim, the writes in order, and whether one runs.
+	unwritten map[string]*pendingWrite
+	queue     []*pendingWrite
+	writing   bool
+
+	// The sorted view, rebuilt when the index has changed, outside the
+	// engine's lock: a status page over 60,000 reclaims does not hold up
+	// a webhook.
+	viewMu      sync.Mutex
+	view        []*Reclaim
+	viewVersion uint64
+}
+
+func newLedger(size int) ledger {
+	return ledger{index: make(map[string]*Reclaim, size), byAlert: map[string][]string{}, openUnit: map[targetKey][]string{},
+		counts: map[State]int{}, unwritten: map[string]*pendingWrite{}}
+}
+
+// set puts a reclaim into the index and the indexes kept with it.
+func (l *ledger) set(r *Reclaim) {
+	l.remove(r.ID)
+	l.index[r.ID] = r
+	l.counts[r.State]++
+	add(l.byAlert, r.Fingerprint, r.ID)
+	if !r.State.Terminal() {
+		add(l.openUnit, r.Target.key(), r.ID)
+	}
+}
+
+// remove takes a reclaim out of the index.
+func (l *ledger) remove(id string) {
+	old, ok := l.index[id]
+	if !ok {
+		return
+	}
+	delete(l.index, id)
+	l.counts[old.State]--
+	drop(l.byAlert, old.Fingerprint, id)
+	drop(l.openUnit, old.Target.key(), id)
+}
+
+// add and drop keep short lists: an alert has a reclaim an episode, a
+// unit one open reclaim.
+func add[K comparable](m map[K][]string, k K, id string) { m[k] = append(m[k], id) }
+
+func drop[K comparable](m map[K][]string, k K, id string) {
+	ids := slices.DeleteFunc(m[k], func(x string) bool { return x == id })
+	if len(ids) == 0 {
+		delete(m, k)
+		return
+	}
+	m[k] = ids
+}
+
+// sorted is every reclaim, newest first, shared with every reader: the
+// last view if nothing changed since, else a new one. lock and unlock are
+// the engine's lock, held only to copy the index.
+func (l *ledger) sorted(lock, unlock func()) []*Reclaim {
+	l.viewMu.Lock()
+	defer l.viewMu.Unlock()
+	lock()
+	if l.view != nil && l.viewVersion == l.version {
+		v := l.view
+		unlock()
+		return v
+	}
+	ver := l.version
+	out := make([]*Reclaim, 0, len(l.index))
+	for _, r := range l.index {
+		out = append(out, r)
+	}
+	unlock()
+	sort.Slice(out, func(i, j int) bool { return newer(out[i], out[j]) })
+	l.view, l.viewVersion = out, ver
+	return out
+}
