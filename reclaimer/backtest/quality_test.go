@@ -33,6 +33,9 @@ func diurnal(i int) float64 {
 //     and restored on demand the moment its morning traffic comes;
 //   - one abandoned after two hours is reclaimed once and never restored.
 func TestKnownAnswers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("replays two days through the rules (a third of the quick loop)")
+	}
 	t.Parallel()
 	const days = 2
 	h := history(t, days*1440, map[string]func(int) float64{
