@@ -264,7 +264,12 @@ func (e *Engine) ingest(alerts []notification.Alert) (IngestResult, []*pendingWr
 		}
 		v := decide(r, p, e.o.Config, Facts{Now: now})
 		count(v.Decision)
-		r, evs := transition(r, v, now)
+		// A new record is this notification's own: arrive, the first
+		// step of transition, completes it in place, with no copy.
+		r, evs := arrive(r, v, now)
+		if r == nil {
+			panic(fmt.Sprintf("decide gave a new episode no first verdict: %+v", v))
+		}
 		put(r)
 		if p == nil {
 			res.Ignored++
