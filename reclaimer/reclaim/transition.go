@@ -24,15 +24,17 @@ func transition(r *Reclaim, v Verdict, now time.Time) (*Reclaim, []Event) {
 	person := v.By != ""
 	switch v.Do {
 	case DoExempt:
-		if r.State != Pending || r.Warning.Sent {
+		// Before the warning; a keep mark found then wins over a release
+		// pressed meanwhile.
+		if r.State != Pending {
 			return nil, nil
 		}
 		exempt(c, v.Why, now)
 		return c, event("exempt", v.Why, "policy")
 
 	case DoNotify:
-		if r.State != Pending || r.Warning.Sent {
-			return nil, nil
+		if r.State != Pending {
+			return nil, nil // a top owner that cannot be stopped is told, released or not
 		}
 		c.TopOwner = v.TopOwner
 		c.State, c.Closed, c.Final.Sent, c.Reason = Notified, now, true, v.Why
@@ -40,7 +42,9 @@ func transition(r *Reclaim, v Verdict, now time.Time) (*Reclaim, []Event) {
 
 	case DoWarn:
 		switch {
-		case r.State == Pending && !r.Warning.Sent:
+		case r.State == Pending:
+			// Recorded even if a release was pressed meanwhile: the action
+			// is on the top owner either way.
 			if v.TopOwner == nil {
 				return nil, nil // no top owner looked up: the warning goes as the record says
 			}

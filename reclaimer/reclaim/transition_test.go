@@ -36,6 +36,11 @@ func TestTransition(t *testing.T) {
 		r.ActedAt, r.ReleaseBy, r.Detail = now.Add(-time.Minute), now.Add(time.Minute), "pod ml/p evicted"
 		return r
 	}
+	released := func() *Reclaim {
+		r := base(Pending)
+		r.Warning.Sent, r.ActAt, r.ReleaseAskedBy, r.Reason = true, now, "U1", "released by U1: acting now"
+		return r
+	}
 	snoozed := func() *Reclaim {
 		r := warned(Snoozed)
 		r.Snooze, r.NextTry, r.Reason = &Snooze{Until: now}, now, "snoozed by U1"
@@ -73,7 +78,15 @@ func TestTransition(t *testing.T) {
 			func(r *Reclaim) {
 				r.State, r.Reason, r.Closed, r.Warning.Sent, r.Final.Sent = Exempt, "annotated keep", now, true, true
 			}, []ev{{"exempt", "policy"}}},
-		{"warned: exempt no longer applies", warned(Pending), Verdict{Do: DoExempt, Why: "annotated keep"}, nil, nil},
+		{"released before the warning went: a keep mark still wins", released(), Verdict{Do: DoExempt, Why: "annotated keep"},
+			func(r *Reclaim) { r.State, r.Reason, r.Closed, r.Final.Sent = Exempt, "annotated keep", now, true },
+			[]ev{{"exempt", "policy"}}},
+		{"released before the warning went: the top owner is still recorded", released(), Verdict{Do: DoWarn, Action: config.ActionStop, TopOwner: job},
+			func(r *Reclaim) {
+				r.TopOwner, r.Action = job, config.ActionStop
+				r.Reason = "warning the owner; " + r.ActionText() + " after the grace period"
+			}, []ev{{"decided", "policy"}}},
+		{"exempt only before the action", warned(Acting), Verdict{Do: DoExempt, Why: "annotated keep"}, nil, nil},
 		{"pending: notify only, its top owner recorded", base(Pending), Verdict{Do: DoNotify, TopOwner: job, Why: "cannot stop it"},
 			func(r *Reclaim) {
 				r.TopOwner, r.State, r.Closed, r.Final.Sent, r.Reason = job, Notified, now, true, "cannot stop it"
