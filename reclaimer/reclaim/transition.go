@@ -41,8 +41,8 @@ func transition(r *Reclaim, v Verdict, now time.Time) (*Reclaim, []Event) {
 		return c, event("decided", "notify: "+v.Why, "policy")
 
 	case DoWarn:
-		switch {
-		case r.State == Pending:
+		switch r.State {
+		case Pending:
 			// Recorded even if a release was pressed meanwhile: the action
 			// is on the top owner either way.
 			if v.TopOwner == nil {
@@ -54,7 +54,7 @@ func transition(r *Reclaim, v Verdict, now time.Time) (*Reclaim, []Event) {
 				return c, nil // a bare pod, evicted as decided
 			}
 			return c, event("decided", fmt.Sprintf("%s on the top owner, %s", v.Action, v.TopOwner), "policy")
-		case r.State == Snoozed:
+		case Snoozed:
 			// The snooze is over and the unit still idle: a new warning,
 			// and a new grace from it.
 			c.State, c.ActAt, c.NextTry, c.Reason = Pending, now.Add(v.Grace), time.Time{}, v.Why
