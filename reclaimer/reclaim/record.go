@@ -83,8 +83,11 @@ func conditions(r *Reclaim) []metav1.Condition {
 		}
 		return metav1.NewTime(r.Created)
 	}
-	state := stateReason(r.State)
-	var out []metav1.Condition
+	state, ok := stateReasons[r.State]
+	if !ok {
+		state = stateReason(r.State) // resolved, which no gauge counts
+	}
+	out := make([]metav1.Condition, 0, 4)
 	warned := metav1.Condition{Type: v1alpha1.ConditionWarned, Status: metav1.ConditionFalse, Reason: "NotDelivered", Message: "the owner has not been warned", LastTransitionTime: since(r.Created)}
 	if r.Warning.Sent && !r.Warning.At.IsZero() {
 		warned.Status, warned.Reason, warned.Message, warned.LastTransitionTime = metav1.ConditionTrue, "Delivered", "the owner was warned; the grace runs from the delivery", since(r.Warning.At)
@@ -115,6 +118,16 @@ func conditions(r *Reclaim) []metav1.Condition {
 	}
 	return out
 }
+
+// stateReasons are the states as conditions' reasons, made once: every
+// write of a record derives its conditions.
+var stateReasons = func() map[State]string {
+	m := make(map[State]string, len(States))
+	for _, s := range States {
+		m[s] = stateReason(s)
+	}
+	return m
+}()
 
 // stateReason is a state as a condition's reason: not_released is
 // NotReleased.
