@@ -374,18 +374,17 @@ func (e *Engine) snapshot(id string) *Reclaim {
 // written with its events. It returns the record as it stands after, and
 // whether v applied; a verdict's decision is counted once recorded.
 func (e *Engine) apply(id string, v Verdict) (*Reclaim, bool, error) {
-	var events []Event
 	applied := false
-	r, err := e.update(id, func(*Reclaim) []Event { return events }, func(c *Reclaim) bool {
-		next, evs := transition(c, v, e.now())
+	r, err := e.write(id, func(cur *Reclaim) (*Reclaim, []Event) {
+		next, events := transition(cur, v, e.now())
 		if next == nil {
-			return false
+			return nil, nil
 		}
-		if v.Do == DoWait && next.Reason != c.Reason {
+		if v.Do == DoWait && next.Reason != cur.Reason {
 			e.o.Logger.Info("reclaim waits", "reclaim", id, "until", v.Until, "reason", v.Why)
 		}
-		*c, events, applied = *next, evs, true
-		return true
+		applied = true
+		return next, events
 	})
 	if err != nil {
 		return nil, false, err
@@ -399,9 +398,27 @@ func (e *Engine) apply(id string, v Verdict) (*Reclaim, bool, error) {
 	return r, applied, nil
 }
 
-// update applies f to the stored reclaim and writes it; if f returns false
-// nothing is written.
+// update applies f to a copy of the stored reclaim and writes it; if f
+// returns false nothing is written.
 func (e *Engine) update(id string, events func(*Reclaim) []Event, f func(*Reclaim) bool) (*Reclaim, error) {
+	return e.write(id, func(cur *Reclaim) (*Reclaim, []Event) {
+		c := clone(cur)
+		if !f(c) {
+			return nil, nil
+		}
+		var evs []Event
+		if events != nil {
+			evs = events(c)
+		}
+		return c, evs
+	})
+}
+
+// write replaces the stored reclaim with the record next makes of it (a
+// new one: the stored one is shared with readers), and writes it with
+// its events; when next gives none, nothing is written and the stored
+// reclaim is returned.
+func (e *Engine) write(id string, next func(cur *Reclaim) (*Reclaim, []Event)) (*Reclaim, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err := e.awaitWritten(id); err != nil {
@@ -411,15 +428,11 @@ func (e *Engine) update(id string, events func(*Reclaim) []Event, f func(*Reclai
 	if !ok {
 		return nil, fmt.Errorf("no reclaim %s", id)
 	}
-	c := clone(cur)
-	if !f(c) {
+	c, events := next(cur)
+	if c == nil {
 		return cur, nil
 	}
-	var evs []Event
-	if events != nil {
-		evs = events(c)
-	}
-	if err := e.persist(evs, c); err != nil {
+	if err := e.persist(events, c); err != nil {
 		return nil, err
 	}
 	e.ledger.set(c)
