@@ -153,7 +153,7 @@ var className = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
 // validateClasses checks idle.classes and fills each class's settings
 // left out with idle's.
 func (c *Config) validateClasses() []error {
-	var errs []error
+	var errs problems
 	seen := map[string]bool{}
 	var window model.Duration
 	if c.Idle.Pauses != nil {
@@ -184,23 +184,15 @@ func (c *Config) validateClasses() []error {
 		if k.Threshold == 0 {
 			k.Threshold = c.Idle.Threshold
 		}
-		if k.Threshold <= 0 || k.Threshold >= 1 {
-			errs = append(errs, fmt.Errorf("%s.threshold: %g must be between 0 and 1 (exclusive)", field, k.Threshold))
-		}
+		errs.ratio(field+".threshold", k.Threshold)
 		if k.For == 0 {
 			k.For = c.Idle.For
 		}
 		if k.ReclaimAfter == 0 {
 			k.ReclaimAfter = c.Idle.ReclaimAfter
 		}
-		for _, d := range []struct {
-			name string
-			v    model.Duration
-		}{{"for", k.For}, {"reclaim_after", k.ReclaimAfter}} {
-			if d.v < 0 {
-				errs = append(errs, fmt.Errorf("%s.%s: must be a positive duration (e.g. 10m)", field, d.name))
-			}
-		}
+		errs.positive(field+".for", k.For)
+		errs.positive(field+".reclaim_after", k.ReclaimAfter)
 		if k.Quiet != nil {
 			errs = append(errs, fillQuiet(field+".quiet", k.Quiet, k.ReclaimAfter)...)
 			if nsWindow == 0 {

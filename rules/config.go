@@ -142,26 +142,14 @@ func fillQuiet(field string, q *Quiet, reclaimAfter model.Duration) []error {
 	if q.NamespaceWindow == 0 {
 		q.NamespaceWindow = dur(time.Hour)
 	}
-	var errs []error
+	var errs problems
 	if q.After < 0 || q.After >= reclaimAfter {
 		errs = append(errs, fmt.Errorf("%s.after: %s must be positive and under reclaim_after (%s)", field, q.After, reclaimAfter))
 	}
-	for _, w := range []struct {
-		name string
-		v    model.Duration
-	}{{"unit_window", q.UnitWindow}, {"namespace_window", q.NamespaceWindow}} {
-		if w.v < 0 {
-			errs = append(errs, fmt.Errorf("%s.%s: must be a positive duration (e.g. 10m)", field, w.name))
-		}
-	}
-	for _, r := range []struct {
-		name string
-		v    float64
-	}{{"unit_busy_below", q.UnitBusyBelow}, {"namespace_busy_below", q.NamespaceBusyBelow}} {
-		if r.v <= 0 || r.v >= 1 {
-			errs = append(errs, fmt.Errorf("%s.%s: %g must be between 0 and 1 (exclusive)", field, r.name, r.v))
-		}
-	}
+	errs.positive(field+".unit_window", q.UnitWindow)
+	errs.positive(field+".namespace_window", q.NamespaceWindow)
+	errs.ratio(field+".unit_busy_below", q.UnitBusyBelow)
+	errs.ratio(field+".namespace_busy_below", q.NamespaceBusyBelow)
 	return errs
 }
 
@@ -177,13 +165,9 @@ func fillPauses(field string, p *Pauses) []error {
 	if p.Max == 0 {
 		p.Max = dur(4 * time.Hour)
 	}
-	var errs []error
-	if p.Window < 0 {
-		errs = append(errs, fmt.Errorf("%s.window: must be a positive duration (e.g. 10m)", field))
-	}
-	if p.Max < 0 {
-		errs = append(errs, fmt.Errorf("%s.max: must be a positive duration (e.g. 10m)", field))
-	}
+	var errs problems
+	errs.positive(field+".window", p.Window)
+	errs.positive(field+".max", p.Max)
 	if p.Factor < 0 {
 		errs = append(errs, fmt.Errorf("%s.factor: %g must be positive", field, p.Factor))
 	}
@@ -370,33 +354,41 @@ var (
 	resourceName = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?/[a-zA-Z0-9]([a-zA-Z0-9._-]*[a-zA-Z0-9])?$`)
 )
 
+// problems collects a config's errors, each naming its field; ratio and
+// positive are the checks many fields share.
+type problems []error
+
+// ratio: a share strictly between 0 and 1.
+func (p *problems) ratio(field string, v float64) {
+	if v <= 0 || v >= 1 {
+		*p = append(*p, fmt.Errorf("%s: %g must be between 0 and 1 (exclusive)", field, v))
+	}
+}
+
+// positive: a duration above zero.
+func (p *problems) positive(field string, d model.Duration) {
+	if d <= 0 {
+		*p = append(*p, fmt.Errorf("%s: must be a positive duration (e.g. 10m)", field))
+	}
+}
+
 // Validate checks every field and names the first one that is wrong.
 func (c *Config) Validate() error {
-	var errs []error
-	ratio := func(field string, v float64) {
-		if v <= 0 || v >= 1 {
-			errs = append(errs, fmt.Errorf("%s: %g must be between 0 and 1 (exclusive)", field, v))
-		}
-	}
-	positive := func(field string, d model.Duration) {
-		if d <= 0 {
-			errs = append(errs, fmt.Errorf("%s: must be a positive duration (e.g. 10m)", field))
-		}
-	}
+	var errs problems
 	if c.Source != SourceGPUreclaim && c.Source != SourceDCGM {
 		errs = append(errs, fmt.Errorf("source: %q is not %s or %s", c.Source, SourceGPUreclaim, SourceDCGM))
 	}
 	if !jobName.MatchString(c.DCGM.Job) {
 		errs = append(errs, fmt.Errorf("dcgm.job: %q is not a job name", c.DCGM.Job))
 	}
-	ratio("idle.threshold", c.Idle.Threshold)
-	positive("idle.for", c.Idle.For)
-	positive("idle.lookback", c.Idle.Lookback)
+	errs.ratio("idle.threshold", c.Idle.Threshold)
+	errs.positive("idle.for", c.Idle.For)
+	errs.positive("idle.lookback", c.Idle.Lookback)
 	if c.Idle.Aggregation != "max" && c.Idle.Aggregation != "avg" {
 		errs = append(errs, fmt.Errorf("idle.aggregation: %q is not max or avg", c.Idle.Aggregation))
 	}
-	positive("idle.reclaim_after", c.Idle.ReclaimAfter)
-	positive("idle.partly_for", c.Idle.PartlyFor)
+	errs.positive("idle.reclaim_after", c.Idle.ReclaimAfter)
+	errs.positive("idle.partly_for", c.Idle.PartlyFor)
 	if p := c.Idle.Pauses; p != nil {
 		errs = append(errs, fillPauses("idle.pauses", p)...)
 	}
@@ -404,21 +396,21 @@ func (c *Config) Validate() error {
 		errs = append(errs, fillQuiet("idle.quiet", q, c.Idle.ReclaimAfter)...)
 	}
 	errs = append(errs, c.validateClasses()...)
-	ratio("wasted.activity_below", c.Wasted.ActivityBelow)
+	errs.ratio("wasted.activity_below", c.Wasted.ActivityBelow)
 	if c.Wasted.ActivityBelow <= c.Idle.Threshold {
 		errs = append(errs, fmt.Errorf("wasted.activity_below: %g must be above idle.threshold (%g), or no unit is ever wasted but not idle", c.Wasted.ActivityBelow, c.Idle.Threshold))
 	}
-	ratio("wasted.memory_above", c.Wasted.MemoryAbove)
-	positive("wasted.window", c.Wasted.Window)
-	positive("wasted.for", c.Wasted.For)
+	errs.ratio("wasted.memory_above", c.Wasted.MemoryAbove)
+	errs.positive("wasted.window", c.Wasted.Window)
+	errs.positive("wasted.for", c.Wasted.For)
 	if c.Overcommit.MinTenants < 2 {
 		errs = append(errs, fmt.Errorf("overcommit.min_tenants: %d; a unit is shared by 2 or more", c.Overcommit.MinTenants))
 	}
-	ratio("overcommit.memory_above", c.Overcommit.MemoryAbove)
-	ratio("overcommit.activity_above", c.Overcommit.ActivityAbove)
-	positive("overcommit.window", c.Overcommit.Window)
-	positive("overcommit.for", c.Overcommit.For)
-	positive("mig.peak_window", c.MIG.PeakWindow)
+	errs.ratio("overcommit.memory_above", c.Overcommit.MemoryAbove)
+	errs.ratio("overcommit.activity_above", c.Overcommit.ActivityAbove)
+	errs.positive("overcommit.window", c.Overcommit.Window)
+	errs.positive("overcommit.for", c.Overcommit.For)
+	errs.positive("mig.peak_window", c.MIG.PeakWindow)
 	if !model.LegacyValidation.IsValidLabelName(c.ClusterLabel) || strings.HasPrefix(c.ClusterLabel, "__") {
 		errs = append(errs, fmt.Errorf("cluster_label: %q is not a label name", c.ClusterLabel))
 	}
@@ -428,19 +420,19 @@ func (c *Config) Validate() error {
 	if c.MIG.Headroom < 0 || c.MIG.Headroom > 1 {
 		errs = append(errs, fmt.Errorf("mig.headroom: %g must be between 0 and 1", c.MIG.Headroom))
 	}
-	positive("mig.for", c.MIG.For)
+	errs.positive("mig.for", c.MIG.For)
 	pk := c.Packing
-	positive("packing.window", pk.Window)
-	positive("packing.step", pk.Step)
-	positive("packing.evidence", pk.Evidence)
-	positive("packing.for", pk.For)
+	errs.positive("packing.window", pk.Window)
+	errs.positive("packing.step", pk.Step)
+	errs.positive("packing.evidence", pk.Evidence)
+	errs.positive("packing.for", pk.For)
 	if pk.Step > pk.Window {
 		errs = append(errs, fmt.Errorf("packing.step: %s is longer than packing.window (%s)", pk.Step, pk.Window))
 	}
 	if pk.Evidence > pk.Window {
 		errs = append(errs, fmt.Errorf("packing.evidence: %s is longer than packing.window (%s): no owner would ever have enough", pk.Evidence, pk.Window))
 	}
-	ratio("packing.quantile", pk.Quantile)
+	errs.ratio("packing.quantile", pk.Quantile)
 	for _, f := range []struct {
 		field string
 		v     float64
@@ -458,17 +450,17 @@ func (c *Config) Validate() error {
 	if !jobName.MatchString(c.Exporter.Job) {
 		errs = append(errs, fmt.Errorf("exporter.job: %q is not a job name", c.Exporter.Job))
 	}
-	positive("exporter.down_for", c.Exporter.DownFor)
-	positive("exporter.stale_after", c.Exporter.StaleAfter)
-	positive("exporter.failing_for", c.Exporter.FailingFor)
+	errs.positive("exporter.down_for", c.Exporter.DownFor)
+	errs.positive("exporter.stale_after", c.Exporter.StaleAfter)
+	errs.positive("exporter.failing_for", c.Exporter.FailingFor)
 	if c.Cost.PricePerGPUHour < 0 {
 		errs = append(errs, fmt.Errorf("cost.price_per_gpu_hour: %g must not be negative", c.Cost.PricePerGPUHour))
 	}
 	if !regexp.MustCompile(`^[A-Z]{3}$`).MatchString(c.Cost.Currency) {
 		errs = append(errs, fmt.Errorf("cost.currency: %q is not an ISO 4217 code (e.g. USD)", c.Cost.Currency))
 	}
-	positive("cost.window", c.Cost.Window)
-	positive("cost.step", c.Cost.Step)
+	errs.positive("cost.window", c.Cost.Window)
+	errs.positive("cost.step", c.Cost.Step)
 	if c.Cost.Step > c.Cost.Window {
 		errs = append(errs, fmt.Errorf("cost.step: %s is longer than cost.window (%s)", c.Cost.Step, c.Cost.Window))
 	}
