@@ -19,10 +19,7 @@ func (e *Engine) checks(ctx context.Context, r *Reclaim) bool {
 	}
 	v := e.verdict(ctx, r)
 	if v.Do == DoAct {
-		if v.Decision != "" {
-			e.o.Metrics.decide(v.Decision)
-		}
-		return true
+		return true // the action's result is what is counted
 	}
 	if _, _, err := e.apply(r.ID, v); err != nil {
 		e.o.Logger.Error("recording a verdict on a due action", "reclaim", r.ID, "do", v.Do, "err", err)
