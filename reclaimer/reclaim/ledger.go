@@ -2,7 +2,6 @@ package reclaim
 
 import (
 	"slices"
-	"sort"
 	"sync"
 )
 
@@ -73,27 +72,4 @@ func drop[K comparable](m map[K][]string, k K, id string) {
 		return
 	}
 	m[k] = ids
-}
-
-// sorted is every reclaim, newest first, shared with every reader: the
-// last view if nothing changed since, else a new one. lock and unlock are
-// the engine's lock, held only to copy the index.
-func (l *ledger) sorted(lock, unlock func()) []*Reclaim {
-	l.viewMu.Lock()
-	defer l.viewMu.Unlock()
-	lock()
-	if l.view != nil && l.viewVersion == l.version {
-		v := l.view
-		unlock()
-		return v
-	}
-	ver := l.version
-	out := make([]*Reclaim, 0, len(l.index))
-	for _, r := range l.index {
-		out = append(out, r)
-	}
-	unlock()
-	sort.Slice(out, func(i, j int) bool { return newer(out[i], out[j]) })
-	l.view, l.viewVersion = out, ver
-	return out
 }

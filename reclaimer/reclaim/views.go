@@ -7,7 +7,26 @@ import (
 
 // List returns every reclaim, newest first. The reclaims are shared with
 // the engine and other readers: read them, never change them.
-func (e *Engine) List() []*Reclaim { return e.ledger.sorted(e.mu.Lock, e.mu.Unlock) }
+func (e *Engine) List() []*Reclaim {
+	l := &e.ledger
+	l.viewMu.Lock()
+	defer l.viewMu.Unlock()
+	e.mu.Lock()
+	if l.view != nil && l.viewVersion == l.version {
+		v := l.view
+		e.mu.Unlock()
+		return v
+	}
+	ver := l.version
+	out := make([]*Reclaim, 0, len(l.index))
+	for _, r := range l.index {
+		out = append(out, r)
+	}
+	e.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return newer(out[i], out[j]) })
+	l.view, l.viewVersion = out, ver
+	return out
+}
 
 // newer orders reclaims newest first, then by ID.
 func newer(a, b *Reclaim) bool {
