@@ -275,7 +275,8 @@ func TestReclaimerRoleIsLeast(t *testing.T) {
 	require.Equal(t, deploy.Namespace, nsRoles[0].Namespace, "leases and state only in the reclaimer's namespace")
 	require.Equal(t, []rbacv1.PolicyRule{
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
-		{APIGroups: []string{"gpureclaim.io"}, Resources: []string{"gpureclaims"}, Verbs: []string{"get", "list", "create", "update", "delete"}},
+		{APIGroups: []string{"gpureclaim.io"}, Resources: []string{"gpureclaims"}, Verbs: []string{"get", "list", "create", "delete"}},
+		{APIGroups: []string{"gpureclaim.io"}, Resources: []string{"gpureclaims/status"}, Verbs: []string{"update"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "list", "deletecollection"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"gpureclaim-reclaimer-replays"}, Verbs: []string{"get", "update"}},
 	}, nsRoles[0].Rules)

@@ -200,7 +200,7 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: auto, grace: 
 		am.Silence(t, labels, time.Now().Add(time.Hour))
 		require.Eventually(t, func() bool { r, _ := reclaimOfUnit(a.addr, uuids[i]); return r.State == "snoozed" }, 20*time.Second, 50*time.Millisecond, "%s", readFile(a.log))
 
-		out, err := exec.Command(tooltest.Bin(t, "kubectl"), "--kubeconfig", cl.Kubeconfig, "get", "gpureclaims", "-n", deploy.Namespace, "-l", "gpureclaim.io/state=snoozed").CombinedOutput()
+		out, err := exec.Command(tooltest.Bin(t, "kubectl"), "--kubeconfig", cl.Kubeconfig, "get", "gpureclaims", "-n", deploy.Namespace, "--field-selector", "status.state=snoozed").CombinedOutput()
 		require.NoError(t, err, "%s", out)
 		require.Contains(t, string(out), "u"+fmt.Sprint(i), "kubectl lists the snoozed reclaim and its owner")
 

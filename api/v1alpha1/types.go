@@ -24,10 +24,14 @@ const (
 
 // GPUReclaim is one reclaim of an idle GPU or MIG instance: the alert
 // episode it is about, and what the reclaimer decided, said and did. The
-// reclaimer alone writes it; people read it.
+// reclaimer alone writes it: the spec once, when it creates it, the status
+// through its status subresource. People read it; `kubectl get gpureclaims
+// --field-selector status.state=pending` lists those in one state.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:categories=gpureclaim
+// +kubebuilder:subresource:status
+// +kubebuilder:selectablefield:JSONPath=`.status.state`
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
 // +kubebuilder:printcolumn:name="Holder",type=string,JSONPath=`.status.holder`
 // +kubebuilder:printcolumn:name="Unit",type=string,JSONPath=`.status.unit`,priority=1
@@ -255,7 +259,8 @@ type GPUReclaimStatus struct {
 	// +optional
 	StopInPlace bool `json:"stopInPlace,omitempty"`
 	// Fence is the fencing token (the Lease's term) of the leader that
-	// last wrote it.
+	// last wrote the status; the chart's admission policy refuses a status
+	// written with an older one.
 	// +optional
 	Fence int64 `json:"fence,omitempty"`
 

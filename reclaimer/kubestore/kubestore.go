@@ -1,11 +1,12 @@
 // Package kubestore keeps the reclaimer's state in the Kubernetes API: one
 // GPUReclaim resource per reclaim in the reclaimer's namespace (spec: the
-// target, the policy and the alert episode; status: the state, the times,
-// what was done, and the reclaim's audit events), so that any replica that
-// wins the leader election takes over where the last one stopped, and
-// `kubectl get gpureclaims` lists them. Only the leader writes: every write
-// carries the resourceVersion it last saw and the leader's fencing token,
-// so a replica that lost the lease and still writes is refused. Beside
+// target, the policy and the alert episode, written once; status: the
+// state, the times, what was done, and the reclaim's audit events, written
+// through the status subresource), so that any replica that wins the
+// leader election takes over where the last one stopped, and `kubectl get
+// gpureclaims` lists them. Only the leader writes: every write carries the
+// resourceVersion it last saw and the leader's fencing token, so a replica
+// that lost the lease and still writes is refused. Beside
 // the GPUReclaims (this file) it keeps, in ConfigMaps, the journal of
 // notifications answered before their reclaims were written (journal.go)
 // and the Slack requests already seen (replays.go).
@@ -34,13 +35,12 @@ import (
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
-// Labels and annotations of a GPUReclaim the reclaimer sets.
+// What the reclaimer sets on a GPUReclaim beside its spec and status.
 const (
-	// StateLabel carries the state, for `kubectl get gpureclaims -l gpureclaim.io/state=pending`.
-	StateLabel = "gpureclaim.io/state"
-	// FenceAnnotation carries the writer's fencing token (its term of the
-	// Lease); the chart's ValidatingAdmissionPolicy refuses a write whose
-	// token is not the Lease's current term.
+	// FenceAnnotation carries the creator's fencing token (its term of
+	// the Lease), as status.fence carries the status writer's; the
+	// chart's ValidatingAdmissionPolicy refuses a write whose token is
+	// not the Lease's current term.
 	FenceAnnotation = "gpureclaim.io/fence"
 	// MaxEvents bounds the audit events a resource keeps; the oldest go first.
 	MaxEvents = 100
@@ -166,8 +166,10 @@ func (s *Store) Load() ([]*reclaim.Reclaim, error) {
 			if err != nil {
 				return nil, err
 			}
-			objs[r.ID] = &object{rv: u.GetResourceVersion(), r: r, events: evs}
-			out = append(out, r)
+			objs[u.GetName()] = &object{rv: u.GetResourceVersion(), r: r, events: evs}
+			if r != nil {
+				out = append(out, r)
+			}
 		}
 		if cont = list.GetContinue(); cont == "" {
 			break
@@ -207,7 +209,7 @@ func (s *Store) Write(rs []*reclaim.Reclaim, events []reclaim.Event) error {
 	s.mu.Lock()
 	for id, evs := range byReclaim {
 		o := s.objs[id]
-		if o == nil {
+		if o == nil || o.r == nil {
 			s.mu.Unlock()
 			return fmt.Errorf("audit events for reclaim %s, which the store does not hold", id)
 		}
@@ -218,8 +220,10 @@ func (s *Store) Write(rs []*reclaim.Reclaim, events []reclaim.Event) error {
 	return parallel(len(ws), func(i int) error { return s.put(ws[i].r, ws[i].events) })
 }
 
-// put writes one reclaim; the mirror is read and updated under s.mu, the
-// request made outside it.
+// put writes one reclaim: a new one is created with its spec, then its
+// status is written through the status subresource, which is all a later
+// write changes (the spec never does). The mirror is read and updated
+// under s.mu, the requests made outside it.
 func (s *Store) put(r *reclaim.Reclaim, events []reclaim.Event) error {
 	cp := *r
 	s.mu.Lock()
@@ -234,36 +238,34 @@ func (s *Store) put(r *reclaim.Reclaim, events []reclaim.Event) error {
 		all = all[len(all)-MaxEvents:]
 	}
 	g := s.render(&cp, all)
-	req := s.rest.Post()
+	ctx, cancel := s.ctx()
+	defer cancel()
+	rv := ""
 	if o != nil {
-		g.ResourceVersion = o.rv
-		req = s.rest.Put().Name(r.ID)
+		rv = o.rv
+	} else {
+		var err error
+		if rv, err = s.create(ctx, g); err != nil {
+			return err
+		}
 	}
+	g.ResourceVersion = rv
 	body, err := json.Marshal(g)
 	if err != nil {
 		return err
 	}
+	req := s.rest.Put().Name(r.ID).SubResource("status")
 	// The first write reads the whole object back (checkSchema), the
 	// rest its metadata only.
 	if s.schemaOK.Load() {
 		req.SetHeader("Accept", metadataOnly)
 	}
-	if err := s.fence(); err != nil {
-		return err
+	raw, err := s.send(ctx, req, body, r.ID)
+	if apierrors.IsNotFound(err) {
+		return s.noStatus(ctx, r.ID, err)
 	}
-	ctx, cancel := s.ctx()
-	defer cancel()
-	res := req.Namespace(s.ns).Resource(v1alpha1.Resource).Body(body).Do(ctx)
-	raw, _ := res.Raw()
-	err = res.Error() // the apiserver's Status, where Raw gives only the code
-	switch {
-	case err == nil:
-	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
-		return s.conflict(ctx, r.ID, err)
-	case strings.Contains(err.Error(), FenceAnnotation):
-		return fmt.Errorf("%w: the apiserver refused %s %s: %v", reclaim.ErrNotLeader, v1alpha1.Kind, r.ID, err)
-	default:
-		return fmt.Errorf("writing %s %s: %w", v1alpha1.Kind, r.ID, err)
+	if err != nil {
+		return err
 	}
 	var stored struct {
 		Metadata struct {
@@ -283,6 +285,70 @@ func (s *Store) put(r *reclaim.Reclaim, events []reclaim.Event) error {
 	s.objs[r.ID] = &object{rv: stored.Metadata.ResourceVersion, r: &cp, events: all}
 	s.mu.Unlock()
 	return s.checkSchema(stored.Status.Created != nil, r) // written, but maybe not whole: then written again
+}
+
+// create creates a reclaim's resource with its spec (the apiserver drops
+// a create's status) and returns its resourceVersion. Until its status is
+// written it holds no decision: Load passes it over, and the next write
+// of the reclaim writes the status onto it.
+func (s *Store) create(ctx context.Context, g *v1alpha1.GPUReclaim) (string, error) {
+	spec := *g
+	spec.Status = v1alpha1.GPUReclaimStatus{}
+	body, err := json.Marshal(&spec)
+	if err != nil {
+		return "", err
+	}
+	req := s.rest.Post().SetHeader("Accept", metadataOnly)
+	raw, err := s.send(ctx, req, body, g.Name)
+	if err != nil {
+		return "", err
+	}
+	var created metav1.PartialObjectMetadata
+	if err := json.Unmarshal(raw, &created); err != nil {
+		return "", fmt.Errorf("creating %s %s: reading the apiserver's answer: %w", v1alpha1.Kind, g.Name, err)
+	}
+	if created.ResourceVersion == "" {
+		return "", fmt.Errorf("creating %s %s: the apiserver's answer has no resourceVersion", v1alpha1.Kind, g.Name)
+	}
+	s.mu.Lock()
+	s.objs[g.Name] = &object{rv: created.ResourceVersion}
+	s.mu.Unlock()
+	return created.ResourceVersion, nil
+}
+
+// noStatus says why a status write found nothing: the resource is gone
+// (it is created again by the next write), or the CRD has no status
+// subresource, as before this release.
+func (s *Store) noStatus(ctx context.Context, id string, cause error) error {
+	if _, err := s.res.Get(ctx, id, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		s.mu.Lock()
+		delete(s.objs, id)
+		s.mu.Unlock()
+		return fmt.Errorf("%s %s was deleted before its status was written: %w", v1alpha1.Kind, id, cause)
+	}
+	s.stale.Store(true)
+	return fmt.Errorf("writing the status of %s %s: %w", v1alpha1.Kind, id, errStaleCRD)
+}
+
+// send makes one write request, once this replica is known to lead, and
+// returns the apiserver's answer, or why it was refused.
+func (s *Store) send(ctx context.Context, req *rest.Request, body []byte, id string) ([]byte, error) {
+	if err := s.fence(); err != nil {
+		return nil, err
+	}
+	res := req.Namespace(s.ns).Resource(v1alpha1.Resource).Body(body).Do(ctx)
+	raw, _ := res.Raw()
+	err := res.Error() // the apiserver's Status, where Raw gives only the code
+	switch {
+	case err == nil:
+		return raw, nil
+	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
+		return nil, s.conflict(ctx, id, err)
+	case strings.Contains(err.Error(), FenceAnnotation):
+		return nil, fmt.Errorf("%w: the apiserver refused %s %s: %v", reclaim.ErrNotLeader, v1alpha1.Kind, id, err)
+	default:
+		return nil, fmt.Errorf("writing %s %s: %w", v1alpha1.Kind, id, err)
+	}
 }
 
 // metadataOnly asks the apiserver to answer a write with the object's
@@ -326,14 +392,24 @@ func (s *Store) conflict(ctx context.Context, id string, cause error) error {
 	s.mu.Lock()
 	s.objs[id] = &object{rv: u.GetResourceVersion(), r: r, events: evs}
 	s.mu.Unlock()
+	if r == nil {
+		// Created, its status not yet written: no decision to go on from;
+		// the write is tried again onto it.
+		return fmt.Errorf("%s %s has no status yet: %w", v1alpha1.Kind, id, cause)
+	}
 	return &reclaim.ConflictError{Stored: r, Cause: cause}
 }
 
-// decode reads a GPUReclaim back into its reclaim and audit events.
+// decode reads a GPUReclaim back into its reclaim and audit events: none
+// for one whose status was never written (its creator stopped between
+// the create and the status).
 func decode(u *unstructured.Unstructured) (*reclaim.Reclaim, []reclaim.Event, error) {
 	var g v1alpha1.GPUReclaim
 	if err := fromUnstructured(u.Object, &g); err != nil {
 		return nil, nil, fmt.Errorf("%s %s: %w", v1alpha1.Kind, u.GetName(), err)
+	}
+	if g.Status.State == "" {
+		return nil, nil, nil
 	}
 	return reclaim.FromAPI(&g)
 }
@@ -341,7 +417,6 @@ func decode(u *unstructured.Unstructured) (*reclaim.Reclaim, []reclaim.Event, er
 func (s *Store) render(r *reclaim.Reclaim, events []reclaim.Event) *v1alpha1.GPUReclaim {
 	g := reclaim.ToAPI(r, events)
 	g.Namespace = s.ns
-	g.Labels = map[string]string{StateLabel: string(r.State)}
 	if r.Fence > 0 {
 		g.Annotations = map[string]string{FenceAnnotation: strconv.FormatInt(r.Fence, 10)}
 	}
@@ -398,6 +473,9 @@ func (s *Store) Prune(before time.Time) (int, error) {
 	s.mu.Lock()
 	for id, o := range s.objs {
 		r := o.r
+		if r == nil {
+			continue
+		}
 		if r.EndedBefore(before) {
 			deletes = append(deletes, gone{id, o.rv})
 			continue

@@ -22,10 +22,13 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpureclaim/gpureclaim/api/v1alpha1"
 	"github.com/gpureclaim/gpureclaim/deploy"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/kubetest"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
@@ -49,8 +52,9 @@ func reclaimOf(id, pod string, st reclaim.State) *reclaim.Reclaim {
 // The store on a real apiserver, with the reclaimer's own Role: what one
 // replica writes the next one loads, the audit trail comes back in order,
 // a replica that lost the lease cannot overwrite the leader's writes,
-// pruning deletes what ended, a Slack signature is accepted once, and
-// kubectl lists the reclaims with their state.
+// pruning deletes what ended, a Slack signature is accepted once,
+// kubectl lists the reclaims with their state, and a GPUReclaim whose
+// status was never written is completed by the next write.
 func TestStore(t *testing.T) {
 	cl, _ := apiserver(t)
 	ns := deploy.Namespace
@@ -126,7 +130,7 @@ func TestStore(t *testing.T) {
 	require.Len(t, lines, 3)
 	require.Regexp(t, `^2ec3c8d58a8a0c69-1772445600\s+done\s+ml/chat-0\s+idle\s+scale_down\s`, lines[1])
 	require.Regexp(t, `^7f00aa11bb22cc33-1772445600\s+snoozed\s+ml/nb-0\s+idle\s+scale_down\s`, lines[2])
-	out, err = exec.Command(tooltest.Bin(t, "kubectl"), "--kubeconfig", cl.Kubeconfig, "get", "gpureclaims", "-n", ns, "-l", kubestore.StateLabel+"=snoozed", "-o", "name").CombinedOutput()
+	out, err = exec.Command(tooltest.Bin(t, "kubectl"), "--kubeconfig", cl.Kubeconfig, "get", "gpureclaims", "-n", ns, "--field-selector", "status.state=snoozed", "-o", "name").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.Equal(t, "gpureclaim.gpureclaim.io/7f00aa11bb22cc33-1772445600\n", string(out))
 
@@ -163,12 +167,33 @@ func TestStore(t *testing.T) {
 	first, err = again.FirstSight("v0=abc", now.Add(6*time.Minute), now.Add(11*time.Minute))
 	require.NoError(t, err)
 	require.True(t, first, "expired: a new request")
+
+	// A GPUReclaim created, its status never written (its writer
+	// stopped in between), holds no decision: it is not loaded, and the
+	// next write of its reclaim completes it.
+	c := reclaimOf("5c00aa11bb22cc33-1772445600", "half-0", reclaim.Pending)
+	half := reclaim.ToAPI(c, nil)
+	half.Namespace, half.Status = ns, v1alpha1.GPUReclaimStatus{}
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(half)
+	require.NoError(t, err)
+	_, err = admin.Resource(kubestore.GVR).Namespace(ns).Create(context.Background(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	fresh, err := kubestore.New(rc, ns, "gpureclaim-reclaimer-replays")
+	require.NoError(t, err)
+	loaded, err = fresh.Load()
+	require.NoError(t, err)
+	require.Len(t, loaded, 1, "the one without a status is passed over")
+	require.NoError(t, fresh.Write([]*reclaim.Reclaim{c}, []reclaim.Event{ev(c, "warned", 0)}))
+	loaded, err = again.Load()
+	require.NoError(t, err)
+	require.Len(t, loaded, 2, "completed by the next write")
 }
 
 // The chart's fence on a real apiserver: a GPUReclaim is written only with
 // the Lease's current term; a replica still writing with an older one (it
-// was paused past the Lease, and another took it) is refused, as one
-// without an election is not.
+// was paused past the Lease, and another took it) is refused, whether it
+// creates a GPUReclaim or writes its status, as one without an election
+// is not.
 func TestFence(t *testing.T) {
 	cl, root := apiserver(t)
 	fence, err := deploy.ReclaimerFence(root)
@@ -202,6 +227,22 @@ func TestFence(t *testing.T) {
 	alone := reclaimOf("cc00000000000003-1772445600", "solo-0", reclaim.Pending)
 	require.NoError(t, st.Write([]*reclaim.Reclaim{alone}, nil), "no token: one replica, no election")
 
+	// The Lease changes hands: the status of a reclaim the last term
+	// created is refused with the last term's token, written with the new.
+	lease, err := admin.CoordinationV1().Leases(ns).Get(context.Background(), "gpureclaim-reclaimer", metav1.GetOptions{})
+	require.NoError(t, err)
+	lease.Spec.LeaseTransitions = ptr(int32(3))
+	_, err = admin.CoordinationV1().Leases(ns).Update(context.Background(), lease, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	current.State = reclaim.Done
+	require.Eventually(t, func() bool {
+		return errors.Is(st.Write([]*reclaim.Reclaim{current}, nil), reclaim.ErrNotLeader)
+	}, 20*time.Second, 100*time.Millisecond, "the apiserver refuses a status of the old term (once it has seen the Lease change)")
+	err = st.Write([]*reclaim.Reclaim{current}, nil)
+	require.ErrorContains(t, err, "gpureclaim.io/fence 3 is not the Lease term 4: another replica leads")
+	current.Fence = 4
+	require.NoError(t, st.Write([]*reclaim.Reclaim{current}, nil), "the new term writes the status")
+
 	// The lease is asked before each request of a batch, in every writer:
 	// once this replica is in doubt, nothing more is sent.
 	var asked atomic.Int32
@@ -215,7 +256,7 @@ func TestFence(t *testing.T) {
 	var batch []*reclaim.Reclaim
 	for i := range 40 {
 		r := reclaimOf(fmt.Sprintf("dd%014d-1772445600", i), fmt.Sprintf("batch-%d", i), reclaim.Pending)
-		r.Fence = 3
+		r.Fence = 4
 		batch = append(batch, r)
 	}
 	err = st.Write(batch, nil)
@@ -225,13 +266,16 @@ func TestFence(t *testing.T) {
 	require.NoError(t, err)
 	list, err := dyn.Resource(kubestore.GVR).Namespace(ns).List(context.Background(), metav1.ListOptions{})
 	require.NoError(t, err)
-	sent := 0
+	sent := 0 // a create, and a status written
 	for _, u := range list.Items {
 		if strings.HasPrefix(u.GetName(), "dd") {
 			sent++
+			if state, _, _ := unstructured.NestedString(u.Object, "status", "state"); state != "" {
+				sent++
+			}
 		}
 	}
-	require.Equal(t, passed, sent, "only the writes asked while leading reached the apiserver")
+	require.Equal(t, passed, sent, "only the requests asked while leading reached the apiserver")
 	_, err = st.Journal([]byte(`{"alerts":[]}`))
 	require.ErrorIs(t, err, reclaim.ErrNotLeader, "nor a journal entry")
 }
