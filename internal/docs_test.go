@@ -19,7 +19,7 @@ var otherTools = map[string]string{
 	"data-urlencode": "curl",
 	"details":        "scontrol show job", "nodelist": "sbatch", "exclusive": "srun", "pty": "srun", "comment": "sbatch", "gres": "sbatch",
 	"metric-labels-allowlist": "kube-state-metrics",
-	"now":                     "kubectl delete", "for": "kubectl wait",
+	"now":                     "kubectl delete", "for": "kubectl wait", "field-selector": "kubectl get",
 	"states":           "squeue",
 	"http.config.file": "promtool",
 	"config":           "go run ./rules/gen", "groups-per-file": "go run ./rules/gen",
