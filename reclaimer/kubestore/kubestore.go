@@ -76,8 +76,11 @@ type Store struct {
 
 type object struct {
 	rv     string
-	r      *reclaim.Reclaim
+	r      *reclaim.Reclaim // nil until its status is written
 	events []reclaim.Event
+	// created is when a resource without a status was created: one whose
+	// reclaim is never written again is pruned as an ended one would be.
+	created time.Time
 }
 
 var (
@@ -166,7 +169,7 @@ func (s *Store) Load() ([]*reclaim.Reclaim, error) {
 			if err != nil {
 				return nil, err
 			}
-			objs[u.GetName()] = &object{rv: u.GetResourceVersion(), r: r, events: evs}
+			objs[u.GetName()] = &object{rv: u.GetResourceVersion(), r: r, events: evs, created: u.GetCreationTimestamp().Time}
 			if r != nil {
 				out = append(out, r)
 			}
@@ -311,7 +314,7 @@ func (s *Store) create(ctx context.Context, g *v1alpha1.GPUReclaim) (string, err
 		return "", fmt.Errorf("creating %s %s: the apiserver's answer has no resourceVersion", v1alpha1.Kind, g.Name)
 	}
 	s.mu.Lock()
-	s.objs[g.Name] = &object{rv: created.ResourceVersion}
+	s.objs[g.Name] = &object{rv: created.ResourceVersion, created: time.Now()}
 	s.mu.Unlock()
 	return created.ResourceVersion, nil
 }
@@ -474,6 +477,9 @@ func (s *Store) Prune(before time.Time) (int, error) {
 	for id, o := range s.objs {
 		r := o.r
 		if r == nil {
+			if o.created.Before(before) {
+				deletes = append(deletes, gone{id, o.rv})
+			}
 			continue
 		}
 		if r.EndedBefore(before) {

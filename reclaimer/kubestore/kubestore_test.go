@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -187,6 +188,23 @@ func TestStore(t *testing.T) {
 	loaded, err = again.Load()
 	require.NoError(t, err)
 	require.Len(t, loaded, 2, "completed by the next write")
+	// One whose reclaim is never written again goes when it is pruned.
+	orphan := reclaim.ToAPI(reclaimOf("6d00aa11bb22cc33-1772445600", "orphan-0", reclaim.Pending), nil)
+	orphan.Namespace, orphan.Status = ns, v1alpha1.GPUReclaimStatus{}
+	obj, err = runtime.DefaultUnstructuredConverter.ToUnstructured(orphan)
+	require.NoError(t, err)
+	_, err = admin.Resource(kubestore.GVR).Namespace(ns).Create(context.Background(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = again.Load()
+	require.NoError(t, err)
+	n, err = again.Prune(time.Now().Add(-time.Hour))
+	require.NoError(t, err)
+	require.Zero(t, n, "created within the retention")
+	n, err = again.Prune(time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the one without a status, and nothing that has not ended")
+	_, err = admin.Resource(kubestore.GVR).Namespace(ns).Get(context.Background(), orphan.Name, metav1.GetOptions{})
+	require.True(t, apierrors.IsNotFound(err), "%v", err)
 }
 
 // The chart's fence on a real apiserver: a GPUReclaim is written only with
