@@ -21,14 +21,6 @@ func (e *Engine) unsnooze(ctx context.Context, id string) {
 	}
 }
 
-// Restorer undoes a scale-down.
-type Restorer interface {
-	Restore(ctx context.Context, r *Reclaim) error
-}
-
-// ErrNotRestorable says a reclaim has nothing to restore.
-var ErrNotRestorable = errors.New("nothing to restore: only a scale-down or stop that is done, or still in place after not_released, can be restored")
-
 // Restore undoes a scale-down or a stop, once.
 func (e *Engine) Restore(ctx context.Context, id, by string) (*Reclaim, error) {
 	return e.restore(ctx, id, by)

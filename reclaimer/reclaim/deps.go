@@ -343,3 +343,21 @@ func (e *ConflictError) Error() string {
 }
 
 func (e *ConflictError) Unwrap() error { return e.Cause }
+
+// Restorer undoes a scale-down.
+type Restorer interface {
+	Restore(ctx context.Context, r *Reclaim) error
+}
+
+// ErrNotRestorable says a reclaim has nothing to restore.
+var ErrNotRestorable = errors.New("nothing to restore: only a scale-down or stop that is done, or still in place after not_released, can be restored")
+
+// Events writes Kubernetes Events about a reclaim on its pod or workload.
+type Events interface {
+	Event(ctx context.Context, r *Reclaim, reason, message string)
+}
+
+// MessageRefPrefix starts a notifier's ref to a message it posted and can
+// update ("msg.<channel>": its id): a later message of the reclaim, or a
+// warning restated, updates it in place.
+const MessageRefPrefix = "msg."

@@ -12,11 +12,6 @@ import (
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 )
 
-// Events writes Kubernetes Events about a reclaim on its pod or workload.
-type Events interface {
-	Event(ctx context.Context, r *Reclaim, reason, message string)
-}
-
 // Options are the engine's dependencies. Store, Actor and Clock are
 // required; a nil Checker, Inspector or Events skips what they do.
 type Options struct {

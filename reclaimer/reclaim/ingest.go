@@ -147,8 +147,8 @@ func (e *Engine) ingest(alerts []notification.Alert) (IngestResult, []*pendingWr
 		latest[fp] = t
 		return t
 	}
-	open := make(map[targetKey]string, len(alerts))
-	otherOpen := func(k targetKey, fp string) bool {
+	open := make(map[TargetKey]string, len(alerts))
+	otherOpen := func(k TargetKey, fp string) bool {
 		if other, ok := open[k]; ok {
 			return other != fp
 		}
@@ -236,7 +236,7 @@ func (e *Engine) ingest(alerts []notification.Alert) (IngestResult, []*pendingWr
 			count(DecisionStale)
 			continue
 		}
-		if otherOpen(t.key(), fp) {
+		if otherOpen(t.Key(), fp) {
 			// Another alert (other labels, the same unit and holder) has
 			// the unit's reclaim open: one warning per unit.
 			res.Duplicate++
@@ -276,7 +276,7 @@ func (e *Engine) ingest(alerts []notification.Alert) (IngestResult, []*pendingWr
 			continue
 		}
 		if !r.State.Terminal() {
-			open[t.key()] = fp
+			open[t.Key()] = fp
 		}
 		events = append(events, evs...)
 		res.New++

@@ -15,7 +15,7 @@ type ledger struct {
 	// Kept with the index by set and remove, so that a notification costs
 	// what its alerts do, not what the store holds.
 	byAlert  map[string][]string    // reclaim ids by alert fingerprint
-	openUnit map[targetKey][]string // ids of the reclaims not ended, by unit
+	openUnit map[TargetKey][]string // ids of the reclaims not ended, by unit
 	counts   map[State]int
 	version  uint64 // counts the index's changes
 
@@ -34,7 +34,7 @@ type ledger struct {
 }
 
 func newLedger(size int) ledger {
-	return ledger{index: make(map[string]*Reclaim, size), byAlert: map[string][]string{}, openUnit: map[targetKey][]string{},
+	return ledger{index: make(map[string]*Reclaim, size), byAlert: map[string][]string{}, openUnit: map[TargetKey][]string{},
 		counts: map[State]int{}, unwritten: map[string]*pendingWrite{}}
 }
 
@@ -45,7 +45,7 @@ func (l *ledger) set(r *Reclaim) {
 	l.counts[r.State]++
 	add(l.byAlert, r.Fingerprint, r.ID)
 	if !r.State.Terminal() {
-		add(l.openUnit, r.Target.key(), r.ID)
+		add(l.openUnit, r.Target.Key(), r.ID)
 	}
 }
 
@@ -58,7 +58,7 @@ func (l *ledger) remove(id string) {
 	delete(l.index, id)
 	l.counts[old.State]--
 	drop(l.byAlert, old.Fingerprint, id)
-	drop(l.openUnit, old.Target.key(), id)
+	drop(l.openUnit, old.Target.Key(), id)
 }
 
 // add and drop keep short lists: an alert has a reclaim an episode, a

@@ -97,12 +97,12 @@ func TargetFrom(l labels.Labels) (Target, bool) {
 	return t, t.UUID != "" && t.Node != ""
 }
 
-// targetKey identifies an alert's unit and holder apart from its other
+// TargetKey identifies an alert's unit and holder apart from its other
 // labels: two alerts with one key are about one thing to reclaim.
-type targetKey struct{ alertname, uuid, node, namespace, pod, user, slurmJob string }
+type TargetKey struct{ alertname, uuid, node, namespace, pod, user, slurmJob string }
 
-func (t Target) key() targetKey {
-	return targetKey{t.Alertname, t.UUID, t.Node, t.Namespace, t.Pod, t.User, t.SlurmJob}
+func (t Target) Key() TargetKey {
+	return TargetKey{t.Alertname, t.UUID, t.Node, t.Namespace, t.Pod, t.User, t.SlurmJob}
 }
 
 // Holder names who holds the unit, for people.
@@ -393,4 +393,23 @@ func (r *Reclaim) IdleSince() time.Time {
 		return r.StartsAt.Add(-d)
 	}
 	return r.StartsAt
+}
+
+// ReleaseKind is what a reclaim's action frees, for its release deadline:
+// the stopped workload's Kind, Pod for an eviction, process for a kill,
+// SlurmJob for a cancel or requeue.
+func (r *Reclaim) ReleaseKind() string {
+	switch r.Action {
+	case config.ActionKill:
+		return config.ReleaseKindProcess
+	case config.ActionCancel, config.ActionRequeue:
+		return config.ReleaseKindSlurmJob
+	}
+	switch {
+	case r.Stopped != nil && r.Stopped.Kind != "":
+		return r.Stopped.Kind
+	case r.TopOwner != nil && r.TopOwner.Kind != "":
+		return r.TopOwner.Kind
+	}
+	return config.ReleaseKindPod
 }

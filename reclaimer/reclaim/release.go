@@ -8,25 +8,6 @@ import (
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 )
 
-// ReleaseKind is what a reclaim's action frees, for its release deadline:
-// the stopped workload's Kind, Pod for an eviction, process for a kill,
-// SlurmJob for a cancel or requeue.
-func (r *Reclaim) ReleaseKind() string {
-	switch r.Action {
-	case config.ActionKill:
-		return config.ReleaseKindProcess
-	case config.ActionCancel, config.ActionRequeue:
-		return config.ReleaseKindSlurmJob
-	}
-	switch {
-	case r.Stopped != nil && r.Stopped.Kind != "":
-		return r.Stopped.Kind
-	case r.TopOwner != nil && r.TopOwner.Kind != "":
-		return r.TopOwner.Kind
-	}
-	return config.ReleaseKindPod
-}
-
 // carriedOut records an action its target accepted at the time at: the
 // reclaim stays acting until the world shows the GPU released, or the
 // deadline of what was stopped passes.

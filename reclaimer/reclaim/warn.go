@@ -14,11 +14,6 @@ import (
 // "<notifier>.sent.<kind>".
 func refKey(notifier, ref string) string { return notifier + "." + ref }
 
-// MessageRefPrefix starts a notifier's ref to a message it posted and can
-// update ("msg.<channel>": its id): a later message of the reclaim, or a
-// warning restated, updates it in place.
-const MessageRefPrefix = "msg."
-
 func sentKey(notifier string, kind MessageKind) string {
 	return refKey(notifier, "sent."+string(kind))
 }
