@@ -20,8 +20,8 @@ import (
 
 	"github.com/gpureclaim/gpureclaim/internal/testkit/amtest"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/tooltest"
+	"github.com/gpureclaim/gpureclaim/reclaimer/lifecycle"
 	"github.com/gpureclaim/gpureclaim/reclaimer/notify"
-	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 )
 
@@ -334,9 +334,9 @@ policies: [{name: idle, matchers: ['alertname="GPUIdle"'], action: notify}]
 	req.Header.Set("Authorization", "Bearer am-token")
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
-	var res reclaim.IngestResult
+	var res lifecycle.IngestResult
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&res))
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Equal(t, reclaim.IngestResult{Duplicate: 5000}, res, "Alertmanager's retry changes nothing")
+	require.Equal(t, lifecycle.IngestResult{Duplicate: 5000}, res, "Alertmanager's retry changes nothing")
 }

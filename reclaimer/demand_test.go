@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpureclaim/gpureclaim/internal/testkit/promtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/lifecycle"
 	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/promquery"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
@@ -69,7 +70,7 @@ policies:
 	require.NoError(t, err)
 	defer st.Close()
 	owner, actor := reclaimtest.NewNotifier("owner"), &reclaimtest.Actor{}
-	eng, err := reclaim.New(reclaim.Options{
+	eng, err := lifecycle.New(lifecycle.Options{
 		Config: cfg, Store: st, Journal: st, Checker: &reclaimtest.Checker{}, Actor: actor, Planner: actor, Restorer: actor, Notifiers: []reclaim.Notifier{owner},
 		Clock: time.Now, Logger: slog.New(slog.DiscardHandler), Prometheus: &promquery.Client{URL: prom.URL, Timeout: 5 * time.Second},
 	})

@@ -38,6 +38,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/reclaimer/jupyterhub"
 	"github.com/gpureclaim/gpureclaim/reclaimer/kube"
 	"github.com/gpureclaim/gpureclaim/reclaimer/kubestore"
+	"github.com/gpureclaim/gpureclaim/reclaimer/lifecycle"
 	"github.com/gpureclaim/gpureclaim/reclaimer/node"
 	"github.com/gpureclaim/gpureclaim/reclaimer/notify"
 	"github.com/gpureclaim/gpureclaim/reclaimer/promquery"
@@ -296,7 +297,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(versioncollector.NewCollector("gpureclaim_reclaimer"), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := reclaim.NewMetrics(reg)
+	metrics := lifecycle.NewMetrics(reg)
 
 	cl, err := outboundClients(cfg)
 	if err != nil {
@@ -415,11 +416,11 @@ func ready(st reclaim.Store, leader reclaim.Leadership) func() error {
 // notifierSet is the configured notifiers and what they serve.
 type notifierSet struct {
 	list  []reclaim.Notifier
-	mount func(ctx context.Context, srv *rweb.Server, eng *reclaim.Engine)
+	mount func(ctx context.Context, srv *rweb.Server, eng *lifecycle.Engine)
 }
 
 func buildNotifiers(cfg *config.Config, logger *slog.Logger, am *alertmanager.Client, owners reclaim.OwnerLookup, replay rslack.ReplayGuard) (notifierSet, error) {
-	set := notifierSet{mount: func(context.Context, *rweb.Server, *reclaim.Engine) {}}
+	set := notifierSet{mount: func(context.Context, *rweb.Server, *lifecycle.Engine) {}}
 	for i, n := range cfg.Notifiers {
 		switch n.Type {
 		case "log":
@@ -444,7 +445,7 @@ func buildNotifiers(cfg *config.Config, logger *slog.Logger, am *alertmanager.Cl
 			sn := rslack.New(rslack.Options{Config: n.Slack, Owners: owners, Clock: time.Now, Logger: logger,
 				Pricing: rslack.Pricing{PerGPUHour: n.Slack.PricePerGPUHour, Currency: n.Slack.Currency}, StatusPage: cfg.StatusPageURL, HTTP: hc})
 			set.list = append(set.list, sn)
-			set.mount = func(_ context.Context, srv *rweb.Server, eng *reclaim.Engine) {
+			set.mount = func(_ context.Context, srv *rweb.Server, eng *lifecycle.Engine) {
 				srv.Handle("/slack/interactions", rslack.NewInteractions(sn, eng, am, replay))
 			}
 		}

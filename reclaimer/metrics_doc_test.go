@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpureclaim/gpureclaim/internal/testkit/metricsdoc"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/lifecycle"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/web"
@@ -67,7 +68,7 @@ func TestMetricsDocMatchesTheReclaimer(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(versioncollector.NewCollector("gpureclaim_reclaimer"))
-	m := reclaim.NewMetrics(reg)
+	m := lifecycle.NewMetrics(reg)
 	m.Error(reclaim.ComponentStore) // a vector shows only once it has a child
 	web.New(web.Options{Config: reclaimtest.Config(t, ""), Registry: reg})
 	newFront(reg)

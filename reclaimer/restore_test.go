@@ -24,6 +24,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/testkit/promtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/kube"
+	"github.com/gpureclaim/gpureclaim/reclaimer/lifecycle"
 	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/promquery"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
@@ -89,7 +90,7 @@ policies:
 	defer st.Close()
 	owner := reclaimtest.NewNotifier("owner")
 	routes := route.New(route.Backends{Config: cfg, Kubernetes: kc})
-	eng, err := reclaim.New(reclaim.Options{
+	eng, err := lifecycle.New(lifecycle.Options{
 		Config: cfg, Store: st, Journal: st, Checker: &reclaimtest.Checker{}, Inspector: routes, Actor: routes, Planner: routes, Restorer: routes,
 		Notifiers: []reclaim.Notifier{owner}, Clock: time.Now, Logger: slog.New(slog.DiscardHandler),
 	})

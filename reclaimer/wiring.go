@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/kubestore"
+	"github.com/gpureclaim/gpureclaim/reclaimer/lifecycle"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/report"
 	"github.com/gpureclaim/gpureclaim/reclaimer/route"
@@ -27,7 +28,7 @@ type wiring struct {
 	events     reclaim.Events
 	notifiers  notifierSet
 	logger     *slog.Logger
-	metrics    *reclaim.Metrics
+	metrics    *lifecycle.Metrics
 	fail       func(string)
 	reg        *prometheus.Registry
 	webMetrics *rweb.Metrics // once: a replica may lead several terms
@@ -44,14 +45,14 @@ func (r *wiring) lead(ctx context.Context, leader reclaim.Leadership) error {
 			ks.Lead(ctx, leader.Check) // the Lease lost, its writes in flight end and no other is sent
 		}
 	}
-	eo := reclaim.Options{
+	eo := lifecycle.Options{
 		Config: cfg, Store: r.st, Journal: r.st, Checker: r.cl.am, Inspector: r.routes, Actor: r.routes, Planner: r.routes, Restorer: r.routes, Verifier: r.routes, Events: r.events,
 		Notifiers: r.notifiers.list, Clock: time.Now, Logger: r.logger, Metrics: r.metrics, Failpoint: r.fail, Leadership: leader,
 	}
 	if prom != nil {
 		eo.Prometheus = prom
 	}
-	eng, err := reclaim.New(eo)
+	eng, err := lifecycle.New(eo)
 	if err != nil {
 		return err
 	}
@@ -66,7 +67,7 @@ func (r *wiring) lead(ctx context.Context, leader reclaim.Leadership) error {
 	srv := rweb.New(rweb.Options{Config: cfg, Engine: eng, Logger: r.logger, Clock: time.Now, Registry: r.reg, Metrics: r.webMetrics,
 		Ready: ready(r.st, leader), Activity: activity, Report: weekly})
 	r.notifiers.mount(ctx, srv, eng)
-	jobs := []reclaim.Job{eng.PruneJob(r.o.retention)}
+	jobs := []lifecycle.Job{eng.PruneJob(r.o.retention)}
 	if prom != nil {
 		jobs = append(jobs, eng.RestoreJob(prom, time.Duration(cfg.Prometheus.Interval)))
 		if cfg.Report.On() {

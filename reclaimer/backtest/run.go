@@ -15,6 +15,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/names"
 	"github.com/gpureclaim/gpureclaim/internal/ruleeval"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/lifecycle"
 	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
@@ -143,7 +144,7 @@ func Run(ctx context.Context, h History, o Options) (*Result, error) {
 		b.byUUID[uuid] = append(b.byUUID[uuid], i)
 		b.states[i].res = WorkloadResult{ID: w.ID, Owner: w.Owner, Span: w.span(), ColdStart: coldStarts[w.TopOwner.Kind]}
 	}
-	eng, err := reclaim.New(reclaim.Options{
+	eng, err := lifecycle.New(lifecycle.Options{
 		Config: &cfg, Store: &memStore{}, Checker: b, Inspector: b, Actor: b, Restorer: b,
 		Notifiers: []reclaim.Notifier{b}, Clock: b.now, Logger: o.Logger,
 	})
@@ -241,7 +242,7 @@ func (b *bench) account(i int) {
 
 // notify sends the engine what Alertmanager would: the reclaimer's copies
 // of the alerts that started firing, and of those that stopped.
-func (b *bench) notify(eng *reclaim.Engine, alerts []ruleeval.Alert) error {
+func (b *bench) notify(eng *lifecycle.Engine, alerts []ruleeval.Alert) error {
 	now := b.now()
 	current := map[string]notification.Alert{}
 	for _, a := range alerts {

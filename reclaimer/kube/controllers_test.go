@@ -22,6 +22,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/testkit/operatortest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/kube"
+	"github.com/gpureclaim/gpureclaim/reclaimer/lifecycle"
 	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
@@ -68,12 +69,12 @@ func gpuPodTemplate(container string) map[string]any {
 
 // runEngine runs an engine on a fresh store with the config's policies,
 // acting through kc, until the test ends; the notifier hears everything.
-func runEngine(ctx context.Context, t *testing.T, kc *kube.Client, yaml string) (*reclaim.Engine, *reclaimtest.Notifier) {
+func runEngine(ctx context.Context, t *testing.T, kc *kube.Client, yaml string) (*lifecycle.Engine, *reclaimtest.Notifier) {
 	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"), time.Second)
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Close() })
 	notifier := reclaimtest.NewNotifier("test")
-	eng, err := reclaim.New(reclaim.Options{
+	eng, err := lifecycle.New(lifecycle.Options{
 		Config: reclaimtest.Config(t, yaml), Store: st, Journal: st, Inspector: kc, Actor: kubeActor{kc}, Restorer: kubeActor{kc}, Verifier: kubeActor{kc}, Events: kc,
 		Notifiers: []reclaim.Notifier{notifier}, Clock: time.Now,
 	})
@@ -85,7 +86,7 @@ func runEngine(ctx context.Context, t *testing.T, kc *kube.Client, yaml string) 
 }
 
 // endedReclaim waits until the engine's reclaim that pick chooses has ended.
-func endedReclaim(t *testing.T, eng *reclaim.Engine, pick func(*reclaim.Reclaim) bool, within time.Duration) *reclaim.Reclaim {
+func endedReclaim(t *testing.T, eng *lifecycle.Engine, pick func(*reclaim.Reclaim) bool, within time.Duration) *reclaim.Reclaim {
 	t.Helper()
 	var r *reclaim.Reclaim
 	require.Eventually(t, func() bool {

@@ -15,6 +15,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/testkit/kubetest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/kubestore"
+	"github.com/gpureclaim/gpureclaim/reclaimer/lifecycle"
 	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
@@ -184,8 +185,8 @@ func benchStore(b *testing.B, cl *kubetest.Cluster, cfg *config.Config) *kubesto
 func benchEngine(b *testing.B, cfg *config.Config, st interface {
 	reclaim.Store
 	reclaim.Journal
-}) *reclaim.Engine {
-	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Journal: st, Actor: &reclaimtest.Actor{}, Clock: reclaimtest.NewClock().Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
+}) *lifecycle.Engine {
+	eng, err := lifecycle.New(lifecycle.Options{Config: cfg, Store: st, Journal: st, Actor: &reclaimtest.Actor{}, Clock: reclaimtest.NewClock().Now, Metrics: lifecycle.NewMetrics(prometheus.NewRegistry())})
 	if err != nil {
 		b.Fatal(err)
 	}

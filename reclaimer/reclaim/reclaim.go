@@ -1,8 +1,10 @@
-// Package reclaim is the reclaimer's lifecycle: an alert becomes a target,
-// the policy decides, the owner is warned, the grace runs out, the target
-// is checked again, then acted on, recorded and the owner told. Every step
-// is written to the store before it is carried out, so a restart resumes
-// where it stopped and nothing happens twice.
+// Package reclaim is the reclaimer's record of a reclaim and the ports it
+// is carried out through: the Reclaim, its states, its target and audit
+// events, its conversion to and from the public GPUReclaim; the Store and
+// Journal that keep it, the Actor that stops a workload, the Notifiers
+// that tell its owner. The stores, the actors and the notifiers import it;
+// the lifecycle that moves a reclaim from state to state is package
+// lifecycle.
 package reclaim
 
 import (

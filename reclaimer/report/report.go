@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpureclaim/gpureclaim/internal/names"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/lifecycle"
 	"github.com/gpureclaim/gpureclaim/reclaimer/promquery"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
@@ -258,9 +259,9 @@ func Send(ctx context.Context, s Sender, rep Report, week string) {
 // leader of the moment: it checks every minute, and a leader that takes
 // over after the time waits for the next week, so that a week is not
 // sent twice by two terms. build makes the report of the window.
-func WeeklyJob(when config.Report, build func(ctx context.Context, window time.Duration) (Report, error), s Sender, logger *slog.Logger, now time.Time) reclaim.Job {
+func WeeklyJob(when config.Report, build func(ctx context.Context, window time.Duration) (Report, error), s Sender, logger *slog.Logger, now time.Time) lifecycle.Job {
 	next := when.Next(now)
-	return reclaim.Job{Name: "weekly report", Every: time.Minute, Run: func(ctx context.Context, now time.Time) error {
+	return lifecycle.Job{Name: "weekly report", Every: time.Minute, Run: func(ctx context.Context, now time.Time) error {
 		if now.Before(next) {
 			return nil
 		}

@@ -15,11 +15,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpureclaim/gpureclaim/internal/names"
-
 	"github.com/slack-go/slack"
 
+	"github.com/gpureclaim/gpureclaim/internal/names"
 	"github.com/gpureclaim/gpureclaim/reclaimer/alertmanager"
+	"github.com/gpureclaim/gpureclaim/reclaimer/lifecycle"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
@@ -195,7 +195,7 @@ func (h *Interactions) press(ctx context.Context, cb *slack.InteractionCallback)
 	snooze, isSnooze := h.snoozeFor(a.ActionID)
 	switch {
 	case isSnooze:
-		if !reclaim.Takes(r, reclaim.DoSnooze) {
+		if !lifecycle.Takes(r, lifecycle.DoSnooze) {
 			h.ephemeral(ctx, cb, h.already(r))
 			return
 		}
@@ -206,7 +206,7 @@ func (h *Interactions) press(ctx context.Context, cb *slack.InteractionCallback)
 			_, err = h.engine.Snooze(ctx, id, by, until, sid)
 		}
 	case a.ActionID == ActionKeep:
-		if !reclaim.Takes(r, reclaim.DoKeep) {
+		if !lifecycle.Takes(r, lifecycle.DoKeep) {
 			h.ephemeral(ctx, cb, h.already(r))
 			return
 		}
@@ -217,7 +217,7 @@ func (h *Interactions) press(ctx context.Context, cb *slack.InteractionCallback)
 			_, err = h.engine.Keep(ctx, id, by, until, sid)
 		}
 	case a.ActionID == ActionRelease:
-		if !reclaim.Takes(r, reclaim.DoReleaseNow) {
+		if !lifecycle.Takes(r, lifecycle.DoReleaseNow) {
 			h.ephemeral(ctx, cb, h.already(r))
 			return
 		}
@@ -243,7 +243,7 @@ func (h *Interactions) press(ctx context.Context, cb *slack.InteractionCallback)
 	if err != nil {
 		h.log.Error("carrying out a button press", "reclaim", id, "action", a.ActionID, "err", err)
 		msg := "That did not work: " + esc(err.Error())
-		if errors.Is(err, reclaim.ErrNotPending) {
+		if errors.Is(err, lifecycle.ErrNotPending) {
 			msg = h.already(r)
 		}
 		h.ephemeral(ctx, cb, msg)

@@ -30,6 +30,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/internal/testkit/tlstest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/alertmanager"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/lifecycle"
 	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
@@ -55,7 +56,7 @@ type env struct {
 	actor    *reclaimtest.Actor
 	notifier *rslack.Notifier
 	inter    *rslack.Interactions
-	eng      *reclaim.Engine
+	eng      *lifecycle.Engine
 	srv      *httptest.Server
 	am       *amtest.Alertmanager
 	amc      *alertmanager.Client
@@ -98,8 +99,8 @@ policies:
 	st, err := store.Open(filepath.Join(t.TempDir(), "s.db"), time.Second)
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Close() })
-	e.eng, err = reclaim.New(reclaim.Options{Config: e.cfg, Store: st, Journal: st, Checker: checker, Actor: e.actor, Planner: e.actor, Restorer: e.actor,
-		Notifiers: []reclaim.Notifier{e.notifier}, Clock: e.clock.Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
+	e.eng, err = lifecycle.New(lifecycle.Options{Config: e.cfg, Store: st, Journal: st, Checker: checker, Actor: e.actor, Planner: e.actor, Restorer: e.actor,
+		Notifiers: []reclaim.Notifier{e.notifier}, Clock: e.clock.Now, Metrics: lifecycle.NewMetrics(prometheus.NewRegistry())})
 	require.NoError(t, err)
 	e.st = st
 	e.inter = rslack.NewInteractions(e.notifier, e.eng, e.amc, st)
@@ -662,8 +663,8 @@ type crash struct{}
 // then updates it.
 func TestAWarningIsPostedOnceAcrossACrash(t *testing.T) {
 	e := newEnv(t, "", owners{"ml/nb-0": "U0CAROL"}, false, &reclaimtest.Checker{})
-	crashing, err := reclaim.New(reclaim.Options{Config: e.cfg, Store: e.st, Journal: e.st, Actor: e.actor, Planner: e.actor, Restorer: e.actor, Notifiers: []reclaim.Notifier{e.notifier},
-		Clock: e.clock.Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry()),
+	crashing, err := lifecycle.New(lifecycle.Options{Config: e.cfg, Store: e.st, Journal: e.st, Actor: e.actor, Planner: e.actor, Restorer: e.actor, Notifiers: []reclaim.Notifier{e.notifier},
+		Clock: e.clock.Now, Metrics: lifecycle.NewMetrics(prometheus.NewRegistry()),
 		Failpoint: func(p string) {
 			if p == "after-warning" {
 				panic(crash{})
@@ -679,8 +680,8 @@ func TestAWarningIsPostedOnceAcrossACrash(t *testing.T) {
 	}()
 	require.Len(t, e.slack.Posts(), 1)
 
-	restarted, err := reclaim.New(reclaim.Options{Config: e.cfg, Store: e.st, Journal: e.st, Actor: e.actor, Planner: e.actor, Restorer: e.actor, Notifiers: []reclaim.Notifier{e.notifier},
-		Clock: e.clock.Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
+	restarted, err := lifecycle.New(lifecycle.Options{Config: e.cfg, Store: e.st, Journal: e.st, Actor: e.actor, Planner: e.actor, Restorer: e.actor, Notifiers: []reclaim.Notifier{e.notifier},
+		Clock: e.clock.Now, Metrics: lifecycle.NewMetrics(prometheus.NewRegistry())})
 	require.NoError(t, err)
 	e.eng = restarted
 	r := e.only()

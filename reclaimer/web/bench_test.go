@@ -14,8 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gpureclaim/gpureclaim/reclaimer/lifecycle"
 	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
-	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/store"
 	"github.com/gpureclaim/gpureclaim/reclaimer/web"
@@ -120,7 +120,7 @@ func BenchmarkOneAlertNotifications(b *testing.B) {
 }
 
 // benchServer is the reclaimer's HTTP side on an engine over a bbolt file.
-func benchServer(b *testing.B, cfgYAML string) (*web.Server, *reclaim.Engine) {
+func benchServer(b *testing.B, cfgYAML string) (*web.Server, *lifecycle.Engine) {
 	cfg := reclaimtest.Config(b, cfgYAML)
 	st, err := store.Open(filepath.Join(b.TempDir(), "s.db"), time.Second)
 	if err != nil {
@@ -129,7 +129,7 @@ func benchServer(b *testing.B, cfgYAML string) (*web.Server, *reclaim.Engine) {
 	b.Cleanup(func() { st.Close() })
 	clock := reclaimtest.NewClock()
 	reg := prometheus.NewRegistry()
-	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Journal: st, Actor: &reclaimtest.Actor{}, Clock: clock.Now, Metrics: reclaim.NewMetrics(reg)})
+	eng, err := lifecycle.New(lifecycle.Options{Config: cfg, Store: st, Journal: st, Actor: &reclaimtest.Actor{}, Clock: clock.Now, Metrics: lifecycle.NewMetrics(reg)})
 	if err != nil {
 		b.Fatal(err)
 	}

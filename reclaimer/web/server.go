@@ -22,6 +22,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/api/v1alpha1"
 	"github.com/gpureclaim/gpureclaim/internal/httpserver"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/lifecycle"
 	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/report"
@@ -29,9 +30,9 @@ import (
 
 // Engine is what the server needs of the lifecycle.
 type Engine interface {
-	IngestNotification(n *notification.Notification) (reclaim.IngestResult, error)
+	IngestNotification(n *notification.Notification) (lifecycle.IngestResult, error)
 	List() []*reclaim.Reclaim
-	Page(q reclaim.Query) reclaim.Page
+	Page(q lifecycle.Query) lifecycle.Page
 	Get(id string) (*reclaim.Reclaim, bool)
 	Audit(limit int) ([]reclaim.Event, error)
 	Restore(ctx context.Context, id, by string) (*reclaim.Reclaim, error)
@@ -187,7 +188,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	if after == "" {
 		after = r.URL.Query().Get("after") // the name before the public type
 	}
-	q := reclaim.Query{States: map[reclaim.State]bool{}, Limit: defaultPage, After: after}
+	q := lifecycle.Query{States: map[reclaim.State]bool{}, Limit: defaultPage, After: after}
 	for _, st := range strings.Split(r.URL.Query().Get("state"), ",") {
 		if st != "" {
 			q.States[reclaim.State(st)] = true

@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpureclaim/gpureclaim/api/v1alpha1"
 	"github.com/gpureclaim/gpureclaim/internal/testkit/fakeclock"
+	"github.com/gpureclaim/gpureclaim/reclaimer/lifecycle"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/store"
@@ -41,7 +42,7 @@ func (b brokenStore) Write(rs []*reclaim.Reclaim, evs []reclaim.Event) error {
 
 type server struct {
 	*httptest.Server
-	engine *reclaim.Engine
+	engine *lifecycle.Engine
 	clock  *fakeclock.Clock
 	store  reclaim.Store
 	healed atomic.Bool
@@ -60,7 +61,7 @@ func newServer(t *testing.T, broken bool) *server {
 	}
 	s.clock = reclaimtest.NewClock()
 	reg := prometheus.NewRegistry()
-	s.engine, err = reclaim.New(reclaim.Options{Config: cfg, Store: use, Journal: journal, Actor: &reclaimtest.Actor{}, Clock: s.clock.Now, Metrics: reclaim.NewMetrics(reg)})
+	s.engine, err = lifecycle.New(lifecycle.Options{Config: cfg, Store: use, Journal: journal, Actor: &reclaimtest.Actor{}, Clock: s.clock.Now, Metrics: lifecycle.NewMetrics(reg)})
 	require.NoError(t, err)
 	s.Server = httptest.NewServer(web.New(web.Options{Config: cfg, Engine: s.engine, Logger: nil, Clock: s.clock.Now, Registry: reg}))
 	t.Cleanup(s.Close)
@@ -306,7 +307,7 @@ func TestReadersAuth(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
 	reg := prometheus.NewRegistry()
-	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Journal: st, Actor: &reclaimtest.Actor{}, Clock: reclaimtest.NewClock().Now, Metrics: reclaim.NewMetrics(reg)})
+	eng, err := lifecycle.New(lifecycle.Options{Config: cfg, Store: st, Journal: st, Actor: &reclaimtest.Actor{}, Clock: reclaimtest.NewClock().Now, Metrics: lifecycle.NewMetrics(reg)})
 	require.NoError(t, err)
 	srv := httptest.NewServer(web.New(web.Options{Config: cfg, Engine: eng, Clock: time.Now, Registry: reg}))
 	t.Cleanup(srv.Close)
@@ -348,7 +349,7 @@ func TestWebhookReadsAtMostMaxConcurrentAtOnce(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	clock := reclaimtest.NewClock()
 	reg := prometheus.NewRegistry()
-	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Journal: st, Actor: &reclaimtest.Actor{}, Clock: clock.Now, Metrics: reclaim.NewMetrics(reg)})
+	eng, err := lifecycle.New(lifecycle.Options{Config: cfg, Store: st, Journal: st, Actor: &reclaimtest.Actor{}, Clock: clock.Now, Metrics: lifecycle.NewMetrics(reg)})
 	require.NoError(t, err)
 	srv := httptest.NewServer(web.New(web.Options{Config: cfg, Engine: eng, Clock: clock.Now, Registry: reg, TurnWait: 50 * time.Millisecond}))
 	t.Cleanup(srv.Close)

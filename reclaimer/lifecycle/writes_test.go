@@ -1,4 +1,4 @@
-package reclaim_test
+package lifecycle_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpureclaim/gpureclaim/reclaimer/lifecycle"
 	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
@@ -81,7 +82,7 @@ func (m *memJournal) ids() []string {
 func TestAnswerBeforeTheWriteEnds(t *testing.T) {
 	f := newFixture(t, "webhook: {bearer_token_file: token, answer_within: 200ms}\n")
 	g := &gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: &memJournal{}}
-	f.with(func(o *reclaim.Options) { o.Store = g; o.Journal, _ = o.Store.(reclaim.Journal) })
+	f.with(func(o *lifecycle.Options) { o.Store = g; o.Journal, _ = o.Store.(reclaim.Journal) })
 
 	res, err := f.eng.Ingest([]notification.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")})
 	require.NoError(t, err, "answered while the write goes on")
@@ -121,7 +122,7 @@ func TestAnswerWithinCountsFromTheRequest(t *testing.T) {
 	f := newFixture(t, "webhook: {bearer_token_file: token, answer_within: 30s}\n")
 	g := &gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: &memJournal{}}
 	defer close(g.gate)
-	f.with(func(o *reclaim.Options) { o.Store = g; o.Journal, _ = o.Store.(reclaim.Journal) })
+	f.with(func(o *lifecycle.Options) { o.Store = g; o.Journal, _ = o.Store.(reclaim.Journal) })
 	answered := make(chan error, 1)
 	go func() {
 		_, err := f.eng.IngestNotification(&notification.Notification{Alerts: []notification.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")},
@@ -143,14 +144,14 @@ func TestAnswerWithinCountsFromTheRequest(t *testing.T) {
 func TestALargeNotificationIsJournaledFirst(t *testing.T) {
 	f := newFixture(t, "")
 	g := &gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: &memJournal{}}
-	f.with(func(o *reclaim.Options) { o.Store = g; o.Journal, _ = o.Store.(reclaim.Journal) })
+	f.with(func(o *lifecycle.Options) { o.Store = g; o.Journal, _ = o.Store.(reclaim.Journal) })
 	var alerts []notification.Alert
-	for i := range reclaim.JournalFirst + 1 {
+	for i := range lifecycle.JournalFirst + 1 {
 		alerts = append(alerts, reclaimtest.IdlePod("firing", reclaimtest.T0, fmt.Sprint("ns-", i%50), fmt.Sprint("nb-", i)))
 	}
 	res, err := f.eng.Ingest(alerts)
 	require.NoError(t, err)
-	require.Equal(t, reclaim.IngestResult{Journaled: len(alerts)}, res, "answered before it is decided")
+	require.Equal(t, lifecycle.IngestResult{Journaled: len(alerts)}, res, "answered before it is decided")
 	require.Equal(t, []string{"1"}, g.ids(), "in the journal when answered")
 
 	close(g.gate)
@@ -169,7 +170,7 @@ func TestTheJournalIsReplayed(t *testing.T) {
 	f := newFixture(t, "webhook: {bearer_token_file: token, answer_within: 100ms}\n")
 	journal := &memJournal{}
 	g := &gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: journal}
-	f.with(func(o *reclaim.Options) { o.Store = g; o.Journal, _ = o.Store.(reclaim.Journal) })
+	f.with(func(o *lifecycle.Options) { o.Store = g; o.Journal, _ = o.Store.(reclaim.Journal) })
 	_, err := f.eng.Ingest([]notification.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"), reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-1")})
 	require.NoError(t, err)
 	require.Len(t, journal.ids(), 1)
@@ -177,7 +178,7 @@ func TestTheJournalIsReplayed(t *testing.T) {
 
 	open := &gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: journal}
 	close(open.gate)
-	f.with(func(o *reclaim.Options) { o.Store = open; o.Journal, _ = o.Store.(reclaim.Journal) })
+	f.with(func(o *lifecycle.Options) { o.Store = open; o.Journal, _ = o.Store.(reclaim.Journal) })
 	require.NoError(t, f.eng.Flush())
 	stored, err := f.st.Load()
 	require.NoError(t, err)
@@ -193,13 +194,13 @@ func TestTheJournalIsReplayed(t *testing.T) {
 func TestRetryWaitsForTheFirstWrite(t *testing.T) {
 	f := newFixture(t, "webhook: {bearer_token_file: token, answer_within: 30s}\n")
 	g := &gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: &memJournal{}}
-	f.with(func(o *reclaim.Options) { o.Store = g; o.Journal, _ = o.Store.(reclaim.Journal) })
+	f.with(func(o *lifecycle.Options) { o.Store = g; o.Journal, _ = o.Store.(reclaim.Journal) })
 	alert := reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")
 	first := make(chan error, 1)
 	go func() { _, err := f.eng.Ingest([]notification.Alert{alert}); first <- err }()
 	require.Eventually(t, func() bool { return len(f.eng.List()) == 1 }, 5*time.Second, 10*time.Millisecond)
 
-	retry := make(chan reclaim.IngestResult, 1)
+	retry := make(chan lifecycle.IngestResult, 1)
 	go func() {
 		res, err := f.eng.Ingest([]notification.Alert{alert})
 		require.NoError(t, err)
@@ -239,8 +240,8 @@ func TestTheBboltJournalIsReplayedAfterAStop(t *testing.T) {
 	engine := func(st interface {
 		reclaim.Store
 		reclaim.Journal
-	}) *reclaim.Engine {
-		eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Journal: st, Actor: &reclaimtest.Actor{}, Clock: reclaimtest.NewClock().Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
+	}) *lifecycle.Engine {
+		eng, err := lifecycle.New(lifecycle.Options{Config: cfg, Store: st, Journal: st, Actor: &reclaimtest.Actor{}, Clock: reclaimtest.NewClock().Now, Metrics: lifecycle.NewMetrics(prometheus.NewRegistry())})
 		require.NoError(t, err)
 		return eng
 	}
@@ -291,7 +292,7 @@ func TestAJournaledNotificationIsLeftToTheNextLeader(t *testing.T) {
 	f := newFixture(t, "")
 	journal := &memJournal{}
 	l := &lease{token: 1}
-	f.with(func(o *reclaim.Options) {
+	f.with(func(o *lifecycle.Options) {
 		o.Store = &struct {
 			reclaim.Store
 			*losingJournal
@@ -300,7 +301,7 @@ func TestAJournaledNotificationIsLeftToTheNextLeader(t *testing.T) {
 		o.Leadership = l
 	})
 	var alerts []notification.Alert
-	for i := range reclaim.JournalFirst + 1 {
+	for i := range lifecycle.JournalFirst + 1 {
 		alerts = append(alerts, reclaimtest.IdlePod("firing", reclaimtest.T0, fmt.Sprint("ns-", i%50), fmt.Sprint("nb-", i)))
 	}
 	res, err := f.eng.Ingest(alerts)
@@ -310,7 +311,7 @@ func TestAJournaledNotificationIsLeftToTheNextLeader(t *testing.T) {
 	require.Empty(t, f.eng.List(), "not decided by a replica that may no longer lead")
 	require.Len(t, journal.ids(), 1, "left in the journal")
 
-	f.with(func(o *reclaim.Options) {
+	f.with(func(o *lifecycle.Options) {
 		o.Store = &gatedStore{Store: f.st, gate: closedGate(), memJournal: journal}
 		o.Journal = o.Store.(reclaim.Journal)
 		o.Leadership = &lease{token: 2}
@@ -325,7 +326,7 @@ func closedGate() chan struct{} { c := make(chan struct{}); close(c); return c }
 // listingJournal notes, at each entry, how many reclaims the engine held.
 type listingJournal struct {
 	*memJournal
-	eng  func() *reclaim.Engine
+	eng  func() *lifecycle.Engine
 	held []int
 }
 
@@ -338,8 +339,8 @@ func (l *listingJournal) Journal(notification []byte) (string, error) {
 // journaled (nor held in memory) before the last is decided.
 func TestLargeNotificationsAreDecidedOneAtATime(t *testing.T) {
 	f := newFixture(t, "")
-	j := &listingJournal{memJournal: &memJournal{}, eng: func() *reclaim.Engine { return f.eng }}
-	f.with(func(o *reclaim.Options) {
+	j := &listingJournal{memJournal: &memJournal{}, eng: func() *lifecycle.Engine { return f.eng }}
+	f.with(func(o *lifecycle.Options) {
 		o.Store = &struct {
 			reclaim.Store
 			*listingJournal
@@ -357,17 +358,17 @@ func TestLargeNotificationsAreDecidedOneAtATime(t *testing.T) {
 	for _, n := range ns {
 		res, err := f.eng.IngestNotification(n)
 		require.NoError(t, err)
-		require.Equal(t, reclaim.JournalFirst+1, res.Journaled)
+		require.Equal(t, lifecycle.JournalFirst+1, res.Journaled)
 	}
 	require.NoError(t, f.eng.Flush())
-	require.Equal(t, []int{0, reclaim.JournalFirst + 1}, j.held, "the second journaled once the first was decided")
-	require.Len(t, f.eng.List(), reclaim.JournalFirst+1)
+	require.Equal(t, []int{0, lifecycle.JournalFirst + 1}, j.held, "the second journaled once the first was decided")
+	require.Len(t, f.eng.List(), lifecycle.JournalFirst+1)
 }
 
 // journalFirstPlusOne is a notification of one alert more than is
 // journaled first.
 func journalFirstPlusOne(t *testing.T) []byte {
-	return reclaimtest.Notification(t, reclaim.JournalFirst+1, reclaimtest.T0)
+	return reclaimtest.Notification(t, lifecycle.JournalFirst+1, reclaimtest.T0)
 }
 
 // sizedStore holds writes until the gate opens, and keeps what each wrote.
@@ -397,7 +398,7 @@ func (s *sizedStore) Write(rs []*reclaim.Reclaim, evs []reclaim.Event) error {
 func TestNotificationsQueuedTogetherAreWrittenTogether(t *testing.T) {
 	f := newFixture(t, "webhook: {bearer_token_file: token, answer_within: 50ms}\n")
 	s := &sizedStore{gatedStore: gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: &memJournal{}}}
-	f.with(func(o *reclaim.Options) { o.Store = s; o.Journal, _ = o.Store.(reclaim.Journal) })
+	f.with(func(o *lifecycle.Options) { o.Store = s; o.Journal, _ = o.Store.(reclaim.Journal) })
 
 	for _, a := range []notification.Alert{
 		reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"), // written first, alone

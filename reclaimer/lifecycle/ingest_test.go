@@ -1,4 +1,4 @@
-package reclaim_test
+package lifecycle_test
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package reclaim
+package lifecycle
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
 // What the reclaimer does with a reclaim is decided in one place: decide,
@@ -91,7 +92,7 @@ type Acted struct {
 type Facts struct {
 	Now      time.Time
 	Kept     *Fact[Keep]
-	TopOwner *Fact[TopOwner]
+	TopOwner *Fact[reclaim.TopOwner]
 	// Wanted: GPUs of the unit's kind are wanted by pending work.
 	Wanted *Fact[bool]
 	// Breaker: the circuit breaker is open.
@@ -100,9 +101,9 @@ type Facts struct {
 	Started *Fact[time.Time]
 	Acted   *Fact[Acted]
 	// Alert is Alertmanager's re-check; firing when nothing is asked.
-	Alert *Fact[AlertCheck]
+	Alert *Fact[reclaim.AlertCheck]
 	// Release is what the world shows after the action.
-	Release *Fact[Release]
+	Release *Fact[reclaim.Release]
 }
 
 // Verdict is what decide concludes, or what a person asks (DoSnooze with
@@ -113,7 +114,7 @@ type Verdict struct {
 	// Action is the action warned of (DoWarn).
 	Action config.Action
 	// TopOwner, when looked up, is recorded with the verdict.
-	TopOwner *TopOwner
+	TopOwner *reclaim.TopOwner
 	// Grace runs from the warning's delivery to the action (DoWarn);
 	// Wanted says the policy's shorter demand grace applies.
 	Grace  time.Duration
@@ -124,7 +125,7 @@ type Verdict struct {
 	// Why says why, for the record and the owner.
 	Why string
 	// Silence is the silence or inhibition found (DoSnooze).
-	Silence AlertCheck
+	Silence reclaim.AlertCheck
 	// Shared, when done, says who still holds the GPU: the action freed
 	// the target's share.
 	Shared string
@@ -136,7 +137,7 @@ type Verdict struct {
 	// SilenceID is the Alertmanager silence a person's snooze or keep made.
 	SilenceID string
 	// Decision, when set, is counted once the verdict is recorded.
-	Decision Decision
+	Decision reclaim.Decision
 }
 
 // decide is the reclaimer's one decision: what to do with r now, given
@@ -151,44 +152,44 @@ type Verdict struct {
 //   - snoozed, the silence over: snooze again, cancel, or warn again;
 //   - carried out: done once the world shows the GPU released, not
 //     released past the kind's deadline, else look again.
-func decide(r *Reclaim, p *config.Policy, c *config.Config, f Facts) Verdict {
+func decide(r *reclaim.Reclaim, p *config.Policy, c *config.Config, f Facts) Verdict {
 	switch {
 	case r.State == "":
 		return decideNew(r, p, c)
-	case r.State == Pending && !r.Warning.Sent:
+	case r.State == reclaim.Pending && !r.Warning.Sent:
 		return decideWarning(r, p, f)
-	case r.State == Acting && !r.ReleaseBy.IsZero():
+	case r.State == reclaim.Acting && !r.ReleaseBy.IsZero():
 		return decideRelease(r, c, f)
-	case r.State == Pending || r.State == Acting:
+	case r.State == reclaim.Pending || r.State == reclaim.Acting:
 		return decideAction(r, p, c, f) // an action tried again checks everything again
-	case r.State == Snoozed:
+	case r.State == reclaim.Snoozed:
 		return decideSnoozed(p, f)
 	}
 	return Verdict{Do: DoWait, Until: f.Now, Why: fmt.Sprintf("nothing to decide in state %s", r.State)}
 }
 
 // decideNew is the decision on an episode as it arrives: config alone.
-func decideNew(r *Reclaim, p *config.Policy, c *config.Config) Verdict {
+func decideNew(r *reclaim.Reclaim, p *config.Policy, c *config.Config) Verdict {
 	if p == nil {
-		return Verdict{Do: DoExempt, Why: "no policy matches the alert", Decision: DecisionNoPolicy}
+		return Verdict{Do: DoExempt, Why: "no policy matches the alert", Decision: reclaim.DecisionNoPolicy}
 	}
 	if exempt, why := exemptByConfig(c, r.Target); exempt {
-		return Verdict{Do: DoExempt, Why: why, Decision: DecisionExempt}
+		return Verdict{Do: DoExempt, Why: why, Decision: reclaim.DecisionExempt}
 	}
 	if r.Action == config.ActionNotify {
-		return Verdict{Do: DoNotify, Action: r.Action, Why: "the policy only notifies", Decision: DecisionNotify}
+		return Verdict{Do: DoNotify, Action: r.Action, Why: "the policy only notifies", Decision: reclaim.DecisionNotify}
 	}
-	return Verdict{Do: DoWarn, Action: r.Action, Grace: p.GraceTime(), Why: "warning the owner; reclaim after the grace period", Decision: DecisionPending}
+	return Verdict{Do: DoWarn, Action: r.Action, Grace: p.GraceTime(), Why: "warning the owner; reclaim after the grace period", Decision: reclaim.DecisionPending}
 }
 
 // decideWarning is the decision before the warning: it is looked at again
 // on every attempt to deliver it, so a keep mark set meanwhile counts.
-func decideWarning(r *Reclaim, p *config.Policy, f Facts) Verdict {
+func decideWarning(r *reclaim.Reclaim, p *config.Policy, f Facts) Verdict {
 	if f.Kept == nil {
 		return Verdict{Do: DoGather, Need: NeedKept}
 	}
 	if f.Kept.Err == nil && f.Kept.Value.Kept {
-		return Verdict{Do: DoExempt, Why: f.Kept.Value.Why, Decision: DecisionExempt}
+		return Verdict{Do: DoExempt, Why: f.Kept.Value.Why, Decision: reclaim.DecisionExempt}
 	}
 	if p == nil {
 		return Verdict{Do: DoWarn, Action: r.Action} // its policy left the config: the due check cancels it
@@ -199,7 +200,7 @@ func decideWarning(r *Reclaim, p *config.Policy, f Facts) Verdict {
 			return Verdict{Do: DoGather, Need: NeedTopOwner}
 		}
 		switch err := f.TopOwner.Err; {
-		case errors.Is(err, ErrGone) || errors.Is(err, errNothingToAsk):
+		case errors.Is(err, reclaim.ErrGone) || errors.Is(err, errNothingToAsk):
 			// The pod is gone: the action finds it so.
 		case err != nil:
 			return Verdict{Do: DoWait, Until: f.Now.Add(dependencyWait), Why: "cannot look up what owns the pod yet: " + err.Error()}
@@ -207,7 +208,7 @@ func decideWarning(r *Reclaim, p *config.Policy, f Facts) Verdict {
 			top := f.TopOwner.Value
 			action, why := decideOnOwner(p, r.Action, top, r.Target)
 			if action == config.ActionNotify {
-				return Verdict{Do: DoNotify, Action: action, TopOwner: &top, Why: why, Decision: DecisionNotify}
+				return Verdict{Do: DoNotify, Action: action, TopOwner: &top, Why: why, Decision: reclaim.DecisionNotify}
 			}
 			v.Action, v.TopOwner = action, &top
 		}
@@ -225,10 +226,10 @@ func decideWarning(r *Reclaim, p *config.Policy, f Facts) Verdict {
 
 // decideOnOwner turns the policy's action for a pod into what its top
 // owner needs, or notify with the reason.
-func decideOnOwner(p *config.Policy, action config.Action, topOwner TopOwner, t Target) (config.Action, string) {
+func decideOnOwner(p *config.Policy, action config.Action, topOwner reclaim.TopOwner, t reclaim.Target) (config.Action, string) {
 	auto := p.Action == config.ActionAuto
 	switch {
-	case topOwner.Stop == StopNone:
+	case topOwner.Stop == reclaim.StopNone:
 		return config.ActionNotify, topOwner.Why
 	case topOwner.Kind == "":
 		if action == config.ActionScaleDown {
@@ -237,7 +238,7 @@ func decideOnOwner(p *config.Policy, action config.Action, topOwner TopOwner, t 
 		return config.ActionEvict, ""
 	case action == config.ActionEvict && !auto:
 		return config.ActionNotify, fmt.Sprintf("%s runs the pod and would start another if it were evicted; the policy asks for evict, so the owner is told (use action stop or auto)", topOwner)
-	case topOwner.Stop == StopScale:
+	case topOwner.Stop == reclaim.StopScale:
 		if auto && topOwner.Replicas > 1 {
 			return config.ActionNotify, fmt.Sprintf("one of %d replicas of %s: an eviction would be replaced and a scale-down would stop busy replicas too; telling the owner only", topOwner.Replicas, topOwner)
 		}
@@ -261,7 +262,7 @@ func stopsAWorkload(action config.Action) bool {
 // decideAction is the decision on a warned reclaim whose action is due:
 // every check that must hold before acting, in order, the cheap ones
 // first, and those a person can change (the alert, a keep) last.
-func decideAction(r *Reclaim, p *config.Policy, c *config.Config, f Facts) Verdict {
+func decideAction(r *reclaim.Reclaim, p *config.Policy, c *config.Config, f Facts) Verdict {
 	now := f.Now
 	if f.Breaker == nil {
 		return Verdict{Do: DoGather, Need: NeedBreaker}
@@ -274,19 +275,19 @@ func decideAction(r *Reclaim, p *config.Policy, c *config.Config, f Facts) Verdi
 	}
 	if r.ReleaseAskedBy == "" {
 		if next := nextInWindows(p.Windows, now); next.After(now) {
-			return Verdict{Do: DoWait, Until: next, Why: "outside the policy's windows; next at " + next.UTC().Format(time.RFC3339), Decision: DecisionOutsideWindow}
+			return Verdict{Do: DoWait, Until: next, Why: "outside the policy's windows; next at " + next.UTC().Format(time.RFC3339), Decision: reclaim.DecisionOutsideWindow}
 		}
 		if min := p.MinRuntimeTime(); min > 0 {
 			if f.Started == nil {
 				return Verdict{Do: DoGather, Need: NeedStarted}
 			}
 			switch started, err := f.Started.Value, f.Started.Err; {
-			case errors.Is(err, ErrGone):
+			case errors.Is(err, reclaim.ErrGone):
 				return Verdict{Do: DoCancel, Why: "the workload is gone"}
 			case err != nil:
 				return Verdict{Do: DoWait, Until: now.Add(heldWait), Why: "cannot tell when the workload started: " + err.Error()}
 			case now.Before(started.Add(min)):
-				return Verdict{Do: DoWait, Until: started.Add(min), Decision: DecisionMinRuntime,
+				return Verdict{Do: DoWait, Until: started.Add(min), Decision: reclaim.DecisionMinRuntime,
 					Why: fmt.Sprintf("the workload started %s ago; the policy spares it until it has run %s", now.Sub(started).Round(time.Second), min)}
 			}
 		}
@@ -294,11 +295,11 @@ func decideAction(r *Reclaim, p *config.Policy, c *config.Config, f Facts) Verdi
 			return Verdict{Do: DoGather, Need: NeedActed}
 		}
 		if hit, free := limited(c.RateLimits.Global, f.Acted.Value.Fleet, now); hit {
-			return Verdict{Do: DoWait, Until: free, Why: "held by the global rate limit", Decision: DecisionRateLimited}
+			return Verdict{Do: DoWait, Until: free, Why: "held by the global rate limit", Decision: reclaim.DecisionRateLimited}
 		}
 		if r.Target.Namespace != "" {
 			if hit, free := limited(c.RateLimits.PerNamespace, f.Acted.Value.Namespace, now); hit {
-				return Verdict{Do: DoWait, Until: free, Why: "held by the rate limit of namespace " + r.Target.Namespace, Decision: DecisionRateLimited}
+				return Verdict{Do: DoWait, Until: free, Why: "held by the rate limit of namespace " + r.Target.Namespace, Decision: reclaim.DecisionRateLimited}
 			}
 		}
 		if d := p.Demand; d != nil && d.Required {
@@ -309,7 +310,7 @@ func decideAction(r *Reclaim, p *config.Policy, c *config.Config, f Facts) Verdi
 			case f.Wanted.Err != nil:
 				return Verdict{Do: DoWait, Until: now.Add(dependencyWait), Why: "cannot tell whether GPUs of its kind are wanted: " + f.Wanted.Err.Error()}
 			case !f.Wanted.Value:
-				return Verdict{Do: DoWait, Until: now.Add(time.Duration(c.Prometheus.Interval)), Decision: DecisionNoDemand,
+				return Verdict{Do: DoWait, Until: now.Add(time.Duration(c.Prometheus.Interval)), Decision: reclaim.DecisionNoDemand,
 					Why: "waiting until a GPU of its kind is wanted: no pending work asks for one"}
 			}
 		}
@@ -323,16 +324,16 @@ func decideAction(r *Reclaim, p *config.Policy, c *config.Config, f Facts) Verdi
 	switch chk, err := f.Alert.Value, f.Alert.Err; {
 	case err != nil:
 		return Verdict{Do: DoWait, Until: now.Add(dependencyWait), Why: "cannot re-check the alert in Alertmanager: " + err.Error()}
-	case chk.Status == AlertGone:
+	case chk.Status == reclaim.AlertGone:
 		return Verdict{Do: DoCancel, Why: "the alert no longer fires: the GPU is busy again or was released"}
-	case chk.Status == AlertSilenced && r.ReleaseAskedBy == "":
-		return Verdict{Do: DoSnooze, Silence: chk, Why: "the alert is silenced: " + chk.Reason, Decision: DecisionSnoozed}
+	case chk.Status == reclaim.AlertSilenced && r.ReleaseAskedBy == "":
+		return Verdict{Do: DoSnooze, Silence: chk, Why: "the alert is silenced: " + chk.Reason, Decision: reclaim.DecisionSnoozed}
 	}
 	// Then the keep, as late as the alert: a person may have marked the
 	// pod, an owner of it, its namespace or the job during the grace, and
 	// a keep outranks a release-now pressed before it.
 	if exempt, why := exemptByConfig(c, r.Target); exempt {
-		return Verdict{Do: DoCancel, Why: why, Decision: DecisionExempt}
+		return Verdict{Do: DoCancel, Why: why, Decision: reclaim.DecisionExempt}
 	}
 	if f.Kept == nil {
 		return Verdict{Do: DoGather, Need: NeedKept}
@@ -341,7 +342,7 @@ func decideAction(r *Reclaim, p *config.Policy, c *config.Config, f Facts) Verdi
 	case err != nil:
 		return Verdict{Do: DoWait, Until: now.Add(dependencyWait), Why: "cannot check whether a person keeps it: " + err.Error()}
 	case k.Kept:
-		return Verdict{Do: DoCancel, Why: "kept: " + k.Why, Decision: DecisionExempt}
+		return Verdict{Do: DoCancel, Why: "kept: " + k.Why, Decision: reclaim.DecisionExempt}
 	}
 	return Verdict{Do: DoAct, Action: r.Action}
 }
@@ -355,9 +356,9 @@ func decideSnoozed(p *config.Policy, f Facts) Verdict {
 	switch chk, err := f.Alert.Value, f.Alert.Err; {
 	case err != nil:
 		return Verdict{Do: DoWait, Until: f.Now.Add(dependencyWait), Why: "cannot re-check the alert in Alertmanager: " + err.Error()}
-	case chk.Status == AlertSilenced:
-		return Verdict{Do: DoSnooze, Silence: chk, Why: "the alert is silenced: " + chk.Reason, Decision: DecisionSnoozed}
-	case chk.Status == AlertGone:
+	case chk.Status == reclaim.AlertSilenced:
+		return Verdict{Do: DoSnooze, Silence: chk, Why: "the alert is silenced: " + chk.Reason, Decision: reclaim.DecisionSnoozed}
+	case chk.Status == reclaim.AlertGone:
 		return Verdict{Do: DoCancel, Why: "the alert resolved while it was snoozed"}
 	case p == nil:
 		return Verdict{Do: DoCancel, Why: "its policy is gone from the config"}
@@ -367,7 +368,7 @@ func decideSnoozed(p *config.Policy, f Facts) Verdict {
 
 // decideRelease is the decision after an action was carried out: done
 // only when the world shows the GPU free.
-func decideRelease(r *Reclaim, c *config.Config, f Facts) Verdict {
+func decideRelease(r *reclaim.Reclaim, c *config.Config, f Facts) Verdict {
 	if f.Release == nil {
 		return Verdict{Do: DoGather, Need: NeedRelease}
 	}

@@ -1,4 +1,4 @@
-package reclaim_test
+package lifecycle_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpureclaim/gpureclaim/reclaimer/lifecycle"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
 )
@@ -33,7 +34,7 @@ func TestPruneJob(t *testing.T) {
 func TestRunStartsTheJobs(t *testing.T) {
 	f := newFixture(t, "")
 	ran := make(chan time.Time, 1)
-	job := reclaim.Job{Name: "test", Every: time.Hour, Run: func(_ context.Context, now time.Time) error {
+	job := lifecycle.Job{Name: "test", Every: time.Hour, Run: func(_ context.Context, now time.Time) error {
 		select {
 		case ran <- now:
 		default:

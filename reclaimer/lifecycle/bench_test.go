@@ -1,4 +1,4 @@
-package reclaim_test
+package lifecycle_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpureclaim/gpureclaim/internal/testkit/fakeclock"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/lifecycle"
 	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
@@ -42,7 +43,7 @@ func benchmarkIngest(b *testing.B, n int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Journal: st, Actor: &reclaimtest.Actor{}, Clock: reclaimtest.NewClock().Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
+		eng, err := lifecycle.New(lifecycle.Options{Config: cfg, Store: st, Journal: st, Actor: &reclaimtest.Actor{}, Clock: reclaimtest.NewClock().Now, Metrics: lifecycle.NewMetrics(prometheus.NewRegistry())})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -81,7 +82,7 @@ func BenchmarkIngestOneAlertBeside100k(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	eng, err := reclaim.New(reclaim.Options{Config: cfg, Store: st, Journal: st, Actor: &reclaimtest.Actor{}, Clock: reclaimtest.NewClock().Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())})
+	eng, err := lifecycle.New(lifecycle.Options{Config: cfg, Store: st, Journal: st, Actor: &reclaimtest.Actor{}, Clock: reclaimtest.NewClock().Now, Metrics: lifecycle.NewMetrics(prometheus.NewRegistry())})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -107,17 +108,17 @@ func BenchmarkIngestOneAlertBeside100k(b *testing.B) {
 
 // benchEngine starts an engine on a new bbolt store, with a clock at T0
 // and what with changes of its options.
-func benchEngine(b *testing.B, cfg *config.Config, with func(*reclaim.Options)) (*reclaim.Engine, *store.Bolt, *fakeclock.Clock) {
+func benchEngine(b *testing.B, cfg *config.Config, with func(*lifecycle.Options)) (*lifecycle.Engine, *store.Bolt, *fakeclock.Clock) {
 	st, err := store.Open(filepath.Join(b.TempDir(), "s.db"), time.Second)
 	if err != nil {
 		b.Fatal(err)
 	}
 	clock := reclaimtest.NewClock()
-	o := reclaim.Options{Config: cfg, Store: st, Journal: st, Actor: &reclaimtest.Actor{}, Clock: clock.Now, Metrics: reclaim.NewMetrics(prometheus.NewRegistry())}
+	o := lifecycle.Options{Config: cfg, Store: st, Journal: st, Actor: &reclaimtest.Actor{}, Clock: clock.Now, Metrics: lifecycle.NewMetrics(prometheus.NewRegistry())}
 	if with != nil {
 		with(&o)
 	}
-	eng, err := reclaim.New(o)
+	eng, err := lifecycle.New(o)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -161,7 +162,7 @@ func BenchmarkDueActionBehindABurst(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		actor := &signalActor{acted: make(chan time.Time, 1)}
-		eng, st, clock := benchEngine(b, cfg, func(o *reclaim.Options) {
+		eng, st, clock := benchEngine(b, cfg, func(o *lifecycle.Options) {
 			o.Actor, o.Notifiers = actor, []reclaim.Notifier{pacedNotifier{reclaimtest.NewNotifier("paced")}}
 		})
 		ctx := context.Background()

@@ -1,4 +1,4 @@
-package reclaim
+package lifecycle
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
 // A notification's decisions are in the index at once and written to the
@@ -26,8 +27,8 @@ import (
 
 // pendingWrite is one notification's decisions on their way to the store.
 type pendingWrite struct {
-	rs     []*Reclaim
-	events []Event
+	rs     []*reclaim.Reclaim
+	events []reclaim.Event
 	done   chan struct{} // closed once written, or given up
 	err    error         // why it was given up; set before done closes
 
@@ -57,7 +58,7 @@ var ErrStillWriting = errors.New("the store has not taken the notification yet; 
 
 // queueWrite puts decisions in the index and queues their write; the
 // caller holds e.mu.
-func (e *Engine) queueWrite(rs []*Reclaim, events []Event) *pendingWrite {
+func (e *Engine) queueWrite(rs []*reclaim.Reclaim, events []reclaim.Event) *pendingWrite {
 	w := &pendingWrite{rs: rs, events: events, done: make(chan struct{}), failed: make(chan struct{})}
 	now := e.now()
 	for _, r := range rs {
@@ -135,13 +136,13 @@ const writeBatch = decidePart
 
 // merged is what a batch of notifications writes: each reclaim once, as
 // the latest of them decided it, and every audit event in order.
-func merged(batch []*pendingWrite) ([]*Reclaim, []Event) {
+func merged(batch []*pendingWrite) ([]*reclaim.Reclaim, []reclaim.Event) {
 	if len(batch) == 1 {
 		return batch[0].rs, batch[0].events
 	}
 	at := map[string]int{}
-	var rs []*Reclaim
-	var events []Event
+	var rs []*reclaim.Reclaim
+	var events []reclaim.Event
 	for _, w := range batch {
 		for _, r := range w.rs {
 			if i, ok := at[r.ID]; ok {
@@ -162,15 +163,15 @@ func (e *Engine) writeOut(batch []*pendingWrite) error {
 	rs, events := merged(batch)
 	wait := firstWriteRetry
 	for {
-		if err := e.fenced(FencedWrite); err != nil {
+		if err := e.fenced(reclaim.FencedWrite); err != nil {
 			return err
 		}
 		err := e.o.Store.Write(rs, events)
 		if err == nil {
 			return nil
 		}
-		e.o.Metrics.Error(ComponentStore)
-		if cs := conflicts(err); len(cs) > 0 || errors.Is(err, ErrNotLeader) {
+		e.o.Metrics.Error(reclaim.ComponentStore)
+		if cs := conflicts(err); len(cs) > 0 || errors.Is(err, reclaim.ErrNotLeader) {
 			// Another replica leads, or wrote some of them first: what the
 			// store holds is what was done.
 			e.mu.Lock()
@@ -229,7 +230,7 @@ func (e *Engine) await(ws []*pendingWrite, n *notification.Notification, arrived
 			}
 			id, err := j.Journal(body)
 			if err != nil {
-				e.o.Metrics.Error(ComponentStore)
+				e.o.Metrics.Error(reclaim.ComponentStore)
 				return fmt.Errorf("recording the notification in the journal: %w", err)
 			}
 			e.o.Failpoint("journaled")
@@ -249,7 +250,7 @@ func (e *Engine) retire(ids ...string) {
 	}
 	for _, id := range ids {
 		if err := j.Retire(id); err != nil {
-			e.o.Metrics.Error(ComponentStore)
+			e.o.Metrics.Error(reclaim.ComponentStore)
 			e.o.Logger.Warn("retiring a journal entry failed: the next start replays it, to no effect", "entry", id, "err", err)
 		}
 	}

@@ -1,10 +1,12 @@
-package reclaim
+package lifecycle
 
 import (
 	"context"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
 // A Delivery's refs hold, per notifier, the references its messages
@@ -14,7 +16,7 @@ import (
 // "<notifier>.sent.<kind>".
 func refKey(notifier, ref string) string { return notifier + "." + ref }
 
-func sentKey(notifier string, kind MessageKind) string {
+func sentKey(notifier string, kind reclaim.MessageKind) string {
 	return refKey(notifier, "sent."+string(kind))
 }
 
@@ -25,12 +27,12 @@ func isSentKey(key string) bool { return strings.Contains(key, ".sent.") }
 // Announce sends a message that belongs to no reclaim's lifecycle (the
 // weekly report) through every notifier; it says whether the blocking
 // ones delivered it.
-func (e *Engine) Announce(ctx context.Context, m Message) bool { return e.send(ctx, m, nil) }
+func (e *Engine) Announce(ctx context.Context, m reclaim.Message) bool { return e.send(ctx, m, nil) }
 
-func (e *Engine) send(ctx context.Context, m Message, d *Delivery) bool {
+func (e *Engine) send(ctx context.Context, m reclaim.Message, d *reclaim.Delivery) bool {
 	ok := true
 	if m.Reclaim != nil && m.Key == "" {
-		m.Key = MessageKey(m.Reclaim, m.Kind)
+		m.Key = reclaim.MessageKey(m.Reclaim, m.Kind)
 	}
 	for _, n := range e.o.Notifiers {
 		sent := sentKey(n.Name(), m.Kind)
@@ -41,13 +43,13 @@ func (e *Engine) send(ctx context.Context, m Message, d *Delivery) bool {
 		if m.Reclaim != nil {
 			prev = refsOf(m.Reclaim, n.Name())
 		}
-		if e.fenced(FencedMessage) != nil {
+		if e.fenced(reclaim.FencedMessage) != nil {
 			return false
 		}
 		refs, channels, err := n.Send(ctx, m, prev)
 		if err != nil {
-			e.o.Metrics.message(n.Name(), m.Kind, MessageError)
-			e.o.Metrics.Error(ComponentNotifier)
+			e.o.Metrics.message(n.Name(), m.Kind, reclaim.MessageError)
+			e.o.Metrics.Error(reclaim.ComponentNotifier)
 			e.o.Logger.Warn("sending a message failed", "notifier", n.Name(), "kind", m.Kind, "err", err)
 			if d != nil {
 				d.Error = fmt.Sprintf("%s: %v", n.Name(), err)
@@ -57,7 +59,7 @@ func (e *Engine) send(ctx context.Context, m Message, d *Delivery) bool {
 			}
 			continue
 		}
-		e.o.Metrics.message(n.Name(), m.Kind, MessageSent)
+		e.o.Metrics.message(n.Name(), m.Kind, reclaim.MessageSent)
 		if d != nil {
 			if d.Refs == nil {
 				d.Refs = map[string]string{}
@@ -77,12 +79,12 @@ func (e *Engine) send(ctx context.Context, m Message, d *Delivery) bool {
 // attempt is marked Again and the notifiers that can look for the message
 // do, rather than send it twice. It returns whether an attempt began
 // before, and false if the intent could not be written (nothing is sent).
-func (e *Engine) intent(id string, d *Delivery, of func(*Reclaim) *Delivery) (again, ok bool) {
+func (e *Engine) intent(id string, d *reclaim.Delivery, of func(*reclaim.Reclaim) *reclaim.Delivery) (again, ok bool) {
 	if !d.FirstTry.IsZero() {
 		return true, true
 	}
 	first := e.now()
-	if _, err := e.update(id, nil, func(c *Reclaim) bool { of(c).FirstTry = first; return true }); err != nil {
+	if _, err := e.update(id, nil, func(c *reclaim.Reclaim) bool { of(c).FirstTry = first; return true }); err != nil {
 		e.o.Logger.Error("recording that a message is about to go: it waits", "reclaim", id, "err", err)
 		return false, false
 	}
@@ -91,10 +93,10 @@ func (e *Engine) intent(id string, d *Delivery, of func(*Reclaim) *Delivery) (ag
 }
 
 // refsOf collects one notifier's references across a reclaim's messages.
-func refsOf(r *Reclaim, notifier string) map[string]string {
+func refsOf(r *reclaim.Reclaim, notifier string) map[string]string {
 	out := map[string]string{}
 	prefix := refKey(notifier, "")
-	for _, d := range []Delivery{r.Warning, r.Final} {
+	for _, d := range []reclaim.Delivery{r.Warning, r.Final} {
 		for k, v := range d.Refs {
 			if ref, ok := strings.CutPrefix(k, prefix); ok && ref != "" {
 				out[ref] = v
@@ -111,24 +113,24 @@ func (e *Engine) warn(ctx context.Context, id string) {
 	if r == nil || r.Warning.Sent {
 		return
 	}
-	kind := MsgWarning
+	kind := reclaim.MsgWarning
 	var v Verdict
-	if r.State == Pending {
+	if r.State == reclaim.Pending {
 		if v = e.verdict(ctx, r); !e.decided(r, v) {
 			return
 		}
-		if r = e.snapshot(id); r == nil || r.Warning.Sent || r.State != Pending && r.State != Notified {
+		if r = e.snapshot(id); r == nil || r.Warning.Sent || r.State != reclaim.Pending && r.State != reclaim.Notified {
 			return
 		}
 	}
-	if r.State == Notified {
-		kind = MsgNotice
+	if r.State == reclaim.Notified {
+		kind = reclaim.MsgNotice
 	}
 	// The grace belongs to the owner: it runs from this warning, however
 	// late it goes out (a backlog, an outage, a restart), never from the alert.
 	var actAt time.Time
 	grace, shortened := v.Grace, v.Wanted
-	if p := e.policy(r); kind == MsgWarning && p != nil {
+	if p := e.policy(r); kind == reclaim.MsgWarning && p != nil {
 		now := e.now()
 		full := now.Add(p.GraceTime())
 		actAt = now.Add(grace)
@@ -146,36 +148,36 @@ func (e *Engine) warn(ctx context.Context, id string) {
 		d.Channels = append(d.Channels, "dry run: not sent")
 		e.o.Logger.Info("dry run: would warn the owner", "reclaim", id, "owner", r.Target.Holder(), "unit", r.Target.Unit(), "act_at", r.ActAt)
 	} else {
-		again, ok := e.intent(id, &d, func(c *Reclaim) *Delivery { return &c.Warning })
+		again, ok := e.intent(id, &d, func(c *reclaim.Reclaim) *reclaim.Delivery { return &c.Warning })
 		if !ok {
 			return
 		}
 		e.o.Failpoint("before-warning")
-		delivered = e.send(ctx, Message{Kind: kind, Reclaim: r, Text: text(kind, r), Again: again}, &d)
+		delivered = e.send(ctx, reclaim.Message{Kind: kind, Reclaim: r, Text: text(kind, r), Again: again}, &d)
 		e.o.Failpoint("after-warning")
 	}
 	d.Attempts++
 	restate := false
-	_, err := e.update(id, func(c *Reclaim) []Event {
+	_, err := e.update(id, func(c *reclaim.Reclaim) []reclaim.Event {
 		if delivered {
-			return []Event{e.event(c, "warned", fmt.Sprintf("%s via %v", kind, d.Channels), "reclaimer")}
+			return []reclaim.Event{e.event(c, "warned", fmt.Sprintf("%s via %v", kind, d.Channels), "reclaimer")}
 		}
 		return nil
-	}, func(c *Reclaim) bool {
+	}, func(c *reclaim.Reclaim) bool {
 		c.Warning = d
 		if delivered {
 			c.Warning.Sent, c.Warning.At, c.Warning.Error = true, e.now(), ""
 			c.NextTry = time.Time{}
-			if c.State == Pending && (actAt.After(c.ActAt) || shortened) {
+			if c.State == reclaim.Pending && (actAt.After(c.ActAt) || shortened) {
 				c.ActAt = actAt // the time the warning states
 			}
 			c.Wanted, c.AwaitsDemand = r.Wanted, r.AwaitsDemand
-			if real := c.Warning.At.Add(grace); c.State == Pending && grace > 0 && real.Sub(c.ActAt) >= time.Second {
+			if real := c.Warning.At.Add(grace); c.State == reclaim.Pending && grace > 0 && real.Sub(c.ActAt) >= time.Second {
 				// The send itself took long (retries, a slow API): the grace
 				// runs from delivery, and the warning is put right.
 				c.ActAt, restate = real, true
 			}
-			if c.State == Cancelled {
+			if c.State == reclaim.Cancelled {
 				c.Final.Sent = false // cancelled while the warning was on its way: say so
 			}
 		} else {
@@ -192,16 +194,16 @@ func (e *Engine) warn(ctx context.Context, id string) {
 	if restate {
 		e.restate(ctx, id)
 	}
-	if delivered && kind == MsgNotice && r.TopOwner != nil && e.o.Events != nil {
+	if delivered && kind == reclaim.MsgNotice && r.TopOwner != nil && e.o.Events != nil {
 		e.kubeEvent(ctx, r, "GPUIdleNotReclaimed", r.Reason)
 	}
-	if delivered && kind == MsgWarning && e.o.Events != nil {
+	if delivered && kind == reclaim.MsgWarning && e.o.Events != nil {
 		e.kubeEvent(ctx, r, "GPUIdleWarning", fmt.Sprintf("%s is idle; it will be reclaimed (%s) after %s unless it is used again", r.Target.Unit(), r.ActionText(), r.ActAt.UTC().Format(time.RFC3339)))
 	}
 	if !delivered && !d.Escalated && e.now().Sub(d.FirstTry) >= time.Duration(e.o.Config.WarningDeadline) {
 		e.o.Logger.Warn("the owner's warning is not delivered within the deadline: the reclaim waits", "reclaim", id, "owner", r.Target.Holder(), "err", d.Error)
-		e.send(ctx, Message{Kind: MsgAdmin, Reclaim: r, Text: fmt.Sprintf("The warning to %s about %s has not been delivered for %s (%s); the reclaim waits until it is.", r.Target.Holder(), r.Target.Unit(), e.o.Config.WarningDeadline, d.Error)}, nil)
-		if _, err := e.update(id, nil, func(c *Reclaim) bool { c.Warning.Escalated = true; return true }); err != nil {
+		e.send(ctx, reclaim.Message{Kind: reclaim.MsgAdmin, Reclaim: r, Text: fmt.Sprintf("The warning to %s about %s has not been delivered for %s (%s); the reclaim waits until it is.", r.Target.Holder(), r.Target.Unit(), e.o.Config.WarningDeadline, d.Error)}, nil)
+		if _, err := e.update(id, nil, func(c *reclaim.Reclaim) bool { c.Warning.Escalated = true; return true }); err != nil {
 			e.o.Logger.Error("recording that the admins were told", "reclaim", id, "err", err)
 		}
 	}
@@ -209,7 +211,7 @@ func (e *Engine) warn(ctx context.Context, id string) {
 
 // decided records a verdict taken before the warning, and says whether a
 // warning or a notice is to be delivered now.
-func (e *Engine) decided(r *Reclaim, v Verdict) bool {
+func (e *Engine) decided(r *reclaim.Reclaim, v Verdict) bool {
 	switch v.Do {
 	case DoExempt, DoWait, DoWarn, DoNotify:
 	default:
@@ -220,7 +222,7 @@ func (e *Engine) decided(r *Reclaim, v Verdict) bool {
 		e.o.Logger.Error("recording a verdict before the warning", "reclaim", r.ID, "do", v.Do, "err", err)
 		return false
 	}
-	if applied && c.State == Notified && v.TopOwner != nil {
+	if applied && c.State == reclaim.Notified && v.TopOwner != nil {
 		e.o.Logger.Info("telling the owner only", "reclaim", r.ID, "pod", r.Target.Holder(), "top_owner", v.TopOwner.String(), "reason", v.Why)
 	}
 	return v.Do == DoWarn || v.Do == DoNotify
@@ -233,14 +235,14 @@ func (e *Engine) restate(ctx context.Context, id string) {
 	if r == nil {
 		return
 	}
-	m := Message{Kind: MsgWarning, Reclaim: r, Text: text(MsgWarning, r), Restated: true}
+	m := reclaim.Message{Kind: reclaim.MsgWarning, Reclaim: r, Text: text(reclaim.MsgWarning, r), Restated: true}
 	for _, n := range e.o.Notifiers {
 		prev := refsOf(r, n.Name())
-		if !hasMessage(prev) || e.fenced(FencedMessage) != nil {
+		if !hasMessage(prev) || e.fenced(reclaim.FencedMessage) != nil {
 			continue
 		}
 		if _, _, err := n.Send(ctx, m, prev); err != nil {
-			e.o.Metrics.Error(ComponentNotifier)
+			e.o.Metrics.Error(reclaim.ComponentNotifier)
 			e.o.Logger.Warn("restating a warning's time failed: it states an earlier one", "notifier", n.Name(), "reclaim", id, "act_at", r.ActAt, "err", err)
 		}
 	}
@@ -250,7 +252,7 @@ func (e *Engine) restate(ctx context.Context, id string) {
 // hasMessage says whether a notifier's refs name a message it can update.
 func hasMessage(refs map[string]string) bool {
 	for k := range refs {
-		if strings.HasPrefix(k, MessageRefPrefix) {
+		if strings.HasPrefix(k, reclaim.MessageRefPrefix) {
 			return true
 		}
 	}
@@ -265,10 +267,10 @@ func (e *Engine) deferTo(id string, until time.Time, why string) {
 }
 
 // text is a message's plain-text form, for logs, webhooks and fallbacks.
-func text(kind MessageKind, r *Reclaim) string {
+func text(kind reclaim.MessageKind, r *reclaim.Reclaim) string {
 	t := r.Target
 	switch kind {
-	case MsgWarning:
+	case reclaim.MsgWarning:
 		s := fmt.Sprintf("%s held by %s has been idle since %s. It will be reclaimed (%s) at %s unless it is used again.",
 			t.Unit(), t.Holder(), r.IdleSince().UTC().Format(time.RFC3339), r.ActionText(), r.ActAt.UTC().Format(time.RFC3339))
 		switch shared := r.TopOwner.SharedText(); {
@@ -284,24 +286,24 @@ func text(kind MessageKind, r *Reclaim) string {
 			s += " It is reclaimed only once others wait for a GPU of this kind."
 		}
 		return s
-	case MsgNotice:
+	case reclaim.MsgNotice:
 		if r.TopOwner != nil && r.Reason != "" {
 			return fmt.Sprintf("%s held by %s: %s gpureclaim will do nothing: %s.", t.Unit(), t.Holder(), r.Annotations.Get("description"), r.Reason)
 		}
 		return fmt.Sprintf("%s held by %s: %s", t.Unit(), t.Holder(), r.Annotations.Get("description"))
-	case MsgReclaimed:
+	case reclaim.MsgReclaimed:
 		s := fmt.Sprintf("%s held by %s was reclaimed (%s) at %s. %s", t.Unit(), t.Holder(), r.ActionText(), r.ActedAt.UTC().Format(time.RFC3339), r.Detail)
 		if r.SharedWith != "" {
 			s += ". Its share is freed; the GPU stays held: " + r.SharedWith + "."
 		}
 		return s
-	case MsgNotReleased:
+	case reclaim.MsgNotReleased:
 		return fmt.Sprintf("%s held by %s was not released: %s. The admins are told.", t.Unit(), t.Holder(), r.Reason)
-	case MsgCancelled:
+	case reclaim.MsgCancelled:
 		return fmt.Sprintf("Reclaim of %s held by %s cancelled: %s.", t.Unit(), t.Holder(), r.Reason)
-	case MsgFailed:
+	case reclaim.MsgFailed:
 		return fmt.Sprintf("Reclaim of %s held by %s failed: %s.", t.Unit(), t.Holder(), r.Reason)
-	case MsgAdmin:
+	case reclaim.MsgAdmin:
 		return fmt.Sprintf("%s held by %s: %s.", t.Unit(), t.Holder(), r.Reason)
 	}
 	return ""

@@ -1,4 +1,4 @@
-package reclaim
+package lifecycle
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
 // IngestResult says what a notification changed. Journaled counts the
@@ -30,7 +31,7 @@ func (e *Engine) IngestNotification(n *notification.Notification) (IngestResult,
 	if arrived.IsZero() {
 		arrived = time.Now()
 	}
-	if err := e.fenced(FencedWrite); err != nil {
+	if err := e.fenced(reclaim.FencedWrite); err != nil {
 		return IngestResult{}, err
 	}
 	if j := e.o.Journal; j != nil && len(n.Alerts) > JournalFirst {
@@ -47,7 +48,7 @@ func (e *Engine) IngestNotification(n *notification.Notification) (IngestResult,
 // retires the entry once its decisions are written. A replica that stops,
 // or stops leading, before then leaves the entry to the next start or
 // leader.
-func (e *Engine) journalThenDecide(j Journal, n *notification.Notification) (IngestResult, error) {
+func (e *Engine) journalThenDecide(j reclaim.Journal, n *notification.Notification) (IngestResult, error) {
 	e.decideTurn <- struct{}{}
 	body, err := n.Body()
 	if err != nil {
@@ -57,7 +58,7 @@ func (e *Engine) journalThenDecide(j Journal, n *notification.Notification) (Ing
 	id, err := j.Journal(body)
 	if err != nil {
 		<-e.decideTurn
-		e.o.Metrics.Error(ComponentStore)
+		e.o.Metrics.Error(reclaim.ComponentStore)
 		return IngestResult{}, fmt.Errorf("recording the notification in the journal: %w", err)
 	}
 	e.o.Failpoint("journaled")
@@ -72,7 +73,7 @@ func (e *Engine) journalThenDecide(j Journal, n *notification.Notification) (Ing
 		var res IngestResult
 		var ws []*pendingWrite
 		for part := range slices.Chunk(alerts, decidePart) {
-			if err := e.fenced(FencedWrite); err != nil {
+			if err := e.fenced(reclaim.FencedWrite); err != nil {
 				// What was decided is written or refused; the entry stays,
 				// and the next leader decides the rest.
 				e.o.Logger.Warn("a journaled notification is left to the next leader", "entry", id, "decided", res.New, "err", err)
@@ -121,15 +122,15 @@ func (e *Engine) ingest(alerts []notification.Alert) (IngestResult, []*pendingWr
 
 	// Sized for the notification: growing them cost a tenth of the time
 	// of one of 100,000 alerts.
-	changed := make(map[string]*Reclaim, len(alerts))
-	var events []Event
-	get := func(id string) *Reclaim {
+	changed := make(map[string]*reclaim.Reclaim, len(alerts))
+	var events []reclaim.Event
+	get := func(id string) *reclaim.Reclaim {
 		if r, ok := changed[id]; ok {
 			return r
 		}
 		return e.ledger.index[id]
 	}
-	put := func(r *Reclaim) { changed[r.ID] = r }
+	put := func(r *reclaim.Reclaim) { changed[r.ID] = r }
 	count := e.o.Metrics.decide
 	// The newest episode seen of each alert, and the alert of each unit's
 	// open reclaim: from the index as it was, then what this notification adds.
@@ -147,8 +148,8 @@ func (e *Engine) ingest(alerts []notification.Alert) (IngestResult, []*pendingWr
 		latest[fp] = t
 		return t
 	}
-	open := make(map[TargetKey]string, len(alerts))
-	otherOpen := func(k TargetKey, fp string) bool {
+	open := make(map[reclaim.TargetKey]string, len(alerts))
+	otherOpen := func(k reclaim.TargetKey, fp string) bool {
 		if other, ok := open[k]; ok {
 			return other != fp
 		}
@@ -183,20 +184,20 @@ func (e *Engine) ingest(alerts []notification.Alert) (IngestResult, []*pendingWr
 			}
 			others++
 			res.Ignored++
-			count(DecisionOtherCluster)
+			count(reclaim.DecisionOtherCluster)
 			continue
 		}
-		t, ok := TargetFrom(a.Labels)
+		t, ok := reclaim.TargetFrom(a.Labels)
 		if !ok {
 			res.Ignored++
-			count(DecisionNotAUnit)
+			count(reclaim.DecisionNotAUnit)
 			continue
 		}
 		fp := a.Fingerprint
 		if fp == "" {
-			fp = Fingerprint(a.Labels)
+			fp = reclaim.Fingerprint(a.Labels)
 		}
-		id := ID(fp, a.StartsAt)
+		id := reclaim.ID(fp, a.StartsAt)
 		if w := e.ledger.unwritten[id]; w != nil {
 			deps = append(deps, w) // a retry: answered once that is written
 		}
@@ -204,60 +205,60 @@ func (e *Engine) ingest(alerts []notification.Alert) (IngestResult, []*pendingWr
 		if a.Status == "resolved" {
 			switch {
 			case existing == nil:
-				r := &Reclaim{ID: id, Fingerprint: fp, StartsAt: a.StartsAt, Labels: a.Labels, Target: t, State: Resolved, Reason: "resolved before it was seen firing", Created: now, Closed: now}
+				r := &reclaim.Reclaim{ID: id, Fingerprint: fp, StartsAt: a.StartsAt, Labels: a.Labels, Target: t, State: reclaim.Resolved, Reason: "resolved before it was seen firing", Created: now, Closed: now}
 				put(r)
-				count(DecisionResolvedFirst)
-			case existing.State == Pending || existing.State == Snoozed:
+				count(reclaim.DecisionResolvedFirst)
+			case existing.State == reclaim.Pending || existing.State == reclaim.Snoozed:
 				c, evs := transition(existing, Verdict{Do: DoCancel, Why: "the alert resolved: the GPU is busy again or was released", By: "alertmanager"}, now)
 				put(c)
 				events = append(events, evs...)
 				res.Cancelled++
-				count(DecisionCancelled)
+				count(reclaim.DecisionCancelled)
 			default:
 				res.Duplicate++
 			}
 			continue
 		}
-		if existing != nil && existing.State == NotReleased {
+		if existing != nil && existing.State == reclaim.NotReleased {
 			// Still firing after a stop its controller refused or ignored:
 			// not a repeat of a reclaim that freed the GPU.
-			count(DecisionNotReleased)
+			count(reclaim.DecisionNotReleased)
 			continue
 		}
 		if existing != nil {
 			res.Duplicate++
-			count(DecisionDuplicate)
+			count(reclaim.DecisionDuplicate)
 			continue
 		}
 		if a.StartsAt.Before(latestOf(fp)) {
 			// An older episode delivered after a newer one (an HA pair, a
 			// retry): the newer one already speaks for the alert.
 			res.Ignored++
-			count(DecisionStale)
+			count(reclaim.DecisionStale)
 			continue
 		}
 		if otherOpen(t.Key(), fp) {
 			// Another alert (other labels, the same unit and holder) has
 			// the unit's reclaim open: one warning per unit.
 			res.Duplicate++
-			count(DecisionDuplicate)
+			count(reclaim.DecisionDuplicate)
 			continue
 		}
 		latest[fp] = a.StartsAt
 		// A new episode of an alert supersedes the last one's pending reclaim.
 		for _, oldID := range e.sortedIDs(fp) {
-			if e.ledger.index[oldID].State != Pending {
+			if e.ledger.index[oldID].State != reclaim.Pending {
 				continue // the index as it was: only what was pending then
 			}
 			old := get(oldID)
-			if old.State == Pending && old.StartsAt.Before(a.StartsAt) {
+			if old.State == reclaim.Pending && old.StartsAt.Before(a.StartsAt) {
 				c, evs := transition(old, Verdict{Do: DoCancel, Why: "superseded by a new episode of the alert", By: "alertmanager"}, now)
 				c.Final.Sent = true // the new episode's warning says it all
 				put(c)
 				events = append(events, evs...)
 			}
 		}
-		r := &Reclaim{ID: id, Fingerprint: fp, StartsAt: a.StartsAt, Labels: a.Labels, Annotations: a.Annotations, Target: t, Created: now}
+		r := &reclaim.Reclaim{ID: id, Fingerprint: fp, StartsAt: a.StartsAt, Labels: a.Labels, Annotations: a.Annotations, Target: t, Created: now}
 		p := matchPolicy(e.o.Config.Policies, a.Labels)
 		if p != nil {
 			r.Policy, r.Action, r.DryRun = p.Name, actionFor(e.o.Config, p, t), e.o.Config.DryRun || p.DryRun
@@ -284,7 +285,7 @@ func (e *Engine) ingest(alerts []notification.Alert) (IngestResult, []*pendingWr
 	if len(changed) == 0 {
 		return res, deps
 	}
-	rs := make([]*Reclaim, 0, len(changed))
+	rs := make([]*reclaim.Reclaim, 0, len(changed))
 	for _, r := range changed {
 		rs = append(rs, r)
 	}
@@ -302,4 +303,4 @@ func (e *Engine) sortedIDs(fp string) []string {
 }
 
 // clone deep-copies a reclaim, so the index changes only once a write is durable.
-func clone(r *Reclaim) *Reclaim { return r.Clone() }
+func clone(r *reclaim.Reclaim) *reclaim.Reclaim { return r.Clone() }

@@ -1,4 +1,4 @@
-package reclaim
+package lifecycle
 
 import (
 	"slices"
@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
 // matchPolicy finds the first policy whose matchers match the labels.
@@ -26,7 +27,7 @@ func matchPolicy(ps []config.Policy, lset labels.Labels) *config.Policy {
 // alert's suggestion, which must be one the reclaimer knows. A Slurm job's
 // suggested cancel falls back to killing its processes when the reclaimer
 // has no slurmrestd to ask.
-func actionFor(c *config.Config, p *config.Policy, t Target) config.Action {
+func actionFor(c *config.Config, p *config.Policy, t reclaim.Target) config.Action {
 	if p.Action != config.ActionAuto {
 		return p.Action
 	}
@@ -43,7 +44,7 @@ func actionFor(c *config.Config, p *config.Policy, t Target) config.Action {
 }
 
 // exemptByConfig says whether the config exempts a target outright.
-func exemptByConfig(c *config.Config, t Target) (bool, string) {
+func exemptByConfig(c *config.Config, t reclaim.Target) (bool, string) {
 	switch {
 	case t.Keep:
 		return true, "marked gpureclaim.io/keep"

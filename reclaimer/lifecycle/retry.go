@@ -1,6 +1,8 @@
-package reclaim
+package lifecycle
 
-import "time"
+import (
+	"time"
+)
 
 // The engine's retry policy: how often it tries each kind of work and how
 // long it waits between tries. Every wait and limit of the engine is here.

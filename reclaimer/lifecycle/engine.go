@@ -1,4 +1,11 @@
-package reclaim
+// Package lifecycle runs every reclaim's life: an alert becomes a
+// reclaim, the policy decides, the owner is warned, the grace runs out,
+// the target is checked again, then acted on, recorded and the owner
+// told. Each step is a verdict (decide.go), a transition to the next
+// record (transition.go), a write and then an effect; every step is
+// written to the store before it is carried out, so a restart resumes
+// where it stopped and nothing happens twice.
+package lifecycle
 
 import (
 	"context"
@@ -10,30 +17,31 @@ import (
 	"time"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
 // Options are the engine's dependencies. Store, Actor and Clock are
 // required; a nil Checker, Inspector or Events skips what they do.
 type Options struct {
 	Config    *config.Config
-	Store     Store
-	Checker   AlertChecker
-	Inspector Inspector
-	Actor     Actor
+	Store     reclaim.Store
+	Checker   reclaim.AlertChecker
+	Inspector reclaim.Inspector
+	Actor     reclaim.Actor
 	// Planner, when set, says before an action what it sets out to end (a
 	// kill's PIDs), written with the decision; Restorer, when set, undoes
 	// a stop or a scale-down. Both are usually the Actor.
-	Planner  Planner
-	Restorer Restorer
+	Planner  reclaim.Planner
+	Restorer reclaim.Restorer
 	// Journal, when set, records a notification before its decisions are
 	// all written and replays it at the start (journal-first ingest); the
 	// stores keep one.
-	Journal Journal
+	Journal reclaim.Journal
 	// Verifier looks whether an action freed the GPU and a restore ran the
 	// workload again; nil takes every action's word for it.
-	Verifier  Verifier
-	Events    Events
-	Notifiers []Notifier
+	Verifier  reclaim.Verifier
+	Events    reclaim.Events
+	Notifiers []reclaim.Notifier
 	Clock     func() time.Time
 	Logger    *slog.Logger
 	Metrics   *Metrics
@@ -42,7 +50,7 @@ type Options struct {
 	Failpoint func(name string)
 	// Leadership, with two replicas, is checked before every write, action
 	// and message; nil runs alone.
-	Leadership Leadership
+	Leadership reclaim.Leadership
 	// Prometheus answers whether GPUs of a kind are wanted, for the
 	// policies with demand; nil when none is configured.
 	Prometheus DemandQuerier
@@ -59,7 +67,7 @@ type Engine struct {
 	// unrecorded keeps a message's delivery that was sent but whose record
 	// could not be written (the store unreachable), by reclaim and kind:
 	// the retry writes it, and sends nothing again.
-	unrecorded map[string]Delivery
+	unrecorded map[string]reclaim.Delivery
 	breaker    bool
 	wake       chan struct{}
 	// deciding counts the notifications answered from the journal and
@@ -85,7 +93,7 @@ func New(o Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading the store: %w", err)
 	}
-	e := &Engine{o: o, ledger: newLedger(len(rs)), inflight: map[string]bool{}, unrecorded: map[string]Delivery{}, wake: make(chan struct{}, 1),
+	e := &Engine{o: o, ledger: newLedger(len(rs)), inflight: map[string]bool{}, unrecorded: map[string]reclaim.Delivery{}, wake: make(chan struct{}, 1),
 		decideTurn: make(chan struct{}, 1)}
 	resumed := 0
 	for _, r := range rs {
@@ -106,7 +114,7 @@ func (e *Engine) now() time.Time { return e.o.Clock() }
 
 // delivery is where a message of a reclaim stands: the last delivery sent
 // but not yet recorded, else the recorded one.
-func (e *Engine) delivery(id string, kind MessageKind, recorded Delivery) Delivery {
+func (e *Engine) delivery(id string, kind reclaim.MessageKind, recorded reclaim.Delivery) reclaim.Delivery {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if d, ok := e.unrecorded[id+"/"+string(kind)]; ok {
@@ -117,7 +125,7 @@ func (e *Engine) delivery(id string, kind MessageKind, recorded Delivery) Delive
 
 // recorded notes whether a delivery's record was written: if not, it is
 // kept for the retry.
-func (e *Engine) recorded(id string, kind MessageKind, d Delivery, err error) {
+func (e *Engine) recorded(id string, kind reclaim.MessageKind, d reclaim.Delivery, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err != nil {
@@ -136,8 +144,8 @@ func later(a, b time.Time) time.Time {
 }
 
 // persist writes reclaims and audit events; the caller holds e.mu.
-func (e *Engine) persist(events []Event, rs ...*Reclaim) error {
-	if err := e.fenced(FencedWrite); err != nil {
+func (e *Engine) persist(events []reclaim.Event, rs ...*reclaim.Reclaim) error {
+	if err := e.fenced(reclaim.FencedWrite); err != nil {
 		return err
 	}
 	now := e.now()
@@ -148,7 +156,7 @@ func (e *Engine) persist(events []Event, rs ...*Reclaim) error {
 		}
 	}
 	if err := e.o.Store.Write(rs, events); err != nil {
-		e.o.Metrics.Error(ComponentStore)
+		e.o.Metrics.Error(reclaim.ComponentStore)
 		if cs := conflicts(err); len(cs) > 0 {
 			// Another replica wrote them (a leader that lost the Lease, before
 			// the fence): what the store holds is what was done.
@@ -166,12 +174,12 @@ func (e *Engine) persist(events []Event, rs ...*Reclaim) error {
 }
 
 // conflicts lists the ConflictErrors in err, joined ones included.
-func conflicts(err error) []*ConflictError {
+func conflicts(err error) []*reclaim.ConflictError {
 	switch u := err.(type) {
-	case *ConflictError:
-		return []*ConflictError{u}
+	case *reclaim.ConflictError:
+		return []*reclaim.ConflictError{u}
 	case interface{ Unwrap() []error }:
-		var out []*ConflictError
+		var out []*reclaim.ConflictError
 		for _, e := range u.Unwrap() {
 			out = append(out, conflicts(e)...)
 		}
@@ -184,27 +192,27 @@ func conflicts(err error) []*ConflictError {
 
 // fenced says whether this replica must refrain from what (a write, an
 // action, a message): it may have lost the Lease.
-func (e *Engine) fenced(what Fenced) error {
+func (e *Engine) fenced(what reclaim.Fenced) error {
 	if e.o.Leadership == nil {
 		return nil
 	}
 	if err := e.o.Leadership.Check(); err != nil {
 		e.o.Metrics.fenced.WithLabelValues(string(what)).Inc()
 		e.o.Logger.Warn("refused: leadership in doubt", "what", what, "err", err)
-		return fmt.Errorf("%w: %v", ErrNotLeader, err)
+		return fmt.Errorf("%w: %v", reclaim.ErrNotLeader, err)
 	}
 	return nil
 }
 
 // kubeEvent writes a Kubernetes Event about a reclaim, if this replica still leads.
-func (e *Engine) kubeEvent(ctx context.Context, r *Reclaim, reason, message string) {
-	if e.o.Events == nil || e.fenced(FencedEvent) != nil {
+func (e *Engine) kubeEvent(ctx context.Context, r *reclaim.Reclaim, reason, message string) {
+	if e.o.Events == nil || e.fenced(reclaim.FencedEvent) != nil {
 		return
 	}
 	e.o.Events.Event(ctx, r, reason, message)
 }
 
-func (e *Engine) event(r *Reclaim, kind, detail, actor string) Event {
+func (e *Engine) event(r *reclaim.Reclaim, kind, detail, actor string) reclaim.Event {
 	return newEvent(r, e.now(), kind, detail, actor)
 }
 
@@ -270,19 +278,19 @@ func (e *Engine) step(ctx context.Context, budget time.Duration) {
 			continue
 		}
 		switch {
-		case (r.State == Pending || r.State == Notified) && !r.Warning.Sent:
+		case (r.State == reclaim.Pending || r.State == reclaim.Notified) && !r.Warning.Sent:
 			due = append(due, work{id, workWarn, later(r.Created, r.NextTry)})
-		case r.State == Pending && !now.Before(r.ActAt):
+		case r.State == reclaim.Pending && !now.Before(r.ActAt):
 			due = append(due, work{id, workAct, later(r.ActAt, r.NextTry)})
-		case r.State == Acting:
+		case r.State == reclaim.Acting:
 			due = append(due, work{id, workAct, r.NextTry})
-		case r.State == Snoozed:
+		case r.State == reclaim.Snoozed:
 			due = append(due, work{id, workUnsnooze, r.NextTry})
 		case r.State.Terminal() && !r.Final.Sent:
 			due = append(due, work{id, workFinal, later(r.Closed, r.NextTry)})
-		case (r.State == Done || r.State == NotReleased) && r.Restore.Pending():
+		case (r.State == reclaim.Done || r.State == reclaim.NotReleased) && r.Restore.Pending():
 			due = append(due, work{id, workRestore, later(r.Restore.AskedAt, r.NextTry)})
-		case r.State == NotReleased && r.StopInPlace && r.Restore == nil:
+		case r.State == reclaim.NotReleased && r.StopInPlace && r.Restore == nil:
 			due = append(due, work{id, workFollow, later(r.Closed, r.NextTry)})
 		}
 	}
@@ -291,7 +299,7 @@ func (e *Engine) step(ctx context.Context, budget time.Duration) {
 	}
 	e.mu.Unlock()
 	if breakerMsg != "" {
-		e.send(ctx, Message{Kind: MsgAdmin, Text: breakerMsg}, nil)
+		e.send(ctx, reclaim.Message{Kind: reclaim.MsgAdmin, Text: breakerMsg}, nil)
 	}
 	// Actions first, then longest due first: a GPU held past its grace
 	// waits for no burst of warnings (a warning sent late delays only its
@@ -349,14 +357,14 @@ func (e *Engine) step(ctx context.Context, budget time.Duration) {
 
 // gauges sets the per-state gauge; the caller holds e.mu.
 func (e *Engine) gauges() {
-	for _, s := range States {
+	for _, s := range reclaim.States {
 		e.o.Metrics.reclaims.WithLabelValues(string(s)).Set(float64(e.ledger.counts[s]))
 	}
 	e.o.Metrics.unwritten.Set(float64(len(e.ledger.unwritten)))
 }
 
 // snapshot returns a copy of a reclaim, or nil.
-func (e *Engine) snapshot(id string) *Reclaim {
+func (e *Engine) snapshot(id string) *reclaim.Reclaim {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if r, ok := e.ledger.index[id]; ok {
@@ -368,9 +376,9 @@ func (e *Engine) snapshot(id string) *Reclaim {
 // apply records a verdict: the stored reclaim's transition under v,
 // written with its events. It returns the record as it stands after, and
 // whether v applied; a verdict's decision is counted once recorded.
-func (e *Engine) apply(id string, v Verdict) (*Reclaim, bool, error) {
+func (e *Engine) apply(id string, v Verdict) (*reclaim.Reclaim, bool, error) {
 	applied := false
-	r, err := e.write(id, func(cur *Reclaim) (*Reclaim, []Event) {
+	r, err := e.write(id, func(cur *reclaim.Reclaim) (*reclaim.Reclaim, []reclaim.Event) {
 		next, events := transition(cur, v, e.now())
 		if next == nil {
 			return nil, nil
@@ -395,13 +403,13 @@ func (e *Engine) apply(id string, v Verdict) (*Reclaim, bool, error) {
 
 // update applies f to a copy of the stored reclaim and writes it; if f
 // returns false nothing is written.
-func (e *Engine) update(id string, events func(*Reclaim) []Event, f func(*Reclaim) bool) (*Reclaim, error) {
-	return e.write(id, func(cur *Reclaim) (*Reclaim, []Event) {
+func (e *Engine) update(id string, events func(*reclaim.Reclaim) []reclaim.Event, f func(*reclaim.Reclaim) bool) (*reclaim.Reclaim, error) {
+	return e.write(id, func(cur *reclaim.Reclaim) (*reclaim.Reclaim, []reclaim.Event) {
 		c := clone(cur)
 		if !f(c) {
 			return nil, nil
 		}
-		var evs []Event
+		var evs []reclaim.Event
 		if events != nil {
 			evs = events(c)
 		}
@@ -413,7 +421,7 @@ func (e *Engine) update(id string, events func(*Reclaim) []Event, f func(*Reclai
 // new one: the stored one is shared with readers), and writes it with
 // its events; when next gives none, nothing is written and the stored
 // reclaim is returned.
-func (e *Engine) write(id string, next func(cur *Reclaim) (*Reclaim, []Event)) (*Reclaim, error) {
+func (e *Engine) write(id string, next func(cur *reclaim.Reclaim) (*reclaim.Reclaim, []reclaim.Event)) (*reclaim.Reclaim, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err := e.awaitWritten(id); err != nil {

@@ -1,10 +1,11 @@
-package reclaim
+package lifecycle
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
 // Metrics of the reclaimer's lifecycle.
@@ -63,21 +64,21 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		unwritten: f.NewGauge(prometheus.GaugeOpts{Name: "gpureclaim_reclaimer_unwritten_reclaims",
 			Help: "Reclaims decided from a notification and not yet written to the store; nothing is done about them until they are."}),
 	}
-	for _, s := range States {
+	for _, s := range reclaim.States {
 		m.reclaims.WithLabelValues(string(s))
 	}
 	return m
 }
 
 // Error counts an error of a component.
-func (m *Metrics) Error(c Component) { m.errors.WithLabelValues(string(c)).Inc() }
+func (m *Metrics) Error(c reclaim.Component) { m.errors.WithLabelValues(string(c)).Inc() }
 
-func (m *Metrics) decide(d Decision) { m.decisions.WithLabelValues(string(d)).Inc() }
+func (m *Metrics) decide(d reclaim.Decision) { m.decisions.WithLabelValues(string(d)).Inc() }
 
-func (m *Metrics) action(action config.Action, r ActionResult) {
+func (m *Metrics) action(action config.Action, r reclaim.ActionResult) {
 	m.actions.WithLabelValues(string(action), string(r)).Inc()
 }
 
-func (m *Metrics) message(notifier string, k MessageKind, r MessageResult) {
+func (m *Metrics) message(notifier string, k reclaim.MessageKind, r reclaim.MessageResult) {
 	m.messages.WithLabelValues(notifier, string(k), string(r)).Inc()
 }

@@ -1,4 +1,4 @@
-package reclaim
+package lifecycle
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
 // errNothingToAsk is the fact a reclaimer without an inspector cannot
@@ -15,7 +16,7 @@ var errNothingToAsk = errors.New("nothing is configured to ask")
 
 // verdict decides on r, looking up each fact decide asks for, in the
 // order it asks.
-func (e *Engine) verdict(ctx context.Context, r *Reclaim) Verdict {
+func (e *Engine) verdict(ctx context.Context, r *reclaim.Reclaim) Verdict {
 	p := e.policy(r)
 	f := Facts{Now: e.now()}
 	asked := map[Need]bool{}
@@ -36,8 +37,8 @@ func (e *Engine) verdict(ctx context.Context, r *Reclaim) Verdict {
 // asks Kubernetes, the nodes, Alertmanager and Prometheus before it
 // decides. A lookup that fails is a fact too (decide waits, or goes on
 // without it); it is counted and logged here.
-func (e *Engine) gather(ctx context.Context, r *Reclaim, n Need, f *Facts) {
-	log := func(c Component, err error) {
+func (e *Engine) gather(ctx context.Context, r *reclaim.Reclaim, n Need, f *Facts) {
+	log := func(c reclaim.Component, err error) {
 		e.o.Metrics.Error(c)
 		e.o.Logger.Warn("looking up the "+n.String()+" failed", "reclaim", r.ID, "err", err)
 	}
@@ -47,23 +48,23 @@ func (e *Engine) gather(ctx context.Context, r *Reclaim, n Need, f *Facts) {
 		k := &Fact[Keep]{}
 		if in != nil {
 			if k.Value.Kept, k.Value.Why, k.Err = in.Kept(ctx, r.Target); k.Err != nil {
-				log(ComponentKubernetes, k.Err)
+				log(reclaim.ComponentKubernetes, k.Err)
 			}
 		}
 		f.Kept = k
 	case NeedTopOwner:
-		o := &Fact[TopOwner]{Err: errNothingToAsk}
+		o := &Fact[reclaim.TopOwner]{Err: errNothingToAsk}
 		if in != nil {
-			if o.Value, o.Err = in.TopOwner(ctx, r.Target); o.Err != nil && !errors.Is(o.Err, ErrGone) {
-				log(ComponentKubernetes, o.Err)
+			if o.Value, o.Err = in.TopOwner(ctx, r.Target); o.Err != nil && !errors.Is(o.Err, reclaim.ErrGone) {
+				log(reclaim.ComponentKubernetes, o.Err)
 			}
 		}
 		f.TopOwner = o
 	case NeedStarted:
 		s := &Fact[time.Time]{}
 		if in != nil {
-			if s.Value, s.Err = in.Started(ctx, r.Target); s.Err != nil && !errors.Is(s.Err, ErrGone) {
-				log(ComponentInspector, s.Err)
+			if s.Value, s.Err = in.Started(ctx, r.Target); s.Err != nil && !errors.Is(s.Err, reclaim.ErrGone) {
+				log(reclaim.ComponentInspector, s.Err)
 			}
 		}
 		f.Started = s
@@ -75,7 +76,7 @@ func (e *Engine) gather(ctx context.Context, r *Reclaim, n Need, f *Facts) {
 			w.Value, w.Err = e.o.Prometheus.Demand(ctx, config.WantedQuery(r.Target.Kind, r.Target.MIGProfile))
 		}
 		if w.Err != nil {
-			log(ComponentPrometheus, w.Err)
+			log(reclaim.ComponentPrometheus, w.Err)
 		}
 		f.Wanted = w
 	case NeedBreaker:
@@ -85,15 +86,15 @@ func (e *Engine) gather(ctx context.Context, r *Reclaim, n Need, f *Facts) {
 	case NeedActed:
 		f.Acted = &Fact[Acted]{Value: e.acted(r.Target.Namespace)}
 	case NeedAlert:
-		a := &Fact[AlertCheck]{Value: AlertCheck{Status: AlertActive}}
+		a := &Fact[reclaim.AlertCheck]{Value: reclaim.AlertCheck{Status: reclaim.AlertActive}}
 		if e.o.Checker != nil {
 			if a.Value, a.Err = e.o.Checker.Check(ctx, r); a.Err != nil {
-				log(ComponentAlertmanager, a.Err)
+				log(reclaim.ComponentAlertmanager, a.Err)
 			}
 		}
 		f.Alert = a
 	case NeedRelease:
-		f.Release = &Fact[Release]{Value: e.look(ctx, r, false)}
+		f.Release = &Fact[reclaim.Release]{Value: e.look(ctx, r, false)}
 	}
 }
 
@@ -103,7 +104,7 @@ func (e *Engine) acted(namespace string) Acted {
 	defer e.mu.Unlock()
 	var a Acted
 	for _, r := range e.ledger.index {
-		if (r.State == Done || r.State == NotReleased || r.State == Acting) && !r.ActedAt.IsZero() {
+		if (r.State == reclaim.Done || r.State == reclaim.NotReleased || r.State == reclaim.Acting) && !r.ActedAt.IsZero() {
 			a.Fleet = append(a.Fleet, r.ActedAt)
 			if namespace != "" && r.Target.Namespace == namespace {
 				a.Namespace = append(a.Namespace, r.ActedAt)

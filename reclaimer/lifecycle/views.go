@@ -1,13 +1,15 @@
-package reclaim
+package lifecycle
 
 import (
 	"sort"
 	"time"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
 // List returns every reclaim, newest first. The reclaims are shared with
 // the engine and other readers: read them, never change them.
-func (e *Engine) List() []*Reclaim {
+func (e *Engine) List() []*reclaim.Reclaim {
 	l := &e.ledger
 	l.viewMu.Lock()
 	defer l.viewMu.Unlock()
@@ -18,7 +20,7 @@ func (e *Engine) List() []*Reclaim {
 		return v
 	}
 	ver := l.version
-	out := make([]*Reclaim, 0, len(l.index))
+	out := make([]*reclaim.Reclaim, 0, len(l.index))
 	for _, r := range l.index {
 		out = append(out, r)
 	}
@@ -29,7 +31,7 @@ func (e *Engine) List() []*Reclaim {
 }
 
 // newer orders reclaims newest first, then by ID.
-func newer(a, b *Reclaim) bool {
+func newer(a, b *reclaim.Reclaim) bool {
 	if !a.Created.Equal(b.Created) {
 		return a.Created.After(b.Created)
 	}
@@ -39,7 +41,7 @@ func newer(a, b *Reclaim) bool {
 // Query selects a page of reclaims.
 type Query struct {
 	// States keeps these states only; none keeps all.
-	States map[State]bool
+	States map[reclaim.State]bool
 	// Limit bounds the page; 0 means no bound.
 	Limit int
 	// After is the last ID of the previous page.
@@ -48,7 +50,7 @@ type Query struct {
 
 // Page is one page of reclaims, newest first.
 type Page struct {
-	Reclaims []*Reclaim
+	Reclaims []*reclaim.Reclaim
 	// Next is the After of the next page; empty on the last.
 	Next string
 }
@@ -80,19 +82,19 @@ func (e *Engine) Page(q Query) Page {
 }
 
 // Get returns a copy of one reclaim.
-func (e *Engine) Get(id string) (*Reclaim, bool) {
+func (e *Engine) Get(id string) (*reclaim.Reclaim, bool) {
 	r := e.snapshot(id)
 	return r, r != nil
 }
 
 // Audit returns the newest audit events.
-func (e *Engine) Audit(limit int) ([]Event, error) { return e.o.Store.Audit(limit) }
+func (e *Engine) Audit(limit int) ([]reclaim.Event, error) { return e.o.Store.Audit(limit) }
 
 // Prune forgets reclaims that ended before the given time. The store
 // deletes them without the engine's lock: nothing writes a reclaim that
 // ended and was told, and notifications go on meanwhile.
 func (e *Engine) Prune(before time.Time) (int, error) {
-	if err := e.fenced(FencedWrite); err != nil {
+	if err := e.fenced(reclaim.FencedWrite); err != nil {
 		return 0, err
 	}
 	n, err := e.o.Store.Prune(before)

@@ -1,4 +1,4 @@
-package reclaim_test
+package lifecycle_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpureclaim/gpureclaim/internal/testkit/fakeclock"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/lifecycle"
 	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaimtest"
@@ -35,8 +36,8 @@ type fixture struct {
 	cfg      *config.Config
 	path     string
 	st       *store.Bolt
-	eng      *reclaim.Engine
-	metrics  *reclaim.Metrics
+	eng      *lifecycle.Engine
+	metrics  *lifecycle.Metrics
 	reg      *prometheus.Registry
 	// failpoint, when set, is called at the engine's failpoints.
 	failpoint func(string)
@@ -67,25 +68,25 @@ func (f *fixture) open() {
 	require.NoError(f.t, err)
 	f.t.Cleanup(func() { f.st.Close() })
 	f.reg = prometheus.NewRegistry()
-	f.metrics = reclaim.NewMetrics(f.reg)
-	o := reclaim.Options{
+	f.metrics = lifecycle.NewMetrics(f.reg)
+	o := lifecycle.Options{
 		Config: f.cfg, Store: f.st, Journal: f.st, Checker: f.checker, Inspector: f.inspector, Actor: f.actor, Planner: f.actor, Restorer: f.actor,
 		Notifiers: []reclaim.Notifier{f.notifier}, Clock: f.clock.Now, Metrics: f.metrics, Failpoint: f.failpoint,
 	}
 	if f.verifier != nil {
 		o.Verifier = f.verifier
 	}
-	f.eng, err = reclaim.New(o)
+	f.eng, err = lifecycle.New(o)
 	require.NoError(f.t, err)
 }
 
 // with starts an engine on the fixture's store, clock, actor and notifier,
 // but no checker or inspector, with its options changed.
-func (f *fixture) with(change func(*reclaim.Options)) {
-	o := reclaim.Options{Config: f.cfg, Store: f.st, Journal: f.st, Actor: f.actor, Planner: f.actor, Restorer: f.actor, Notifiers: []reclaim.Notifier{f.notifier}, Clock: f.clock.Now, Metrics: f.metrics}
+func (f *fixture) with(change func(*lifecycle.Options)) {
+	o := lifecycle.Options{Config: f.cfg, Store: f.st, Journal: f.st, Actor: f.actor, Planner: f.actor, Restorer: f.actor, Notifiers: []reclaim.Notifier{f.notifier}, Clock: f.clock.Now, Metrics: f.metrics}
 	change(&o)
 	var err error
-	f.eng, err = reclaim.New(o)
+	f.eng, err = lifecycle.New(o)
 	require.NoError(f.t, err)
 }
 
@@ -94,7 +95,7 @@ func (f *fixture) restart() {
 	f.open()
 }
 
-func (f *fixture) ingest(alerts ...notification.Alert) reclaim.IngestResult {
+func (f *fixture) ingest(alerts ...notification.Alert) lifecycle.IngestResult {
 	f.t.Helper()
 	res, err := f.eng.Ingest(alerts)
 	require.NoError(f.t, err)
@@ -804,7 +805,7 @@ func TestPages(t *testing.T) {
 	all := f.eng.List()
 	require.Len(t, all, 7)
 	var walked []string
-	q := reclaim.Query{Limit: 3}
+	q := lifecycle.Query{Limit: 3}
 	for {
 		p := f.eng.Page(q)
 		for _, r := range p.Reclaims {
@@ -817,8 +818,8 @@ func TestPages(t *testing.T) {
 		q.After = p.Next
 	}
 	require.Equal(t, []string{"nb-6", "nb-5", "nb-4", "nb-3", "nb-2", "nb-1", "nb-0"}, walked)
-	require.Empty(t, f.eng.Page(reclaim.Query{States: map[reclaim.State]bool{reclaim.Done: true}}).Reclaims)
-	require.Len(t, f.eng.Page(reclaim.Query{States: map[reclaim.State]bool{reclaim.Pending: true}}).Reclaims, 7)
+	require.Empty(t, f.eng.Page(lifecycle.Query{States: map[reclaim.State]bool{reclaim.Done: true}}).Reclaims)
+	require.Len(t, f.eng.Page(lifecycle.Query{States: map[reclaim.State]bool{reclaim.Pending: true}}).Reclaims, 7)
 }
 
 // A warning that cannot go out holds the reclaim; past warning_deadline
@@ -906,7 +907,7 @@ func TestDueActionGoesBeforeABurstOfWarnings(t *testing.T) {
 	f := newFixture(t, "circuit_breaker: {max_pending: 0}\n")
 	clock, actor := f.clock, f.actor
 	n := &orderNotifier{Notifier: f.notifier, actor: actor}
-	f.with(func(o *reclaim.Options) { o.Notifiers = []reclaim.Notifier{n} })
+	f.with(func(o *lifecycle.Options) { o.Notifiers = []reclaim.Notifier{n} })
 	eng := f.eng
 	ctx := context.Background()
 	var err error
@@ -996,7 +997,7 @@ func TestGraceRunsFromASlowDelivery(t *testing.T) {
 	f := newFixture(t, "")
 	clock, actor := f.clock, f.actor
 	n := &slowNotifier{Notifier: f.notifier, t: t, clock: clock, took: 36 * time.Second}
-	f.with(func(o *reclaim.Options) { o.Notifiers = []reclaim.Notifier{n} })
+	f.with(func(o *lifecycle.Options) { o.Notifiers = []reclaim.Notifier{n} })
 	eng := f.eng
 	ctx := context.Background()
 	_, err := eng.Ingest([]notification.Alert{reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0")})
@@ -1045,7 +1046,7 @@ func (l *lease) lose() { l.mu.Lock(); l.lost = true; l.mu.Unlock() }
 func TestNoActionWriteOrMessageOnceLeadershipIsInDoubt(t *testing.T) {
 	f := newFixture(t, "")
 	l := &lease{token: 7}
-	f.with(func(o *reclaim.Options) { o.Leadership = l })
+	f.with(func(o *lifecycle.Options) { o.Leadership = l })
 	require.Equal(t, 2, f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"), reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-1")).New)
 	f.at(0)
 	require.Len(t, f.notifier.Kinds(), 2, "both warned")
@@ -1096,7 +1097,7 @@ func TestAMessageSentDuringAStoreOutageIsSentOnce(t *testing.T) {
 	f := newFixture(t, "")
 	st := &flakyStore{Store: f.st}
 	tripped := map[string]bool{}
-	f.with(func(o *reclaim.Options) {
+	f.with(func(o *lifecycle.Options) {
 		o.Store = st
 		o.Journal, _ = o.Store.(reclaim.Journal)
 		o.Failpoint = func(p string) {
@@ -1158,7 +1159,7 @@ func (s *conflictStore) Write(rs []*reclaim.Reclaim, evs []reclaim.Event) error 
 func TestAConflictGoesOnFromTheStore(t *testing.T) {
 	f := newFixture(t, "")
 	st := &conflictStore{Store: f.st}
-	f.with(func(o *reclaim.Options) { o.Store = st; o.Journal, _ = o.Store.(reclaim.Journal) })
+	f.with(func(o *lifecycle.Options) { o.Store = st; o.Journal, _ = o.Store.(reclaim.Journal) })
 	f.ingest(reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-0"), reclaimtest.IdlePod("firing", reclaimtest.T0, "ml", "nb-1"))
 	f.at(0)
 	st.on = true

@@ -1,4 +1,4 @@
-package reclaim
+package lifecycle
 
 import (
 	"context"

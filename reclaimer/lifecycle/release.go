@@ -1,4 +1,4 @@
-package reclaim
+package lifecycle
 
 import (
 	"context"
@@ -6,14 +6,17 @@ import (
 	"time"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
 // carriedOut records an action its target accepted at the time at: the
 // reclaim stays acting until the world shows the GPU released, or the
 // deadline of what was stopped passes.
-func (e *Engine) carriedOut(ctx context.Context, id string, res *Result, at time.Time, gone bool) {
-	r, err := e.update(id, func(c *Reclaim) []Event { return []Event{e.event(c, "carried_out", res.Detail, "reclaimer")} }, func(c *Reclaim) bool {
-		if c.State != Acting {
+func (e *Engine) carriedOut(ctx context.Context, id string, res *reclaim.Result, at time.Time, gone bool) {
+	r, err := e.update(id, func(c *reclaim.Reclaim) []reclaim.Event {
+		return []reclaim.Event{e.event(c, "carried_out", res.Detail, "reclaimer")}
+	}, func(c *reclaim.Reclaim) bool {
+		if c.State != reclaim.Acting {
 			return false
 		}
 		c.Stopped, c.Killed, c.Detail = res.Stopped, res.Killed, res.Detail
@@ -27,7 +30,7 @@ func (e *Engine) carriedOut(ctx context.Context, id string, res *Result, at time
 		e.o.Logger.Error("recording an action carried out", "reclaim", id, "err", err)
 		return
 	}
-	if r.State == Acting && !r.ReleaseBy.IsZero() {
+	if r.State == reclaim.Acting && !r.ReleaseBy.IsZero() {
 		e.verify(ctx, r)
 	}
 }
@@ -35,14 +38,14 @@ func (e *Engine) carriedOut(ctx context.Context, id string, res *Result, at time
 // verify looks whether the action's target let go of the GPU (decide):
 // released, the reclaim is done; past the deadline, it ends not released
 // with what the controller said; in between it looks again.
-func (e *Engine) verify(ctx context.Context, r *Reclaim) {
+func (e *Engine) verify(ctx context.Context, r *reclaim.Reclaim) {
 	v := e.verdict(ctx, r)
 	seen := e.now() // when the world was seen, not when the look began
 	switch v.Do {
 	case DoDone:
-		result := ActionDone
+		result := reclaim.ActionDone
 		if r.TargetGone {
-			result = ActionGone
+			result = reclaim.ActionGone
 		}
 		took := e.countRelease(r, seen, v.Shared)
 		e.o.Metrics.idleToAction.Observe(max(0, r.ActedAt.Sub(r.IdleSince()).Seconds()))
@@ -74,7 +77,7 @@ func (e *Engine) verify(ctx context.Context, r *Reclaim) {
 // comes back, with nobody told; so it is taken back (release.on_not_released:
 // undo) and the owner hears the workload was left running, or kept and
 // followed (keep), and the message says which.
-func (e *Engine) notReleased(ctx context.Context, r *Reclaim, why string) {
+func (e *Engine) notReleased(ctx context.Context, r *reclaim.Reclaim, why string) {
 	inPlace := r.Stopped != nil && !r.DryRun
 	if inPlace {
 		rs := e.o.Restorer
@@ -84,12 +87,12 @@ func (e *Engine) notReleased(ctx context.Context, r *Reclaim, why string) {
 		case e.o.Config.Release.OnNotReleased == config.NotReleasedKeep:
 			why += fmt.Sprintf("; the stop of %s stays in place (release.on_not_released: keep): the workload stops if its controller carries it out, and restoring takes it back", r.Stopped)
 		default:
-			if err := e.fenced(FencedAction); err != nil {
+			if err := e.fenced(reclaim.FencedAction); err != nil {
 				e.o.Logger.Warn("not taking a stop back", "reclaim", r.ID, "err", err)
 				return // the next leader looks again
 			}
 			if err := rs.Restore(ctx, r); err != nil {
-				e.o.Metrics.Error(ComponentKubernetes)
+				e.o.Metrics.Error(reclaim.ComponentKubernetes)
 				why += fmt.Sprintf("; taking the stop back failed, so it stays in place (restoring takes it back): %v", err)
 			} else {
 				inPlace = false
@@ -100,20 +103,22 @@ func (e *Engine) notReleased(ctx context.Context, r *Reclaim, why string) {
 	if _, applied, err := e.apply(r.ID, Verdict{Do: DoNotReleased, Why: why, StopInPlace: inPlace}); err != nil {
 		e.o.Logger.Error("recording a GPU not released", "reclaim", r.ID, "err", err)
 	} else if applied {
-		e.o.Metrics.action(r.Action, ActionNotReleased)
+		e.o.Metrics.action(r.Action, reclaim.ActionNotReleased)
 	}
 }
 
 // follow looks again at a stop left in place after not_released: once its
 // controller carries it out, the reclaim is done at the time the GPU was
 // seen released, and the owner is told again.
-func (e *Engine) follow(ctx context.Context, r *Reclaim) {
+func (e *Engine) follow(ctx context.Context, r *reclaim.Reclaim) {
 	rel := e.look(ctx, r, false)
 	seen := e.now()
 	interval := time.Duration(e.o.Config.Release.Interval)
-	following := func(c *Reclaim) bool { return c.State == NotReleased && c.StopInPlace && c.Restore == nil }
+	following := func(c *reclaim.Reclaim) bool {
+		return c.State == reclaim.NotReleased && c.StopInPlace && c.Restore == nil
+	}
 	if !rel.Done {
-		if _, err := e.update(r.ID, nil, func(c *Reclaim) bool {
+		if _, err := e.update(r.ID, nil, func(c *reclaim.Reclaim) bool {
 			if !following(c) {
 				return false
 			}
@@ -126,20 +131,22 @@ func (e *Engine) follow(ctx context.Context, r *Reclaim) {
 	}
 	took := max(0, seen.Sub(r.ActedAt))
 	late := fmt.Sprintf("its controller carried the stop out late: the GPU was seen released %s after the action", took.Round(time.Second))
-	done, err := e.update(r.ID, func(c *Reclaim) []Event { return []Event{e.event(c, string(Done), late, "reclaimer")} }, func(c *Reclaim) bool {
+	done, err := e.update(r.ID, func(c *reclaim.Reclaim) []reclaim.Event {
+		return []reclaim.Event{e.event(c, string(reclaim.Done), late, "reclaimer")}
+	}, func(c *reclaim.Reclaim) bool {
 		if !following(c) {
 			return false
 		}
-		c.State, c.ReleasedAt, c.Closed, c.NextTry, c.SharedWith = Done, seen, seen, time.Time{}, rel.Shared
+		c.State, c.ReleasedAt, c.Closed, c.NextTry, c.SharedWith = reclaim.Done, seen, seen, time.Time{}, rel.Shared
 		c.Reason, c.Detail = late, c.Detail+"; "+late
-		c.Final = Delivery{} // the owner hears the new end
+		c.Final = reclaim.Delivery{} // the owner hears the new end
 		return true
 	})
 	if err != nil {
 		e.o.Logger.Error("recording a stop carried out late", "reclaim", r.ID, "err", err)
 		return
 	}
-	if done.State == Done {
+	if done.State == reclaim.Done {
 		e.countRelease(r, seen, rel.Shared)
 	}
 	e.o.Logger.Info("reclaim done late", "reclaim", r.ID, "reason", late)
@@ -148,7 +155,7 @@ func (e *Engine) follow(ctx context.Context, r *Reclaim) {
 // countRelease counts an action's target seen released at seen, and says
 // how long after the action that was. A share freed frees no GPU, and is
 // not counted as reclaimed.
-func (e *Engine) countRelease(r *Reclaim, seen time.Time, shared string) time.Duration {
+func (e *Engine) countRelease(r *reclaim.Reclaim, seen time.Time, shared string) time.Duration {
 	took := max(0, seen.Sub(r.ActedAt))
 	e.o.Metrics.releaseDuration.WithLabelValues(r.ReleaseKind()).Observe(took.Seconds())
 	if shared == "" {
@@ -162,10 +169,10 @@ func (e *Engine) countRelease(r *Reclaim, seen time.Time, shared string) time.Du
 // look asks the world whether the GPU is released (or, for a restore,
 // whether the workload runs again). Without a Verifier every action is
 // taken at its word; a look that fails is no release.
-func (e *Engine) look(ctx context.Context, r *Reclaim, restore bool) Release {
+func (e *Engine) look(ctx context.Context, r *reclaim.Reclaim, restore bool) reclaim.Release {
 	v := e.o.Verifier
 	if v == nil {
-		return Release{Done: true}
+		return reclaim.Release{Done: true}
 	}
 	ask, what := v.Released, "it is released"
 	if restore {
@@ -173,8 +180,8 @@ func (e *Engine) look(ctx context.Context, r *Reclaim, restore bool) Release {
 	}
 	rel, err := ask(ctx, r)
 	if err != nil {
-		e.o.Metrics.Error(ComponentRelease)
-		return Release{Why: "cannot tell whether " + what + ": " + err.Error()}
+		e.o.Metrics.Error(reclaim.ComponentRelease)
+		return reclaim.Release{Why: "cannot tell whether " + what + ": " + err.Error()}
 	}
 	return rel
 }
@@ -188,30 +195,30 @@ func nextLook(since, interval time.Duration) time.Duration {
 }
 
 // verifyRestore looks whether a restored workload runs again.
-func (e *Engine) verifyRestore(ctx context.Context, r *Reclaim) {
+func (e *Engine) verifyRestore(ctx context.Context, r *reclaim.Reclaim) {
 	now := e.now()
 	run := e.look(ctx, r, true)
-	var kind MessageKind
-	r, err := e.update(r.ID, func(c *Reclaim) []Event {
+	var kind reclaim.MessageKind
+	r, err := e.update(r.ID, func(c *reclaim.Reclaim) []reclaim.Event {
 		switch {
 		case run.Done:
-			return []Event{e.event(c, "restored", c.Stopped.RestoredText(), c.Restore.AskedBy)}
+			return []reclaim.Event{e.event(c, "restored", c.Stopped.RestoredText(), c.Restore.AskedBy)}
 		case !now.Before(c.Restore.Deadline):
-			return []Event{e.event(c, "restore_failed", c.Restore.Failed, c.Restore.AskedBy)}
+			return []reclaim.Event{e.event(c, "restore_failed", c.Restore.Failed, c.Restore.AskedBy)}
 		}
 		return nil
-	}, func(c *Reclaim) bool {
+	}, func(c *reclaim.Reclaim) bool {
 		rs := c.Restore
 		if !rs.Pending() {
 			return false
 		}
 		switch {
 		case run.Done:
-			rs.RestoredAt, c.NextTry, kind = now, time.Time{}, MsgRestored
+			rs.RestoredAt, c.NextTry, kind = now, time.Time{}, reclaim.MsgRestored
 		case now.Before(rs.Deadline):
 			c.NextTry = now.Add(nextLook(now.Sub(rs.AskedAt), time.Duration(e.o.Config.Release.Interval)))
 		default:
-			c.NextTry, kind = time.Time{}, MsgRestoreFailed
+			c.NextTry, kind = time.Time{}, reclaim.MsgRestoreFailed
 			rs.Failed = fmt.Sprintf("%s was asked to run again %s ago and does not: %s", c.Stopped, now.Sub(rs.AskedAt).Round(time.Second), run.Why)
 		}
 		return true
@@ -221,16 +228,16 @@ func (e *Engine) verifyRestore(ctx context.Context, r *Reclaim) {
 		return
 	}
 	switch kind {
-	case MsgRestored:
+	case reclaim.MsgRestored:
 		by := r.Restore.AskedBy
-		e.send(ctx, Message{Kind: MsgRestored, Reclaim: r, By: by, Text: fmt.Sprintf("%s by %s; it runs again.", r.Stopped.RestoredText(), by)}, nil)
+		e.send(ctx, reclaim.Message{Kind: reclaim.MsgRestored, Reclaim: r, By: by, Text: fmt.Sprintf("%s by %s; it runs again.", r.Stopped.RestoredText(), by)}, nil)
 		if e.o.Events != nil {
 			e.kubeEvent(ctx, r, "GPUReclaimRestored", fmt.Sprintf("%s by %s", r.Stopped.RestoredText(), by))
 		}
-	case MsgRestoreFailed:
+	case reclaim.MsgRestoreFailed:
 		why := r.Restore.Failed
 		e.o.Logger.Warn("restore failed", "reclaim", r.ID, "reason", why)
-		e.send(ctx, Message{Kind: MsgRestoreFailed, Reclaim: r, By: r.Restore.AskedBy, Text: "Restore failed: " + why + "."}, nil)
+		e.send(ctx, reclaim.Message{Kind: reclaim.MsgRestoreFailed, Reclaim: r, By: r.Restore.AskedBy, Text: "Restore failed: " + why + "."}, nil)
 		if e.o.Events != nil {
 			e.kubeEvent(ctx, r, "GPUReclaimRestoreFailed", why)
 		}

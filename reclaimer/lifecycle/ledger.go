@@ -1,8 +1,10 @@
-package reclaim
+package lifecycle
 
 import (
 	"slices"
 	"sync"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
 // ledger is the reclaims in memory: each by id, the indexes kept with
@@ -11,12 +13,12 @@ import (
 // under the engine's lock only, and a record in it never changes: a write
 // puts a new copy.
 type ledger struct {
-	index map[string]*Reclaim
+	index map[string]*reclaim.Reclaim
 	// Kept with the index by set and remove, so that a notification costs
 	// what its alerts do, not what the store holds.
-	byAlert  map[string][]string    // reclaim ids by alert fingerprint
-	openUnit map[TargetKey][]string // ids of the reclaims not ended, by unit
-	counts   map[State]int
+	byAlert  map[string][]string            // reclaim ids by alert fingerprint
+	openUnit map[reclaim.TargetKey][]string // ids of the reclaims not ended, by unit
+	counts   map[reclaim.State]int
 	version  uint64 // counts the index's changes
 
 	// Decisions in the index not yet in the store: the latest write of
@@ -29,17 +31,17 @@ type ledger struct {
 	// engine's lock: a status page over 60,000 reclaims does not hold up
 	// a webhook.
 	viewMu      sync.Mutex
-	view        []*Reclaim
+	view        []*reclaim.Reclaim
 	viewVersion uint64
 }
 
 func newLedger(size int) ledger {
-	return ledger{index: make(map[string]*Reclaim, size), byAlert: map[string][]string{}, openUnit: map[TargetKey][]string{},
-		counts: map[State]int{}, unwritten: map[string]*pendingWrite{}}
+	return ledger{index: make(map[string]*reclaim.Reclaim, size), byAlert: map[string][]string{}, openUnit: map[reclaim.TargetKey][]string{},
+		counts: map[reclaim.State]int{}, unwritten: map[string]*pendingWrite{}}
 }
 
 // set puts a reclaim into the index and the indexes kept with it.
-func (l *ledger) set(r *Reclaim) {
+func (l *ledger) set(r *reclaim.Reclaim) {
 	l.remove(r.ID)
 	l.index[r.ID] = r
 	l.counts[r.State]++

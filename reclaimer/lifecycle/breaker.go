@@ -1,7 +1,9 @@
-package reclaim
+package lifecycle
 
 import (
 	"fmt"
+
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
 // updateBreaker opens the breaker while too many targets wait for an
@@ -13,7 +15,7 @@ func (e *Engine) updateBreaker() string {
 	}
 	n := 0
 	for _, r := range e.ledger.index {
-		if r.State == Pending && !r.DryRun {
+		if r.State == reclaim.Pending && !r.DryRun {
 			n++
 		}
 	}

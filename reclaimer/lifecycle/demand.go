@@ -1,4 +1,4 @@
-package reclaim
+package lifecycle
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
 // DemandQuerier answers a policy's restore_when: whether the query
@@ -22,9 +23,9 @@ const RestoredByDemand = "restore_when"
 // whose policy has a restore_when, whether its workload is wanted again,
 // and restores those that are. A reclaim is watched for the policy's
 // restore_within after its action. It returns the reclaims restored.
-func (e *Engine) RestoreOnDemand(ctx context.Context, q DemandQuerier) []*Reclaim {
+func (e *Engine) RestoreOnDemand(ctx context.Context, q DemandQuerier) []*reclaim.Reclaim {
 	now := e.now()
-	var restored []*Reclaim
+	var restored []*reclaim.Reclaim
 	for _, r := range e.List() {
 		if !r.Restorable() {
 			continue
@@ -36,13 +37,13 @@ func (e *Engine) RestoreOnDemand(ctx context.Context, q DemandQuerier) []*Reclai
 		log := e.o.Logger.With("id", r.ID, "policy", r.Policy)
 		query, err := p.RestoreQuery(restoreData(r))
 		if err != nil {
-			e.o.Metrics.Error(ComponentPrometheus)
+			e.o.Metrics.Error(reclaim.ComponentPrometheus)
 			log.Error("restore_when cannot be rendered for this reclaim", "err", err)
 			continue
 		}
 		wanted, err := q.Demand(ctx, query)
 		if err != nil {
-			e.o.Metrics.Error(ComponentPrometheus)
+			e.o.Metrics.Error(reclaim.ComponentPrometheus)
 			log.Warn("restore_when query failed", "query", query, "err", err)
 			continue
 		}
@@ -61,7 +62,7 @@ func (e *Engine) RestoreOnDemand(ctx context.Context, q DemandQuerier) []*Reclai
 }
 
 // restoreData is what a restore_when template reads of a reclaim.
-func restoreData(r *Reclaim) config.RestoreData {
+func restoreData(r *reclaim.Reclaim) config.RestoreData {
 	d := config.RestoreData{}
 	r.Labels.Range(func(l labels.Label) { d[l.Name] = l.Value })
 	if w := r.Stopped; w != nil {
