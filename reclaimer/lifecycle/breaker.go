@@ -14,7 +14,7 @@ func (e *Engine) updateBreaker() string {
 		return ""
 	}
 	n := 0
-	for _, r := range e.ledger.index {
+	for _, r := range e.ledger.All() {
 		if r.State == reclaim.Pending && !r.DryRun {
 			n++
 		}

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
+	"github.com/gpureclaim/gpureclaim/reclaimer/ledger"
+	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
@@ -62,7 +64,7 @@ type Engine struct {
 
 	mu sync.Mutex // guards the ledger and what follows
 	// ledger is the reclaims in memory and their writes under way.
-	ledger   ledger
+	ledger   *ledger.Ledger
 	inflight map[string]bool // side effects in progress, outside the lock
 	// unrecorded keeps a message's delivery that was sent but whose record
 	// could not be written (the store unreachable), by reclaim and kind:
@@ -70,12 +72,6 @@ type Engine struct {
 	unrecorded map[string]reclaim.Delivery
 	breaker    bool
 	wake       chan struct{}
-	// deciding counts the notifications answered from the journal and
-	// not yet decided (ingest.go); decideTurn lets one at a time be
-	// decided, and holds the next before it is journaled: a flood of large
-	// notifications waits rather than piling up in memory.
-	deciding   sync.WaitGroup
-	decideTurn chan struct{}
 }
 
 // New loads the store and resumes every reclaim where it stopped.
@@ -93,16 +89,27 @@ func New(o Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading the store: %w", err)
 	}
-	e := &Engine{o: o, ledger: newLedger(len(rs)), inflight: map[string]bool{}, unrecorded: map[string]reclaim.Delivery{}, wake: make(chan struct{}, 1),
-		decideTurn: make(chan struct{}, 1)}
+	e := &Engine{o: o, inflight: map[string]bool{}, unrecorded: map[string]reclaim.Delivery{}, wake: make(chan struct{}, 1)}
+	lo := ledger.Options{Store: o.Store, Journal: o.Journal, Lock: &e.mu, MayWrite: func() error { return e.fenced(reclaim.FencedWrite) },
+		Clock: o.Clock, AnswerWithin: time.Duration(o.Config.Webhook.AnswerWithin), Written: e.Kick,
+		StoreFailed: func() { o.Metrics.Error(reclaim.ComponentStore) }, Unwritten: func(n int) { o.Metrics.unwritten.Set(float64(n)) },
+		Failpoint: o.Failpoint, Logger: o.Logger}
+	if o.Leadership != nil {
+		lo.Token = o.Leadership.Token
+	}
+	e.ledger = ledger.New(lo, rs)
 	resumed := 0
 	for _, r := range rs {
-		e.ledger.set(r)
 		if !r.State.Terminal() {
 			resumed++
 		}
 	}
-	if err := e.replay(); err != nil {
+	// Not yet shared: the journal's notifications are decided without
+	// the lock.
+	if err := e.ledger.Replay(func(alerts []notification.Alert) (int, []*ledger.Queued) {
+		res, ws := e.ingest(alerts)
+		return res.New, ws
+	}); err != nil {
 		return nil, err
 	}
 	e.gauges()
@@ -141,53 +148,6 @@ func later(a, b time.Time) time.Time {
 		return a
 	}
 	return b
-}
-
-// persist writes reclaims and audit events; the caller holds e.mu.
-func (e *Engine) persist(events []reclaim.Event, rs ...*reclaim.Reclaim) error {
-	if err := e.fenced(reclaim.FencedWrite); err != nil {
-		return err
-	}
-	now := e.now()
-	for _, r := range rs {
-		r.Updated = now
-		if e.o.Leadership != nil {
-			r.Fence = e.o.Leadership.Token()
-		}
-	}
-	if err := e.o.Store.Write(rs, events); err != nil {
-		e.o.Metrics.Error(reclaim.ComponentStore)
-		if cs := conflicts(err); len(cs) > 0 {
-			// Another replica wrote them (a leader that lost the Lease, before
-			// the fence): what the store holds is what was done.
-			for _, c := range cs {
-				e.ledger.set(c.Stored)
-				e.o.Logger.Warn("a reclaim was written by another replica: going on from the store", "reclaim", c.Stored.ID, "state", c.Stored.State)
-			}
-			e.ledger.version++
-			return err
-		}
-		e.o.Logger.Error("writing to the store failed: nothing is done until it is written", "reclaims", len(rs), "first", rs[0].ID, "err", err)
-		return err
-	}
-	return nil
-}
-
-// conflicts lists the ConflictErrors in err, joined ones included.
-func conflicts(err error) []*reclaim.ConflictError {
-	switch u := err.(type) {
-	case *reclaim.ConflictError:
-		return []*reclaim.ConflictError{u}
-	case interface{ Unwrap() []error }:
-		var out []*reclaim.ConflictError
-		for _, e := range u.Unwrap() {
-			out = append(out, conflicts(e)...)
-		}
-		return out
-	case interface{ Unwrap() error }:
-		return conflicts(u.Unwrap())
-	}
-	return nil
 }
 
 // fenced says whether this replica must refrain from what (a write, an
@@ -273,8 +233,8 @@ func (e *Engine) step(ctx context.Context, budget time.Duration) {
 	e.o.Metrics.lastStepSeconds.Set(float64(now.Unix()))
 	breakerMsg := e.updateBreaker()
 	var due []work
-	for id, r := range e.ledger.index {
-		if e.inflight[id] || e.ledger.unwritten[id] != nil || now.Before(r.NextTry) {
+	for id, r := range e.ledger.All() {
+		if e.inflight[id] || e.ledger.Unwritten(id) != nil || now.Before(r.NextTry) {
 			continue
 		}
 		switch {
@@ -358,16 +318,16 @@ func (e *Engine) step(ctx context.Context, budget time.Duration) {
 // gauges sets the per-state gauge; the caller holds e.mu.
 func (e *Engine) gauges() {
 	for _, s := range reclaim.States {
-		e.o.Metrics.reclaims.WithLabelValues(string(s)).Set(float64(e.ledger.counts[s]))
+		e.o.Metrics.reclaims.WithLabelValues(string(s)).Set(float64(e.ledger.Count(s)))
 	}
-	e.o.Metrics.unwritten.Set(float64(len(e.ledger.unwritten)))
+	e.o.Metrics.unwritten.Set(float64(e.ledger.UnwrittenCount()))
 }
 
 // snapshot returns a copy of a reclaim, or nil.
 func (e *Engine) snapshot(id string) *reclaim.Reclaim {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if r, ok := e.ledger.index[id]; ok {
+	if r, ok := e.ledger.Get(id); ok {
 		return clone(r)
 	}
 	return nil
@@ -424,10 +384,10 @@ func (e *Engine) update(id string, events func(*reclaim.Reclaim) []reclaim.Event
 func (e *Engine) write(id string, next func(cur *reclaim.Reclaim) (*reclaim.Reclaim, []reclaim.Event)) (*reclaim.Reclaim, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if err := e.awaitWritten(id); err != nil {
+	if err := e.ledger.AwaitWritten(id); err != nil {
 		return nil, err
 	}
-	cur, ok := e.ledger.index[id]
+	cur, ok := e.ledger.Get(id)
 	if !ok {
 		return nil, fmt.Errorf("no reclaim %s", id)
 	}
@@ -435,10 +395,8 @@ func (e *Engine) write(id string, next func(cur *reclaim.Reclaim) (*reclaim.Recl
 	if c == nil {
 		return cur, nil
 	}
-	if err := e.persist(events, c); err != nil {
+	if err := e.ledger.WriteNow(events, c); err != nil {
 		return nil, err
 	}
-	e.ledger.set(c)
-	e.ledger.version++
 	return c, nil
 }

@@ -103,7 +103,7 @@ func (e *Engine) acted(namespace string) Acted {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var a Acted
-	for _, r := range e.ledger.index {
+	for _, r := range e.ledger.All() {
 		if (r.State == reclaim.Done || r.State == reclaim.NotReleased || r.State == reclaim.Acting) && !r.ActedAt.IsZero() {
 			a.Fleet = append(a.Fleet, r.ActedAt)
 			if namespace != "" && r.Target.Namespace == namespace {

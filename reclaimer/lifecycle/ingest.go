@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpureclaim/gpureclaim/reclaimer/ledger"
 	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
@@ -15,11 +16,6 @@ import (
 type IngestResult struct {
 	New, Duplicate, Cancelled, Ignored, Journaled int
 }
-
-// JournalFirst is the size of notification that is put in the store's
-// journal and answered before it is decided: deciding 20,000 alerts takes
-// about as long as webhook.answer_within's second.
-const JournalFirst = 20000
 
 // IngestNotification decides on the alerts of one Alertmanager
 // notification. When it returns nil every decision is in the store, or the
@@ -34,78 +30,26 @@ func (e *Engine) IngestNotification(n *notification.Notification) (IngestResult,
 	if err := e.fenced(reclaim.FencedWrite); err != nil {
 		return IngestResult{}, err
 	}
-	if j := e.o.Journal; j != nil && len(n.Alerts) > JournalFirst {
-		return e.journalThenDecide(j, n)
+	if e.o.Journal != nil && len(n.Alerts) > ledger.JournalFirst {
+		err := e.ledger.JournalThenDecide(n, func(part []notification.Alert) (int, []*ledger.Queued) {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			res, ws := e.ingest(part)
+			return res.New, ws
+		})
+		if err != nil {
+			return IngestResult{}, err
+		}
+		return IngestResult{Journaled: len(n.Alerts)}, nil
 	}
 	e.mu.Lock()
 	res, deps := e.ingest(n.Alerts)
 	e.mu.Unlock()
-	return res, e.await(deps, n, arrived)
+	return res, e.ledger.Await(deps, n, arrived)
 }
 
-// journalThenDecide puts a large notification in the journal, then
-// decides it in the background as a replay does, one at a time, and
-// retires the entry once its decisions are written. A replica that stops,
-// or stops leading, before then leaves the entry to the next start or
-// leader.
-func (e *Engine) journalThenDecide(j reclaim.Journal, n *notification.Notification) (IngestResult, error) {
-	e.decideTurn <- struct{}{}
-	body, err := n.Body()
-	if err != nil {
-		<-e.decideTurn
-		return IngestResult{}, fmt.Errorf("encoding the notification for the journal: %w", err)
-	}
-	id, err := j.Journal(body)
-	if err != nil {
-		<-e.decideTurn
-		e.o.Metrics.Error(reclaim.ComponentStore)
-		return IngestResult{}, fmt.Errorf("recording the notification in the journal: %w", err)
-	}
-	e.o.Failpoint("journaled")
-	e.deciding.Add(1)
-	alerts := n.Alerts // not n: its body (46 MB for 100,000 alerts) can go
-	go func() {
-		defer func() { <-e.decideTurn; e.deciding.Done() }()
-		// Newest episode first across the whole notification, as ingest
-		// orders one part; each part then finds the parts before it in
-		// the index, and is decided as if they came in one.
-		slices.SortStableFunc(alerts, newestFirst)
-		var res IngestResult
-		var ws []*pendingWrite
-		for part := range slices.Chunk(alerts, decidePart) {
-			if err := e.fenced(reclaim.FencedWrite); err != nil {
-				// What was decided is written or refused; the entry stays,
-				// and the next leader decides the rest.
-				e.o.Logger.Warn("a journaled notification is left to the next leader", "entry", id, "decided", res.New, "err", err)
-				return
-			}
-			e.mu.Lock()
-			r, w := e.ingest(part)
-			e.mu.Unlock()
-			res.add(r)
-			ws = append(ws, w...)
-		}
-		e.o.Logger.Info("decided a notification answered from the journal", "entry", id, "alerts", len(alerts), "new", res.New)
-		e.retireWhenWritten(ws, id)
-	}()
-	return IngestResult{Journaled: len(n.Alerts)}, nil
-}
-
-// decidePart is how many alerts of a journaled notification are decided
-// under the engine's lock at once: what one part holds while it is decided
-// and written (its maps, its audit events) is a twentieth of what 100,000
-// alerts would, and a webhook or a read waits for one part, not all.
-const decidePart = 5000
-
-func newestFirst(a, b notification.Alert) int { return b.StartsAt.Compare(a.StartsAt) }
-
-func (r *IngestResult) add(o IngestResult) {
-	r.New += o.New
-	r.Duplicate += o.Duplicate
-	r.Cancelled += o.Cancelled
-	r.Ignored += o.Ignored
-	r.Journaled += o.Journaled
-}
+// Flush waits until every decision taken so far is in the store.
+func (e *Engine) Flush() error { return e.ledger.Flush() }
 
 // Ingest decides on alerts as IngestNotification does, for callers that
 // build them (the backtest, tests).
@@ -115,10 +59,10 @@ func (e *Engine) Ingest(alerts []notification.Alert) (IngestResult, error) {
 
 // ingest decides and queues the writes; it returns the writes the answer
 // waits for. The caller holds e.mu.
-func (e *Engine) ingest(alerts []notification.Alert) (IngestResult, []*pendingWrite) {
+func (e *Engine) ingest(alerts []notification.Alert) (IngestResult, []*ledger.Queued) {
 	var res IngestResult
 	now := e.now()
-	var deps []*pendingWrite
+	var deps []*ledger.Queued
 
 	// Sized for the notification: growing them cost a tenth of the time
 	// of one of 100,000 alerts.
@@ -128,7 +72,8 @@ func (e *Engine) ingest(alerts []notification.Alert) (IngestResult, []*pendingWr
 		if r, ok := changed[id]; ok {
 			return r
 		}
-		return e.ledger.index[id]
+		r, _ := e.ledger.Get(id)
+		return r
 	}
 	put := func(r *reclaim.Reclaim) { changed[r.ID] = r }
 	count := e.o.Metrics.decide
@@ -140,9 +85,9 @@ func (e *Engine) ingest(alerts []notification.Alert) (IngestResult, []*pendingWr
 			return t
 		}
 		var t time.Time
-		for _, id := range e.ledger.byAlert[fp] {
-			if s := e.ledger.index[id].StartsAt; s.After(t) {
-				t = s
+		for _, id := range e.ledger.ByAlert(fp) {
+			if r, _ := e.ledger.Get(id); r.StartsAt.After(t) {
+				t = r.StartsAt
 			}
 		}
 		latest[fp] = t
@@ -153,8 +98,8 @@ func (e *Engine) ingest(alerts []notification.Alert) (IngestResult, []*pendingWr
 		if other, ok := open[k]; ok {
 			return other != fp
 		}
-		for _, id := range e.ledger.openUnit[k] {
-			if e.ledger.index[id].Fingerprint != fp {
+		for _, id := range e.ledger.OpenOnUnit(k) {
+			if r, _ := e.ledger.Get(id); r.Fingerprint != fp {
 				return true
 			}
 		}
@@ -162,9 +107,9 @@ func (e *Engine) ingest(alerts []notification.Alert) (IngestResult, []*pendingWr
 	}
 	// Newest episode first: an older one in the same notification is then
 	// stale, and never warned only to be cancelled.
-	if !slices.IsSortedFunc(alerts, newestFirst) {
+	if !slices.IsSortedFunc(alerts, ledger.NewestFirst) {
 		alerts = slices.Clone(alerts)
-		slices.SortStableFunc(alerts, newestFirst)
+		slices.SortStableFunc(alerts, ledger.NewestFirst)
 	}
 
 	cfg := e.o.Config
@@ -198,7 +143,7 @@ func (e *Engine) ingest(alerts []notification.Alert) (IngestResult, []*pendingWr
 			fp = reclaim.Fingerprint(a.Labels)
 		}
 		id := reclaim.ID(fp, a.StartsAt)
-		if w := e.ledger.unwritten[id]; w != nil {
+		if w := e.ledger.Unwritten(id); w != nil {
 			deps = append(deps, w) // a retry: answered once that is written
 		}
 		existing := get(id)
@@ -247,7 +192,7 @@ func (e *Engine) ingest(alerts []notification.Alert) (IngestResult, []*pendingWr
 		latest[fp] = a.StartsAt
 		// A new episode of an alert supersedes the last one's pending reclaim.
 		for _, oldID := range e.sortedIDs(fp) {
-			if e.ledger.index[oldID].State != reclaim.Pending {
+			if was, _ := e.ledger.Get(oldID); was.State != reclaim.Pending {
 				continue // the index as it was: only what was pending then
 			}
 			old := get(oldID)
@@ -289,15 +234,14 @@ func (e *Engine) ingest(alerts []notification.Alert) (IngestResult, []*pendingWr
 	for _, r := range changed {
 		rs = append(rs, r)
 	}
-	deps = append(deps, e.queueWrite(rs, events))
-	e.ledger.version++
+	deps = append(deps, e.ledger.Queue(rs, events))
 	e.gauges()
 	return res, deps
 }
 
 // sortedIDs lists an alert's reclaims in id order; the caller holds e.mu.
 func (e *Engine) sortedIDs(fp string) []string {
-	ids := slices.Clone(e.ledger.byAlert[fp])
+	ids := slices.Clone(e.ledger.ByAlert(fp))
 	slices.Sort(ids)
 	return ids
 }

@@ -4,39 +4,13 @@ import (
 	"sort"
 	"time"
 
+	"github.com/gpureclaim/gpureclaim/reclaimer/ledger"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
 // List returns every reclaim, newest first. The reclaims are shared with
 // the engine and other readers: read them, never change them.
-func (e *Engine) List() []*reclaim.Reclaim {
-	l := &e.ledger
-	l.viewMu.Lock()
-	defer l.viewMu.Unlock()
-	e.mu.Lock()
-	if l.view != nil && l.viewVersion == l.version {
-		v := l.view
-		e.mu.Unlock()
-		return v
-	}
-	ver := l.version
-	out := make([]*reclaim.Reclaim, 0, len(l.index))
-	for _, r := range l.index {
-		out = append(out, r)
-	}
-	e.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return newer(out[i], out[j]) })
-	l.view, l.viewVersion = out, ver
-	return out
-}
-
-// newer orders reclaims newest first, then by ID.
-func newer(a, b *reclaim.Reclaim) bool {
-	if !a.Created.Equal(b.Created) {
-		return a.Created.After(b.Created)
-	}
-	return a.ID < b.ID
-}
+func (e *Engine) List() []*reclaim.Reclaim { return e.ledger.Sorted() }
 
 // Query selects a page of reclaims.
 type Query struct {
@@ -61,10 +35,10 @@ func (e *Engine) Page(q Query) Page {
 	start := 0
 	if q.After != "" {
 		e.mu.Lock()
-		last, ok := e.ledger.index[q.After]
+		last, ok := e.ledger.Get(q.After)
 		e.mu.Unlock()
 		if ok {
-			start = sort.Search(len(all), func(i int) bool { return newer(last, all[i]) })
+			start = sort.Search(len(all), func(i int) bool { return ledger.Newer(last, all[i]) })
 		}
 	}
 	var p Page
@@ -103,11 +77,10 @@ func (e *Engine) Prune(before time.Time) (int, error) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for id, r := range e.ledger.index {
+	for id, r := range e.ledger.All() {
 		if r.EndedBefore(before) {
-			e.ledger.remove(id)
+			e.ledger.Remove(id)
 		}
 	}
-	e.ledger.version++
 	return n, nil
 }

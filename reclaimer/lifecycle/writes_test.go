@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpureclaim/gpureclaim/reclaimer/ledger"
 	"github.com/gpureclaim/gpureclaim/reclaimer/lifecycle"
 	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
@@ -146,7 +147,7 @@ func TestALargeNotificationIsJournaledFirst(t *testing.T) {
 	g := &gatedStore{Store: f.st, gate: make(chan struct{}), memJournal: &memJournal{}}
 	f.with(func(o *lifecycle.Options) { o.Store = g; o.Journal, _ = o.Store.(reclaim.Journal) })
 	var alerts []notification.Alert
-	for i := range lifecycle.JournalFirst + 1 {
+	for i := range ledger.JournalFirst + 1 {
 		alerts = append(alerts, reclaimtest.IdlePod("firing", reclaimtest.T0, fmt.Sprint("ns-", i%50), fmt.Sprint("nb-", i)))
 	}
 	res, err := f.eng.Ingest(alerts)
@@ -301,7 +302,7 @@ func TestAJournaledNotificationIsLeftToTheNextLeader(t *testing.T) {
 		o.Leadership = l
 	})
 	var alerts []notification.Alert
-	for i := range lifecycle.JournalFirst + 1 {
+	for i := range ledger.JournalFirst + 1 {
 		alerts = append(alerts, reclaimtest.IdlePod("firing", reclaimtest.T0, fmt.Sprint("ns-", i%50), fmt.Sprint("nb-", i)))
 	}
 	res, err := f.eng.Ingest(alerts)
@@ -358,17 +359,17 @@ func TestLargeNotificationsAreDecidedOneAtATime(t *testing.T) {
 	for _, n := range ns {
 		res, err := f.eng.IngestNotification(n)
 		require.NoError(t, err)
-		require.Equal(t, lifecycle.JournalFirst+1, res.Journaled)
+		require.Equal(t, ledger.JournalFirst+1, res.Journaled)
 	}
 	require.NoError(t, f.eng.Flush())
-	require.Equal(t, []int{0, lifecycle.JournalFirst + 1}, j.held, "the second journaled once the first was decided")
-	require.Len(t, f.eng.List(), lifecycle.JournalFirst+1)
+	require.Equal(t, []int{0, ledger.JournalFirst + 1}, j.held, "the second journaled once the first was decided")
+	require.Len(t, f.eng.List(), ledger.JournalFirst+1)
 }
 
 // journalFirstPlusOne is a notification of one alert more than is
 // journaled first.
 func journalFirstPlusOne(t *testing.T) []byte {
-	return reclaimtest.Notification(t, lifecycle.JournalFirst+1, reclaimtest.T0)
+	return reclaimtest.Notification(t, ledger.JournalFirst+1, reclaimtest.T0)
 }
 
 // sizedStore holds writes until the gate opens, and keeps what each wrote.
