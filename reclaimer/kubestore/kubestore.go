@@ -165,13 +165,13 @@ func (s *Store) Load() ([]*reclaim.Reclaim, error) {
 		}
 		for i := range list.Items {
 			u := &list.Items[i]
-			r, evs, err := decode(u)
+			o, err := decode(u)
 			if err != nil {
 				return nil, err
 			}
-			objs[u.GetName()] = &object{rv: u.GetResourceVersion(), r: r, events: evs, created: u.GetCreationTimestamp().Time}
-			if r != nil {
-				out = append(out, r)
+			objs[u.GetName()] = o
+			if o.r != nil {
+				out = append(out, o.r)
 			}
 		}
 		if cont = list.GetContinue(); cont == "" {
@@ -314,7 +314,7 @@ func (s *Store) create(ctx context.Context, g *v1alpha1.GPUReclaim) (string, err
 		return "", fmt.Errorf("creating %s %s: the apiserver's answer has no resourceVersion", v1alpha1.Kind, g.Name)
 	}
 	s.mu.Lock()
-	s.objs[g.Name] = &object{rv: created.ResourceVersion, created: time.Now()}
+	s.objs[g.Name] = &object{rv: created.ResourceVersion, created: created.CreationTimestamp.Time}
 	s.mu.Unlock()
 	return created.ResourceVersion, nil
 }
@@ -388,33 +388,36 @@ func (s *Store) conflict(ctx context.Context, id string, cause error) error {
 	if err != nil {
 		return fmt.Errorf("%s %s was written by another replica, and re-reading it failed: %v (%w)", v1alpha1.Kind, id, err, cause)
 	}
-	r, evs, err := decode(u)
+	o, err := decode(u)
 	if err != nil {
 		return err
 	}
 	s.mu.Lock()
-	s.objs[id] = &object{rv: u.GetResourceVersion(), r: r, events: evs}
+	s.objs[id] = o
 	s.mu.Unlock()
-	if r == nil {
+	if o.r == nil {
 		// Created, its status not yet written: no decision to go on from;
 		// the write is tried again onto it.
 		return fmt.Errorf("%s %s has no status yet: %w", v1alpha1.Kind, id, cause)
 	}
-	return &reclaim.ConflictError{Stored: r, Cause: cause}
+	return &reclaim.ConflictError{Stored: o.r, Cause: cause}
 }
 
-// decode reads a GPUReclaim back into its reclaim and audit events: none
-// for one whose status was never written (its creator stopped between
-// the create and the status).
-func decode(u *unstructured.Unstructured) (*reclaim.Reclaim, []reclaim.Event, error) {
+// decode reads a GPUReclaim back as the mirror keeps it: its reclaim and
+// audit events, none for one whose status was never written (its creator
+// stopped between the create and the status).
+func decode(u *unstructured.Unstructured) (*object, error) {
 	var g v1alpha1.GPUReclaim
 	if err := fromUnstructured(u.Object, &g); err != nil {
-		return nil, nil, fmt.Errorf("%s %s: %w", v1alpha1.Kind, u.GetName(), err)
+		return nil, fmt.Errorf("%s %s: %w", v1alpha1.Kind, u.GetName(), err)
 	}
+	o := &object{rv: g.ResourceVersion, created: g.CreationTimestamp.Time}
 	if g.Status.State == "" {
-		return nil, nil, nil
+		return o, nil
 	}
-	return reclaim.FromAPI(&g)
+	var err error
+	o.r, o.events, err = reclaim.FromAPI(&g)
+	return o, err
 }
 
 func (s *Store) render(r *reclaim.Reclaim, events []reclaim.Event) *v1alpha1.GPUReclaim {
