@@ -18,7 +18,6 @@ import (
 
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/ledger"
-	"github.com/gpureclaim/gpureclaim/reclaimer/notification"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
 )
 
@@ -106,10 +105,7 @@ func New(o Options) (*Engine, error) {
 	}
 	// Not yet shared: the journal's notifications are decided without
 	// the lock.
-	if err := e.ledger.Replay(func(alerts []notification.Alert) (int, []*ledger.Queued) {
-		res, ws := e.ingest(alerts)
-		return res.New, ws
-	}); err != nil {
+	if err := e.ledger.Replay(e.decideJournaled); err != nil {
 		return nil, err
 	}
 	e.gauges()

@@ -20,7 +20,7 @@ type IngestResult struct {
 // IngestNotification decides on the alerts of one Alertmanager
 // notification. When it returns nil every decision is in the store, or the
 // notification is in the store's journal and its decisions are still being
-// made or written (writes.go); an error means the notification should be
+// made or written (package ledger); an error means the notification should be
 // retried: the retry waits for what this one began to write.
 func (e *Engine) IngestNotification(n *notification.Notification) (IngestResult, error) {
 	arrived := n.Received
@@ -34,8 +34,7 @@ func (e *Engine) IngestNotification(n *notification.Notification) (IngestResult,
 		err := e.ledger.JournalThenDecide(n, func(part []notification.Alert) (int, []*ledger.Queued) {
 			e.mu.Lock()
 			defer e.mu.Unlock()
-			res, ws := e.ingest(part)
-			return res.New, ws
+			return e.decideJournaled(part)
 		})
 		if err != nil {
 			return IngestResult{}, err
@@ -46,6 +45,13 @@ func (e *Engine) IngestNotification(n *notification.Notification) (IngestResult,
 	res, deps := e.ingest(n.Alerts)
 	e.mu.Unlock()
 	return res, e.ledger.Await(deps, n, arrived)
+}
+
+// decideJournaled decides alerts from the journal, as the ledger asks
+// (ledger.Decide); the caller holds e.mu or has not shared the engine.
+func (e *Engine) decideJournaled(alerts []notification.Alert) (int, []*ledger.Queued) {
+	res, ws := e.ingest(alerts)
+	return res.New, ws
 }
 
 // Flush waits until every decision taken so far is in the store.
