@@ -12,18 +12,18 @@ import (
 // about as long as webhook.answer_within's second.
 const JournalFirst = 20000
 
-// DecidePart is how many alerts of a journaled notification are decided
+// decidePart is how many alerts of a journaled notification are decided
 // under the owner's lock at once: what one part holds while it is decided
 // and written (its maps, its audit events) is a twentieth of what 100,000
 // alerts would, and a webhook or a read waits for one part, not all.
-const DecidePart = 5000
+const decidePart = 5000
 
 // Decide decides alerts and queues their writes: the owner's ingest. It
 // says how many new reclaims it made, and the writes to wait for.
 type Decide func(alerts []notification.Alert) (created int, queued []*Queued)
 
 // JournalThenDecide puts a notification in the journal, then decides it
-// in the background, DecidePart alerts at a time (decide takes the lock),
+// in the background, decidePart alerts at a time (decide takes the lock),
 // one notification at a time, and retires the entry once its decisions
 // are written. A replica that stops, or may no longer write, before then
 // leaves the entry to the next start or leader. The caller has a journal.
@@ -51,7 +51,7 @@ func (l *Ledger) JournalThenDecide(n *notification.Notification, decide Decide) 
 		slices.SortStableFunc(alerts, NewestFirst)
 		created := 0
 		var ws []*Queued
-		for part := range slices.Chunk(alerts, DecidePart) {
+		for part := range slices.Chunk(alerts, decidePart) {
 			if err := l.o.MayWrite(); err != nil {
 				// What was decided is written or refused; the entry stays,
 				// and the next leader decides the rest.

@@ -193,7 +193,7 @@ func (l *Ledger) writeQueued() {
 
 // writeBatch is the most reclaims the notifications queued behind one
 // another are written with at once; a larger notification goes alone.
-const writeBatch = DecidePart
+const writeBatch = decidePart
 
 // merged is what a batch of notifications writes: each reclaim once, as
 // the latest of them decided it, and every audit event in order.
