@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"github.com/gpureclaim/gpureclaim/reclaimer/backtest"
 	"github.com/gpureclaim/gpureclaim/reclaimer/config"
 	"github.com/gpureclaim/gpureclaim/reclaimer/reclaim"
+	"github.com/gpureclaim/gpureclaim/rules"
 )
 
 type backtestOptions struct {
@@ -44,6 +46,8 @@ type backtestOptions struct {
 	boundDelays                   []time.Duration
 	boundColdStarts               []float64
 	boundDelay                    time.Duration
+	ceilingConfig, ceilingClass   string
+	ceilingWindows                []time.Duration
 }
 
 func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, error) {
@@ -74,6 +78,9 @@ func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, erro
 	fs.DurationVar(&o.boundDelay, "report.bound-delay", 0, "Also give each total the bound (see --report.bounds) at this delay and at the cold starts per workload-day the replay spent, and the share of it the policy freed; 0 leaves it out.")
 	delays := fs.String("bound.delays", "0s,15m,30m,60m", "With --report.bounds: how long a pause lasts before the policy acts (the idle alert's wait and the grace), comma-separated.")
 	budgets := fs.String("bound.cold-starts", "0.5,1,2,5", "With --report.bounds: cold starts per workload-day the policy may spend, comma-separated.")
+	fs.StringVar(&o.ceilingConfig, "ceiling.config", "", "With --report.bounds: also print quiet's ceiling, the most the quiet of this rules config's --ceiling.class frees within --bound.cold-starts when its unit_busy_below is chosen on the very workloads it is judged on (the grace: that of the reclaimer's policy for the class's GPUIdle).")
+	fs.StringVar(&o.ceilingClass, "ceiling.class", rules.DefaultClass, "With --ceiling.config: the idle class whose quiet the ceiling replays ("+rules.DefaultClass+": the idle section's own).")
+	windows := fs.String("ceiling.unit-windows", "", "With --ceiling.config: the unit windows the ceiling tries, comma-separated (default: the class's unit_window).")
 	fs.BoolVar(&o.printVersion, "version", false, "Print the version and exit.")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -92,6 +99,15 @@ func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, erro
 		}
 		o.boundColdStarts = append(o.boundColdStarts, v)
 	}
+	if *windows != "" {
+		for _, d := range strings.Split(*windows, ",") {
+			v, err := time.ParseDuration(strings.TrimSpace(d))
+			if err != nil || v <= 0 {
+				return nil, fmt.Errorf("--ceiling.unit-windows: %q is not a positive duration", d)
+			}
+			o.ceilingWindows = append(o.ceilingWindows, v)
+		}
+	}
 	switch {
 	case o.printVersion:
 		return o, nil
@@ -109,6 +125,8 @@ func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, erro
 		return nil, fmt.Errorf("--idle.threshold: %g must be between 0 and 1", o.threshold)
 	case o.heldApart < 0 || o.heldApart >= 1:
 		return nil, fmt.Errorf("--report.held-apart: %g must be at least 0 and under 1", o.heldApart)
+	case o.ceilingConfig != "" && !o.bounds:
+		return nil, errors.New("--ceiling.config: give it with --report.bounds")
 	case o.format != "text" && o.format != "markdown" && o.format != "json":
 		return nil, fmt.Errorf("--format: %q is not text, markdown or json", o.format)
 	}
@@ -155,7 +173,14 @@ func runBacktest(ctx context.Context, o *backtestOptions, stdout io.Writer) erro
 		}
 	}
 	if o.bounds {
-		return printBounds(stdout, h, o)
+		if err := printBounds(stdout, h, o); err != nil || o.ceilingConfig == "" {
+			return err
+		}
+		q, err := ceilingQuiet(o, cfg)
+		if err != nil {
+			return err
+		}
+		return printCeilings(stdout, h, o, q)
 	}
 	dir, err := os.MkdirTemp("", "gpureclaim-backtest")
 	if err != nil {
@@ -214,6 +239,70 @@ func printBounds(w io.Writer, h backtest.History, o *backtestOptions) error {
 			fmt.Fprintf(w, " %.0f%% |", 100*cols[i][row].Freed)
 		}
 		fmt.Fprintln(w)
+	}
+	return nil
+}
+
+// ceilingQuiet is the quiet of --ceiling.class in --ceiling.config.
+// The grace is that of the reclaimer's first policy for the class's idle
+// alert.
+func ceilingQuiet(o *backtestOptions, cfg *config.Config) (backtest.Quiet, error) {
+	c, err := rules.Load(o.ceilingConfig)
+	if err != nil {
+		return backtest.Quiet{}, fmt.Errorf("--ceiling.config: %w", err)
+	}
+	alert := model.LabelSet{model.AlertNameLabel: names.AlertIdle, names.LabelClass: model.LabelValue(o.ceilingClass)}
+	i := slices.IndexFunc(cfg.Policies, func(p config.Policy) bool { return p.Matches(alert) })
+	if i < 0 {
+		return backtest.Quiet{}, fmt.Errorf("--ceiling.class: no policy of the reclaimer's config acts on %s", alert)
+	}
+	grace := cfg.Policies[i].GraceTime()
+	if o.ceilingClass == rules.DefaultClass {
+		if q := c.Idle.Quiet; q != nil {
+			return backtest.Quiet{After: time.Duration(q.After), ReclaimAfter: time.Duration(c.Idle.ReclaimAfter), Grace: grace, UnitWindow: time.Duration(q.UnitWindow), Lookback: time.Duration(c.Idle.Lookback)}, nil
+		}
+	}
+	var names []string
+	for _, k := range c.Idle.Classes {
+		if k.Quiet == nil {
+			continue
+		}
+		if k.Name == o.ceilingClass {
+			return backtest.Quiet{After: time.Duration(k.Quiet.After), ReclaimAfter: time.Duration(k.ReclaimAfter), Grace: grace, UnitWindow: time.Duration(k.Quiet.UnitWindow), Lookback: time.Duration(c.Idle.Lookback)}, nil
+		}
+		names = append(names, k.Name)
+	}
+	return backtest.Quiet{}, fmt.Errorf("--ceiling.class: %s has no quiet in %s (classes with one: %s)", o.ceilingClass, o.ceilingConfig, strings.Join(names, ", "))
+}
+
+// printCeilings prints backtest.Ceilings per unit window and budget, as
+// printBounds prints the bounds.
+func printCeilings(w io.Writer, h backtest.History, o *backtestOptions, q backtest.Quiet) error {
+	windows := o.ceilingWindows
+	if len(windows) == 0 {
+		windows = []time.Duration{q.UnitWindow}
+	}
+	splits := backtest.Splits(o.heldApart)
+	fmt.Fprintf(w, "\nquiet's ceiling: fires %s or %s into a pause, acts %s later\n\n", model.Duration(q.After), model.Duration(q.ReclaimAfter), model.Duration(q.Grace))
+	fmt.Fprint(w, "| unit window | cold starts per workload-day |")
+	for _, s := range splits {
+		fmt.Fprintf(w, " freed, %s (unit_busy_below, spent) |", s.Name)
+	}
+	fmt.Fprint(w, "\n| --- | --- |"+strings.Repeat(" --- |", len(splits))+"\n")
+	for _, win := range windows {
+		q.UnitWindow = win
+		cols := make([][]backtest.Ceiling, len(splits))
+		for i, s := range splits {
+			cols[i] = backtest.Ceilings(h, o.threshold, o.regret, q, o.boundColdStarts, s.Keep)
+		}
+		for row, c := range cols[0] {
+			fmt.Fprintf(w, "| %s | %g |", model.Duration(win), c.ColdStartsPerWorkloadDay)
+			for i := range splits {
+				c := cols[i][row]
+				fmt.Fprintf(w, " %.1f%% (%.3g, %.2f) |", 100*c.Freed, c.UnitBusyBelow, c.Spent)
+			}
+			fmt.Fprintln(w)
+		}
 	}
 	return nil
 }

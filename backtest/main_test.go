@@ -69,6 +69,28 @@ func TestBacktestBounds(t *testing.T) {
 `, out.String())
 }
 
+// Quiet's ceiling for the shipped serving class: pod "gone" has not been
+// held for the 4 hours quiet looks back, so it waits its 90 minutes and
+// the grace; over the last hour it was busy for 50 minutes of 60 when
+// quiet could first fire, so a share over that takes it 10 minutes in.
+func TestBacktestCeiling(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"--history.trace=" + traceFile(t), "--report.bounds", "--bound.delays=25m", "--bound.cold-starts=1",
+		"--ceiling.config=../rules/classes.yaml", "--ceiling.class=serving", "--ceiling.unit-windows=4h,1h"}, &out, &errb)
+	require.Zero(t, code, errb.String())
+	require.Equal(t, `| acts after | cold starts per workload-day | freed, all |
+| --- | --- | --- |
+| 25m | 1 | 86% |
+
+quiet's ceiling: fires 10m or 1h30m into a pause, acts 15m later
+
+| unit window | cold starts per workload-day | freed, all (unit_busy_below, spent) |
+| --- | --- | --- |
+| 4h | 1 | 41.1% (0, 0.00) |
+| 1h | 1 | 85.6% (0.835, 0.00) |
+`, out.String())
+}
+
 func TestBacktestBadFlags(t *testing.T) {
 	tr := traceFile(t)
 	for _, tc := range []struct {
@@ -86,6 +108,10 @@ func TestBacktestBadFlags(t *testing.T) {
 		{[]string{"--history.trace=" + tr, "--rules=../rules/gpureclaim.rules.yml", "--config.file=/nonexistent.yml"}, 1, "nonexistent.yml"},
 		{[]string{"--history.trace=" + tr, "--report.bounds", "--bound.delays=15m,soon"}, 2, `--bound.delays: "soon" is not a duration of 0 or more`},
 		{[]string{"--history.trace=" + tr, "--report.bounds", "--bound.cold-starts=-1"}, 2, `--bound.cold-starts: "-1" is not a number of 0 or more`},
+		{[]string{"--history.trace=" + tr, "--rules=r.yml", "--ceiling.config=../rules/classes.yaml"}, 2, "--ceiling.config: give it with --report.bounds"},
+		{[]string{"--history.trace=" + tr, "--report.bounds", "--ceiling.config=../rules/classes.yaml", "--ceiling.unit-windows=4h,0s"}, 2, `--ceiling.unit-windows: "0s" is not a positive duration`},
+		{[]string{"--history.trace=" + tr, "--report.bounds", "--ceiling.config=../rules/classes.yaml", "--ceiling.class=training"}, 1, "--ceiling.class: training has no quiet in ../rules/classes.yaml (classes with one: serving)"},
+		{[]string{"--history.trace=" + tr, "--report.bounds", "--ceiling.config=/nonexistent.yaml"}, 1, "--ceiling.config: open /nonexistent.yaml"},
 		{[]string{"--history.trace=" + tr, "--rules=../rules/gpureclaim.rules.yml", "--plot.workload=nobody", "--plot.file=" + filepath.Join(t.TempDir(), "p.svg")}, 1, `no workload "nobody"`},
 	} {
 		var out, errb bytes.Buffer

@@ -90,6 +90,12 @@ coldstarts=$(report frontier -o "$out/frontier-cold-starts.svg" -cold-starts 1 -
 bounds=$("$bin" --history.trace="$trace" --history.controller=Deployment --report.held-apart="$held" \
 	--report.bounds --bound.delays=0s,15m,25m,30m,45m,60m,105m --bound.cold-starts=0.5,1,1.18,2,4.91)
 
+# The most quiet could free with its share chosen on the pods it is judged
+# on, beside the bound at quiet's delay.
+ceiling=$("$bin" --history.trace="$trace" --history.controller=Deployment --report.held-apart="$held" \
+	--report.bounds --bound.delays=25m --bound.cold-starts=0.7,1 \
+	--ceiling.config=rules/classes.yaml --ceiling.class=serving --ceiling.unit-windows=1h,2h,4h,6h,8h)
+
 plot=${PLOT_WORKLOAD:-6ebc62069627eabf9bf6659d9a78d228}
 "$bin" --history.trace="$trace" --rules=rules/gpureclaim.rules.yml --history.controller=Deployment \
 	--format=json --plot.workload="$plot" --plot.file="$out/plot.svg" >/dev/null
@@ -123,6 +129,18 @@ plot=${PLOT_WORKLOAD:-6ebc62069627eabf9bf6659d9a78d228}
 	echo "pauses it picks, within a budget of cold starts per workload-day (\`--report.bounds\`):"
 	echo
 	echo "$bounds"
+	echo
+	echo "## Quiet's ceiling"
+	echo
+	echo "The most the serving class's quiet frees when its \`unit_busy_below\` is chosen on the very pods it is"
+	echo "judged on, per unit window, within a budget of cold starts, beside the bound at its delay; the share"
+	echo "chosen and the cold starts it spent in brackets:"
+	echo
+	echo '```sh'
+	echo "gpureclaim-backtest --history.trace=$trace --history.controller=Deployment --report.held-apart=$held --report.bounds --bound.delays=25m --bound.cold-starts=0.7,1 --ceiling.config=rules/classes.yaml --ceiling.class=serving --ceiling.unit-windows=1h,2h,4h,6h,8h"
+	echo '```'
+	echo
+	echo "$ceiling"
 	echo
 	cat "$details"
 	echo "The plot ([plot.svg](plot.svg)) is workload \`$plot\` under the defaults."

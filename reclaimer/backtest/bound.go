@@ -41,16 +41,12 @@ func Bounds(h History, threshold float64, regret time.Duration, delays []time.Du
 		}
 		steps += w.span()
 		next := nextBusy(&w, threshold)
-		for i := range w.Activity {
-			if w.idleAt(i, threshold) && (next[i] < 0 || time.Duration(next[i]-i)*h.Step > regret) {
-				reclaimable++
-			}
-		}
+		reclaimable += w.reclaimable(next, h.Step, threshold, regret)
 		for di, d := range delays {
 			all[di] = append(all[di], pauses(&w, h.Step, threshold, regret, d, next)...)
 		}
 	}
-	days := float64(steps) * h.Step.Minutes() / (24 * 60)
+	days := workloadDays(steps, h.Step)
 	var out []Bound
 	for di, d := range delays {
 		ps := slices.SortedFunc(slices.Values(all[di]), func(a, b pause) int { return cmp.Compare(b.freed, a.freed) })
@@ -87,20 +83,10 @@ func pauses(w *Workload, step time.Duration, threshold float64, regret, delay ti
 		}
 		// A pause runs until work comes back: absent steps inside it do
 		// not end it.
-		at, end := start+d, next[start]
-		switch {
-		case at >= len(w.Activity) || end >= 0 && at >= end:
-			// Over before the policy may act.
-		case end >= 0 && time.Duration(end-at)*step <= regret:
-			// A regret: the policy knows better.
-		default:
-			p := pause{returns: end >= 0}
-			for k := at + 1; k < len(w.Activity) && (end < 0 || k < end); k++ {
-				if w.present(k) {
-					p.freed++
-				}
-			}
-			out = append(out, p)
+		end := next[start]
+		// A regret: the policy knows better.
+		if freed, acted, regretted := w.actInto(start+d, end, step, regret); acted && !regretted {
+			out = append(out, pause{freed: freed, returns: end >= 0})
 		}
 		if end < 0 {
 			break
@@ -108,4 +94,40 @@ func pauses(w *Workload, step time.Duration, threshold float64, regret, delay ti
 		start = end
 	}
 	return out
+}
+
+// actInto is what a reclaim at step at frees of a pause that ends at end
+// (-1: never): the held steps until work comes back, nothing if the pause
+// is over before at (acted false), and nothing if work comes back within
+// the regret window (regretted).
+func (w *Workload) actInto(at, end int, step, regret time.Duration) (freed int, acted, regretted bool) {
+	switch {
+	case at >= len(w.Activity) || end >= 0 && at >= end:
+		return 0, false, false
+	case end >= 0 && time.Duration(end-at)*step <= regret:
+		return 0, true, true
+	}
+	for k := at + 1; k < len(w.Activity) && (end < 0 || k < end); k++ {
+		if w.present(k) {
+			freed++
+		}
+	}
+	return freed, true, false
+}
+
+// reclaimable counts the workload's reclaimable steps: idle, and work
+// does not come back within the regret window.
+func (w *Workload) reclaimable(next []int, step time.Duration, threshold float64, regret time.Duration) int {
+	n := 0
+	for i := range w.Activity {
+		if w.idleAt(i, threshold) && (next[i] < 0 || time.Duration(next[i]-i)*step > regret) {
+			n++
+		}
+	}
+	return n
+}
+
+// workloadDays is steps of held units in days.
+func workloadDays(steps int, step time.Duration) float64 {
+	return float64(steps) * step.Minutes() / (24 * 60)
 }

@@ -51,3 +51,45 @@ func TestBounds(t *testing.T) {
 		{Delay: 30 * time.Minute, ColdStartsPerWorkloadDay: 4, Freed: (169 + 69) / reclaimable},
 	}, got)
 }
+
+// Two workloads, a minute a step, whose pauses quiet would take at
+// different shares: a pause of a that ends with work after 59 minutes,
+// busy for 9 of the 20 minutes before quiet may fire, and one of b that
+// never ends, busy for 2 of them.
+func TestCeilings(t *testing.T) {
+	t.Parallel()
+	run := func(parts ...int) (activity, memory []float64) {
+		busy := false
+		for _, n := range parts {
+			for range n {
+				a := 0.0
+				if busy {
+					a = 0.9
+				}
+				activity, memory = append(activity, a), append(memory, 1)
+			}
+			busy = !busy
+		}
+		return activity, memory
+	}
+	a, am := run(10, 10, 59, 10)
+	b, bm := run(20, 2, 108)
+	h := History{Start: time.Unix(0, 0), Step: time.Minute, Workloads: []Workload{
+		{ID: "a", Activity: a, Memory: am},
+		{ID: "b", Activity: b, Memory: bm},
+	}}
+	q := Quiet{After: 10 * time.Minute, ReclaimAfter: time.Hour, Grace: 15 * time.Minute, UnitWindow: 20 * time.Minute, Lookback: time.Minute}
+	// Reclaimable: 29 of a's long pause (work comes back more than 30
+	// minutes later), all 108 of b's.
+	const reclaimable = 137.0
+	got := Ceilings(h, 0.05, 30*time.Minute, q, []float64{1, 10}, func(string) bool { return true })
+	require.Equal(t, []Ceiling{
+		// Any share over 0 takes a's pause for a cold start, which a day's
+		// one (a sixth here) cannot pay: only a's own wait, which its pause
+		// does not outlast, and b's, 60+15 minutes in, freeing 32.
+		{UnitWindow: q.UnitWindow, ColdStartsPerWorkloadDay: 1, Freed: 32 / reclaimable},
+		// Over 0.45 both fire 10 minutes in: a's frees 33, b's 82. Lower,
+		// a fires later (0.3 and under: a regret).
+		{UnitWindow: q.UnitWindow, ColdStartsPerWorkloadDay: 10, UnitBusyBelow: 0.455, Spent: 1 / workloadDays(89+130, time.Minute), Freed: (33 + 82) / reclaimable},
+	}, got)
+}
