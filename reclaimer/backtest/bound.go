@@ -33,20 +33,12 @@ type pause struct {
 // the held steps until work comes back, and a reclaim whose work comes
 // back within the window is a regret (the policy never picks one).
 func Bounds(h History, threshold float64, regret time.Duration, delays []time.Duration, budgets []float64, keep func(id string) bool) []Bound {
-	var reclaimable, steps int
 	all := make([][]pause, len(delays)) // per delay
-	for _, w := range h.Workloads {
-		if !keep(w.ID) {
-			continue
-		}
-		steps += w.span()
-		next := nextBusy(&w, threshold)
-		reclaimable += w.reclaimable(next, h.Step, threshold, regret)
+	reclaimable, days := h.judge(threshold, regret, keep, func(w *Workload, next []int) {
 		for di, d := range delays {
-			all[di] = append(all[di], pauses(&w, h.Step, threshold, regret, d, next)...)
+			all[di] = append(all[di], pauses(w, h.Step, threshold, regret, d, next)...)
 		}
-	}
-	days := workloadDays(steps, h.Step)
+	})
 	var out []Bound
 	for di, d := range delays {
 		ps := slices.SortedFunc(slices.Values(all[di]), func(a, b pause) int { return cmp.Compare(b.freed, a.freed) })
@@ -115,19 +107,24 @@ func (w *Workload) actInto(at, end int, step, regret time.Duration) (freed int, 
 	return freed, true, false
 }
 
-// reclaimable counts the workload's reclaimable steps: idle, and work
-// does not come back within the regret window.
-func (w *Workload) reclaimable(next []int, step time.Duration, threshold float64, regret time.Duration) int {
-	n := 0
-	for i := range w.Activity {
-		if w.idleAt(i, threshold) && (next[i] < 0 || time.Duration(next[i]-i)*step > regret) {
-			n++
+// judge calls each for every workload keep accepts, with its next busy
+// steps, and counts their reclaimable steps (idle, and work does not come
+// back within the regret window) and workload-days.
+func (h History) judge(threshold float64, regret time.Duration, keep func(id string) bool, each func(w *Workload, next []int)) (reclaimable int, days float64) {
+	steps := 0
+	for i := range h.Workloads {
+		w := &h.Workloads[i]
+		if !keep(w.ID) {
+			continue
 		}
+		steps += w.span()
+		next := nextBusy(w, threshold)
+		for k := range w.Activity {
+			if w.idleAt(k, threshold) && (next[k] < 0 || time.Duration(next[k]-k)*h.Step > regret) {
+				reclaimable++
+			}
+		}
+		each(w, next)
 	}
-	return n
-}
-
-// workloadDays is steps of held units in days.
-func workloadDays(steps int, step time.Duration) float64 {
-	return float64(steps) * step.Minutes() / (24 * 60)
+	return reclaimable, float64(steps) * h.Step.Minutes() / (24 * 60)
 }

@@ -13,22 +13,8 @@ import (
 // one of 200 that never ends.
 func TestBounds(t *testing.T) {
 	t.Parallel()
-	run := func(parts ...int) (activity, memory []float64) {
-		busy := true
-		for _, n := range parts {
-			for range n {
-				a := 0.0
-				if busy {
-					a = 0.9
-				}
-				activity, memory = append(activity, a), append(memory, 1)
-			}
-			busy = !busy
-		}
-		return activity, memory
-	}
-	a, am := run(10, 100, 10)
-	b, bm := run(10, 20, 10, 200)
+	a, am := alternate(true, 10, 100, 10)
+	b, bm := alternate(true, 10, 20, 10, 200)
 	h := History{Start: time.Unix(0, 0), Step: time.Minute, Workloads: []Workload{
 		{ID: "a", Activity: a, Memory: am},
 		{ID: "b", Activity: b, Memory: bm},
@@ -58,22 +44,8 @@ func TestBounds(t *testing.T) {
 // never ends, busy for 2 of them.
 func TestCeilings(t *testing.T) {
 	t.Parallel()
-	run := func(parts ...int) (activity, memory []float64) {
-		busy := false
-		for _, n := range parts {
-			for range n {
-				a := 0.0
-				if busy {
-					a = 0.9
-				}
-				activity, memory = append(activity, a), append(memory, 1)
-			}
-			busy = !busy
-		}
-		return activity, memory
-	}
-	a, am := run(10, 10, 59, 10)
-	b, bm := run(20, 2, 108)
+	a, am := alternate(false, 10, 10, 59, 10)
+	b, bm := alternate(false, 20, 2, 108)
 	h := History{Start: time.Unix(0, 0), Step: time.Minute, Workloads: []Workload{
 		{ID: "a", Activity: a, Memory: am},
 		{ID: "b", Activity: b, Memory: bm},
@@ -90,6 +62,22 @@ func TestCeilings(t *testing.T) {
 		{UnitWindow: q.UnitWindow, ColdStartsPerWorkloadDay: 1, Freed: 32 / reclaimable},
 		// Over 0.45 both fire 10 minutes in: a's frees 33, b's 82. Lower,
 		// a fires later (0.3 and under: a regret).
-		{UnitWindow: q.UnitWindow, ColdStartsPerWorkloadDay: 10, UnitBusyBelow: 0.455, Spent: 1 / workloadDays(89+130, time.Minute), Freed: (33 + 82) / reclaimable},
+		{UnitWindow: q.UnitWindow, ColdStartsPerWorkloadDay: 10, UnitBusyBelow: 0.455, Spent: 1 / (float64(89+130) / (24 * 60)), Freed: (33 + 82) / reclaimable},
 	}, got)
+}
+
+// alternate is a workload's samples, a minute a step: runs of busy (90%)
+// and idle minutes by turns, the first busy or not.
+func alternate(busy bool, runs ...int) (activity, memory []float64) {
+	for _, n := range runs {
+		for range n {
+			a := 0.0
+			if busy {
+				a = 0.9
+			}
+			activity, memory = append(activity, a), append(memory, 1)
+		}
+		busy = !busy
+	}
+	return activity, memory
 }

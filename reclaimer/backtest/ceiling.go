@@ -46,14 +46,7 @@ func Ceilings(h History, threshold float64, regret time.Duration, q Quiet, budge
 	lookback := max(1, int((q.Lookback+h.Step-1)/h.Step)) // samples a range of Lookback holds
 	// Per share tried (s/ceilingShares): steps freed and cold starts.
 	freed, coldStarts := make([]int, ceilingShares+1), make([]int, ceilingShares+1)
-	var reclaimable, steps int
-	for _, w := range h.Workloads {
-		if !keep(w.ID) {
-			continue
-		}
-		steps += w.span()
-		next := nextBusy(&w, threshold)
-		reclaimable += w.reclaimable(next, h.Step, threshold, regret)
+	reclaimable, days := h.judge(threshold, regret, keep, func(w *Workload, next []int) {
 		// Busy and held steps up to each step.
 		busy, held := make([]int, len(w.Activity)+1), make([]int, len(w.Activity)+1)
 		last := -lookback // the last sample at or over the threshold
@@ -105,8 +98,7 @@ func Ceilings(h History, threshold float64, regret time.Duration, q Quiet, budge
 			}
 			start = end
 		}
-	}
-	days := workloadDays(steps, h.Step)
+	})
 	var out []Ceiling
 	for _, budget := range budgets {
 		c := Ceiling{UnitWindow: q.UnitWindow, ColdStartsPerWorkloadDay: budget}
