@@ -29,18 +29,11 @@ type Decide func(alerts []notification.Alert) (created int, queued []*Queued)
 // leaves the entry to the next start or leader. The caller has a journal.
 func (l *Ledger) JournalThenDecide(n *notification.Notification, decide Decide) error {
 	l.decideTurn <- struct{}{}
-	body, err := n.Body()
+	id, err := l.journal(n)
 	if err != nil {
 		<-l.decideTurn
-		return fmt.Errorf("encoding the notification for the journal: %w", err)
+		return err
 	}
-	id, err := l.o.Journal.Journal(body)
-	if err != nil {
-		<-l.decideTurn
-		l.o.StoreFailed()
-		return fmt.Errorf("recording the notification in the journal: %w", err)
-	}
-	l.o.Failpoint("journaled")
 	l.deciding.Add(1)
 	alerts := n.Alerts // not n: its body (46 MB for 100,000 alerts) can go
 	go func() {
@@ -66,6 +59,21 @@ func (l *Ledger) JournalThenDecide(n *notification.Notification, decide Decide) 
 		l.retireWhenWritten(ws, id)
 	}()
 	return nil
+}
+
+// journal puts a notification, as it came, in the journal.
+func (l *Ledger) journal(n *notification.Notification) (string, error) {
+	body, err := n.Body()
+	if err != nil {
+		return "", fmt.Errorf("encoding the notification for the journal: %w", err)
+	}
+	id, err := l.o.Journal.Journal(body)
+	if err != nil {
+		l.o.StoreFailed()
+		return "", fmt.Errorf("recording the notification in the journal: %w", err)
+	}
+	l.o.Failpoint("journaled")
+	return id, nil
 }
 
 // NewestFirst orders alerts by the start of their episode, the newest

@@ -263,9 +263,8 @@ func (l *Ledger) writeOut(batch []*Queued) error {
 // then, if nothing failed so far, it records the notification in the
 // journal and answers: the rest are still being written.
 func (l *Ledger) Await(ws []*Queued, n *notification.Notification, arrived time.Time) error {
-	j := l.o.Journal
 	var timeout <-chan time.Time
-	if d := l.o.AnswerWithin; j != nil && d > 0 && len(ws) > 0 {
+	if d := l.o.AnswerWithin; l.o.Journal != nil && d > 0 && len(ws) > 0 {
 		t := time.NewTimer(max(0, time.Until(arrived.Add(d))))
 		defer t.Stop()
 		timeout = t.C
@@ -284,16 +283,10 @@ func (l *Ledger) Await(ws []*Queued, n *notification.Notification, arrived time.
 					return fmt.Errorf("%w: %v", ErrStillWriting, err)
 				}
 			}
-			body, err := n.Body()
+			id, err := l.journal(n)
 			if err != nil {
-				return fmt.Errorf("encoding the notification for the journal: %w", err)
+				return err
 			}
-			id, err := j.Journal(body)
-			if err != nil {
-				l.o.StoreFailed()
-				return fmt.Errorf("recording the notification in the journal: %w", err)
-			}
-			l.o.Failpoint("journaled")
 			l.retireWhenWritten(ws, id)
 			return nil
 		}
