@@ -324,7 +324,7 @@ func (e *Engine) snapshot(id string) *reclaim.Reclaim {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if r, ok := e.ledger.Get(id); ok {
-		return clone(r)
+		return r.Clone()
 	}
 	return nil
 }
@@ -361,7 +361,7 @@ func (e *Engine) apply(id string, v Verdict) (*reclaim.Reclaim, bool, error) {
 // returns false nothing is written.
 func (e *Engine) update(id string, events func(*reclaim.Reclaim) []reclaim.Event, f func(*reclaim.Reclaim) bool) (*reclaim.Reclaim, error) {
 	return e.write(id, func(cur *reclaim.Reclaim) (*reclaim.Reclaim, []reclaim.Event) {
-		c := clone(cur)
+		c := cur.Clone()
 		if !f(c) {
 			return nil, nil
 		}

@@ -251,6 +251,3 @@ func (e *Engine) sortedIDs(fp string) []string {
 	slices.Sort(ids)
 	return ids
 }
-
-// clone deep-copies a reclaim, so the index changes only once a write is durable.
-func clone(r *reclaim.Reclaim) *reclaim.Reclaim { return r.Clone() }
