@@ -85,12 +85,9 @@ func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, erro
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	for _, d := range strings.Split(*delays, ",") {
-		v, err := time.ParseDuration(strings.TrimSpace(d))
-		if err != nil || v < 0 {
-			return nil, fmt.Errorf("--bound.delays: %q is not a duration of 0 or more", d)
-		}
-		o.boundDelays = append(o.boundDelays, v)
+	var err error
+	if o.boundDelays, err = durationList("bound.delays", *delays, "a duration of 0 or more", func(d time.Duration) bool { return d >= 0 }); err != nil {
+		return nil, err
 	}
 	for _, b := range strings.Split(*budgets, ",") {
 		v, err := strconv.ParseFloat(strings.TrimSpace(b), 64)
@@ -100,12 +97,8 @@ func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, erro
 		o.boundColdStarts = append(o.boundColdStarts, v)
 	}
 	if *windows != "" {
-		for _, d := range strings.Split(*windows, ",") {
-			v, err := time.ParseDuration(strings.TrimSpace(d))
-			if err != nil || v <= 0 {
-				return nil, fmt.Errorf("--ceiling.unit-windows: %q is not a positive duration", d)
-			}
-			o.ceilingWindows = append(o.ceilingWindows, v)
+		if o.ceilingWindows, err = durationList("ceiling.unit-windows", *windows, "a positive duration", func(d time.Duration) bool { return d > 0 }); err != nil {
+			return nil, err
 		}
 	}
 	switch {
@@ -131,6 +124,20 @@ func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, erro
 		return nil, fmt.Errorf("--format: %q is not text, markdown or json", o.format)
 	}
 	return o, nil
+}
+
+// durationList parses a flag's comma-separated durations, each of which
+// ok must accept; want says what ok asks.
+func durationList(flag, list, want string, ok func(time.Duration) bool) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, d := range strings.Split(list, ",") {
+		v, err := time.ParseDuration(strings.TrimSpace(d))
+		if err != nil || !ok(v) {
+			return nil, fmt.Errorf("--%s: %q is not %s", flag, d, want)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }
 
 // tool is the command: flags, --version, the work.
@@ -256,23 +263,25 @@ func ceilingQuiet(o *backtestOptions, cfg *config.Config) (backtest.Quiet, error
 	if i < 0 {
 		return backtest.Quiet{}, fmt.Errorf("--ceiling.class: no policy of the reclaimer's config acts on %s", alert)
 	}
-	grace := cfg.Policies[i].GraceTime()
+	q, reclaimAfter := (*rules.Quiet)(nil), model.Duration(0)
 	if o.ceilingClass == rules.DefaultClass {
-		if q := c.Idle.Quiet; q != nil {
-			return backtest.Quiet{After: time.Duration(q.After), ReclaimAfter: time.Duration(c.Idle.ReclaimAfter), Grace: grace, UnitWindow: time.Duration(q.UnitWindow), Lookback: time.Duration(c.Idle.Lookback)}, nil
-		}
+		q, reclaimAfter = c.Idle.Quiet, c.Idle.ReclaimAfter
 	}
-	var names []string
+	var withQuiet []string
 	for _, k := range c.Idle.Classes {
 		if k.Quiet == nil {
 			continue
 		}
+		withQuiet = append(withQuiet, k.Name)
 		if k.Name == o.ceilingClass {
-			return backtest.Quiet{After: time.Duration(k.Quiet.After), ReclaimAfter: time.Duration(k.ReclaimAfter), Grace: grace, UnitWindow: time.Duration(k.Quiet.UnitWindow), Lookback: time.Duration(c.Idle.Lookback)}, nil
+			q, reclaimAfter = k.Quiet, k.ReclaimAfter
 		}
-		names = append(names, k.Name)
 	}
-	return backtest.Quiet{}, fmt.Errorf("--ceiling.class: %s has no quiet in %s (classes with one: %s)", o.ceilingClass, o.ceilingConfig, strings.Join(names, ", "))
+	if q == nil {
+		return backtest.Quiet{}, fmt.Errorf("--ceiling.class: %s has no quiet in %s (classes with one: %s)", o.ceilingClass, o.ceilingConfig, strings.Join(withQuiet, ", "))
+	}
+	return backtest.Quiet{After: time.Duration(q.After), ReclaimAfter: time.Duration(reclaimAfter), Grace: cfg.Policies[i].GraceTime(),
+		UnitWindow: time.Duration(q.UnitWindow), Lookback: time.Duration(c.Idle.Lookback)}, nil
 }
 
 // printCeilings prints backtest.Ceilings per unit window and budget, as

@@ -92,9 +92,10 @@ bounds=$("$bin" --history.trace="$trace" --history.controller=Deployment --repor
 
 # The most quiet could free with its share chosen on the pods it is judged
 # on, beside the bound at quiet's delay.
-ceiling=$("$bin" --history.trace="$trace" --history.controller=Deployment --report.held-apart="$held" \
-	--report.bounds --bound.delays=25m --bound.cold-starts=0.7,1 \
+ceiling_args=(--history.trace="$trace" --history.controller=Deployment --report.held-apart="$held"
+	--report.bounds --bound.delays=25m --bound.cold-starts=0.7,1
 	--ceiling.config=rules/classes.yaml --ceiling.class=serving --ceiling.unit-windows=1h,2h,4h,6h,8h)
+ceiling=$("$bin" "${ceiling_args[@]}")
 
 plot=${PLOT_WORKLOAD:-6ebc62069627eabf9bf6659d9a78d228}
 "$bin" --history.trace="$trace" --rules=rules/gpureclaim.rules.yml --history.controller=Deployment \
@@ -137,7 +138,7 @@ plot=${PLOT_WORKLOAD:-6ebc62069627eabf9bf6659d9a78d228}
 	echo "chosen and the cold starts it spent in brackets:"
 	echo
 	echo '```sh'
-	echo "gpureclaim-backtest --history.trace=$trace --history.controller=Deployment --report.held-apart=$held --report.bounds --bound.delays=25m --bound.cold-starts=0.7,1 --ceiling.config=rules/classes.yaml --ceiling.class=serving --ceiling.unit-windows=1h,2h,4h,6h,8h"
+	echo "gpureclaim-backtest ${ceiling_args[*]}"
 	echo '```'
 	echo
 	echo "$ceiling"
