@@ -2,6 +2,7 @@ package backtest
 
 import (
 	"cmp"
+	"iter"
 	"slices"
 	"time"
 )
@@ -69,23 +70,31 @@ func Bounds(h History, threshold float64, regret time.Duration, delays []time.Du
 func pauses(w *Workload, step time.Duration, threshold float64, regret, delay time.Duration, next []int) []pause {
 	var out []pause
 	d := int(delay / step)
-	for start := 0; start < len(w.Activity); start++ {
-		if !w.idleAt(start, threshold) {
-			continue
-		}
-		// A pause runs until work comes back: absent steps inside it do
-		// not end it.
-		end := next[start]
+	for start, end := range w.pauses(threshold, next) {
 		// A regret: the policy knows better.
 		if freed, acted, regretted := w.actInto(start+d, end, step, regret); acted && !regretted {
 			out = append(out, pause{freed: freed, returns: end >= 0})
 		}
-		if end < 0 {
-			break
-		}
-		start = end
 	}
 	return out
+}
+
+// pauses yields the workload's pauses: the step each starts at and the
+// step work comes back at (-1: never). A pause runs until work comes
+// back: absent steps inside it do not end it.
+func (w *Workload) pauses(threshold float64, next []int) iter.Seq2[int, int] {
+	return func(yield func(start, end int) bool) {
+		for start := 0; start < len(w.Activity); start++ {
+			if !w.idleAt(start, threshold) {
+				continue
+			}
+			end := next[start]
+			if !yield(start, end) || end < 0 {
+				return
+			}
+			start = end
+		}
+	}
 }
 
 // actInto is what a reclaim at step at frees of a pause that ends at end

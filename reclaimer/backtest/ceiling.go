@@ -68,11 +68,7 @@ func Ceilings(h History, threshold float64, regret time.Duration, q Quiet, budge
 			}
 			return float64(busy[k+1]-busy[k-window+1]) / float64(held[k+1]-held[k-window+1])
 		}
-		for start := 0; start < len(w.Activity); start++ {
-			if !w.idleAt(start, threshold) {
-				continue
-			}
-			end := next[start]
+		for start, end := range w.pauses(threshold, next) {
 			limit := len(w.Activity)
 			if end >= 0 {
 				limit = end
@@ -93,10 +89,6 @@ func Ceilings(h History, threshold float64, regret time.Duration, q Quiet, budge
 					coldStarts[s]++
 				}
 			}
-			if end < 0 {
-				break
-			}
-			start = end
 		}
 	})
 	var out []Ceiling
