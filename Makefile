@@ -43,6 +43,8 @@ LDFLAGS  := -X github.com/prometheus/common/version.Version=$(VERSION) \
 # debugs them, and their links take half as long (the Kubernetes binaries
 # 18 s -> 9 s).
 TOOL_LDFLAGS := -s -w
+# How a tool that go install builds as it is goes into $(BIN).
+TOOL_INSTALL = GOBIN=$(BIN) $(GO) install -ldflags '$(TOOL_LDFLAGS)'
 
 KUBE_BINS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl
 # The workload controllers the reclaimer's stops are tested against.
@@ -204,7 +206,7 @@ $(KUBE_BINS) &: hack/tools/kube/go.mod hack/tools/kube/go.sum
 
 $(BIN)/.golangci-lint-$(GOLANGCI_LINT_VERSION):
 	@mkdir -p $(BIN)
-	GOBIN=$(BIN) $(GO) install -ldflags '$(TOOL_LDFLAGS)' github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	$(TOOL_INSTALL) github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	@touch $@
 
 $(BIN)/golangci-lint: $(BIN)/.golangci-lint-$(GOLANGCI_LINT_VERSION)
@@ -212,12 +214,12 @@ $(BIN)/golangci-lint: $(BIN)/.golangci-lint-$(GOLANGCI_LINT_VERSION)
 
 $(BIN)/.mailpit-$(MAILPIT_VERSION):
 	@mkdir -p $(BIN)
-	GOBIN=$(BIN) $(GO) install -ldflags '$(TOOL_LDFLAGS)' github.com/axllent/mailpit@$(MAILPIT_VERSION)
+	$(TOOL_INSTALL) github.com/axllent/mailpit@$(MAILPIT_VERSION)
 	@touch $@
 
 $(BIN)/.controller-gen-$(CONTROLLER_TOOLS_VERSION):
 	@mkdir -p $(BIN)
-	GOBIN=$(BIN) $(GO) install -ldflags '$(TOOL_LDFLAGS)' sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)
+	$(TOOL_INSTALL) sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)
 	@touch $@
 
 $(BIN)/controller-gen: $(BIN)/.controller-gen-$(CONTROLLER_TOOLS_VERSION)
@@ -229,7 +231,7 @@ $(BIN)/mailpit: $(BIN)/.mailpit-$(MAILPIT_VERSION)
 # VictoriaMetrics single-node and vmalert, which evaluates the rules over it.
 $(BIN)/.victoriametrics-$(VICTORIAMETRICS_VERSION):
 	@mkdir -p $(BIN)
-	GOBIN=$(BIN) $(GO) install -ldflags '$(TOOL_LDFLAGS)' \
+	$(TOOL_INSTALL) \
 		github.com/VictoriaMetrics/VictoriaMetrics/app/victoria-metrics@$(VICTORIAMETRICS_VERSION) \
 		github.com/VictoriaMetrics/VictoriaMetrics/app/vmalert@$(VICTORIAMETRICS_VERSION)
 	@touch $@
@@ -252,7 +254,7 @@ $(BIN)/thanos: $(BIN)/.thanos-$(THANOS_VERSION)
 
 $(BIN)/kwok:
 	@mkdir -p $(BIN)
-	GOBIN=$(BIN) $(GO) install -ldflags '$(TOOL_LDFLAGS)' sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
+	$(TOOL_INSTALL) sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
 
 # kwok's stages for fake nodes that come up at once and pods that run (a
 # Job's pods too: kwok's pod-complete stage would end them at once, and a
@@ -266,7 +268,7 @@ $(BIN)/kwok-stages.yaml: Makefile
 
 $(BIN)/helm:
 	@mkdir -p $(BIN)
-	GOBIN=$(BIN) $(GO) install -ldflags '$(TOOL_LDFLAGS)' helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	$(TOOL_INSTALL) helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
 $(BIN)/crds/.$(PROMETHEUS_OPERATOR_VERSION):
 	@mkdir -p $(BIN)/crds
@@ -281,17 +283,17 @@ $(BIN)/crds/.$(PROMETHEUS_OPERATOR_VERSION):
 # tests watch what each controller does with a stop.
 $(BIN)/.ray-operator-$(KUBERAY_VERSION):
 	@mkdir -p $(BIN)
-	GOBIN=$(BIN) $(GO) install -ldflags '$(TOOL_LDFLAGS)' github.com/ray-project/kuberay/ray-operator@$(KUBERAY_VERSION)
+	$(TOOL_INSTALL) github.com/ray-project/kuberay/ray-operator@$(KUBERAY_VERSION)
 	@touch $@
 
 $(BIN)/.training-operator-$(TRAINING_OPERATOR_VERSION):
 	@mkdir -p $(BIN)
-	GOBIN=$(BIN) $(GO) install -ldflags '$(TOOL_LDFLAGS)' github.com/kubeflow/training-operator/cmd/training-operator.v1@$(TRAINING_OPERATOR_VERSION)
+	$(TOOL_INSTALL) github.com/kubeflow/training-operator/cmd/training-operator.v1@$(TRAINING_OPERATOR_VERSION)
 	@touch $@
 
 $(BIN)/.kueue-$(KUEUE_VERSION):
 	@mkdir -p $(BIN)
-	GOBIN=$(BIN) $(GO) install -ldflags '$(TOOL_LDFLAGS)' sigs.k8s.io/kueue/cmd/kueue@$(KUEUE_VERSION)
+	$(TOOL_INSTALL) sigs.k8s.io/kueue/cmd/kueue@$(KUEUE_VERSION)
 	@touch $@
 
 $(BIN)/ray-operator: $(BIN)/.ray-operator-$(KUBERAY_VERSION)
