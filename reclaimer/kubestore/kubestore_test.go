@@ -172,13 +172,16 @@ func TestStore(t *testing.T) {
 	// A GPUReclaim created, its status never written (its writer
 	// stopped in between), holds no decision: it is not loaded, and the
 	// next write of its reclaim completes it.
+	createWithoutStatus := func(r *reclaim.Reclaim) {
+		g := reclaim.ToAPI(r, nil)
+		g.Namespace, g.Status = ns, v1alpha1.GPUReclaimStatus{}
+		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(g)
+		require.NoError(t, err)
+		_, err = admin.Resource(kubestore.GVR).Namespace(ns).Create(context.Background(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
 	c := reclaimOf("5c00aa11bb22cc33-1772445600", "half-0", reclaim.Pending)
-	half := reclaim.ToAPI(c, nil)
-	half.Namespace, half.Status = ns, v1alpha1.GPUReclaimStatus{}
-	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(half)
-	require.NoError(t, err)
-	_, err = admin.Resource(kubestore.GVR).Namespace(ns).Create(context.Background(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	createWithoutStatus(c)
 	fresh, err := kubestore.New(rc, ns, "gpureclaim-reclaimer-replays")
 	require.NoError(t, err)
 	loaded, err = fresh.Load()
@@ -189,12 +192,8 @@ func TestStore(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, loaded, 2, "completed by the next write")
 	// One whose reclaim is never written again goes when it is pruned.
-	orphan := reclaim.ToAPI(reclaimOf("6d00aa11bb22cc33-1772445600", "orphan-0", reclaim.Pending), nil)
-	orphan.Namespace, orphan.Status = ns, v1alpha1.GPUReclaimStatus{}
-	obj, err = runtime.DefaultUnstructuredConverter.ToUnstructured(orphan)
-	require.NoError(t, err)
-	_, err = admin.Resource(kubestore.GVR).Namespace(ns).Create(context.Background(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	orphan := reclaimOf("6d00aa11bb22cc33-1772445600", "orphan-0", reclaim.Pending)
+	createWithoutStatus(orphan)
 	_, err = again.Load()
 	require.NoError(t, err)
 	n, err = again.Prune(time.Now().Add(-time.Hour))
@@ -203,7 +202,7 @@ func TestStore(t *testing.T) {
 	n, err = again.Prune(time.Now().Add(time.Hour))
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "the one without a status, and nothing that has not ended")
-	_, err = admin.Resource(kubestore.GVR).Namespace(ns).Get(context.Background(), orphan.Name, metav1.GetOptions{})
+	_, err = admin.Resource(kubestore.GVR).Namespace(ns).Get(context.Background(), orphan.ID, metav1.GetOptions{})
 	require.True(t, apierrors.IsNotFound(err), "%v", err)
 }
 
