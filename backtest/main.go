@@ -48,6 +48,8 @@ type backtestOptions struct {
 	boundDelay                    time.Duration
 	ceilingConfig, ceilingClass   string
 	ceilingWindows                []time.Duration
+	ceilingAfters                 []time.Duration
+	ceilingReclaimAfters          []time.Duration
 }
 
 func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, error) {
@@ -81,6 +83,8 @@ func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, erro
 	fs.StringVar(&o.ceilingConfig, "ceiling.config", "", "With --report.bounds: also print quiet's ceiling, the most the quiet of this rules config's --ceiling.class frees within --bound.cold-starts when its unit_busy_below is chosen on the very workloads it is judged on (the grace: that of the reclaimer's policy for the class's GPUIdle).")
 	fs.StringVar(&o.ceilingClass, "ceiling.class", rules.DefaultClass, "With --ceiling.config: the idle class whose quiet the ceiling replays ("+rules.DefaultClass+": the idle section's own).")
 	windows := fs.String("ceiling.unit-windows", "", "With --ceiling.config: the unit windows the ceiling tries, comma-separated (default: the class's unit_window).")
+	afters := fs.String("ceiling.afters", "", "With --ceiling.config: how far into a pause on a quiet unit the idle alert fires (quiet's after), comma-separated; the ceiling is printed for each (default: the class's).")
+	reclaimAfters := fs.String("ceiling.reclaim-afters", "", "With --ceiling.config: how far into a pause on any other unit the idle alert fires (the class's reclaim_after), comma-separated; the ceiling is printed for each (default: the class's).")
 	fs.BoolVar(&o.printVersion, "version", false, "Print the version and exit.")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -96,8 +100,14 @@ func parseBacktestFlags(args []string, stderr io.Writer) (*backtestOptions, erro
 		}
 		o.boundColdStarts = append(o.boundColdStarts, v)
 	}
-	if *windows != "" {
-		if o.ceilingWindows, err = durationList("ceiling.unit-windows", *windows, "a positive duration", func(d time.Duration) bool { return d > 0 }); err != nil {
+	for _, l := range []struct {
+		flag, list string
+		to         *[]time.Duration
+	}{{"ceiling.unit-windows", *windows, &o.ceilingWindows}, {"ceiling.afters", *afters, &o.ceilingAfters}, {"ceiling.reclaim-afters", *reclaimAfters, &o.ceilingReclaimAfters}} {
+		if l.list == "" {
+			continue
+		}
+		if *l.to, err = durationList(l.flag, l.list, "a positive duration", func(d time.Duration) bool { return d > 0 }); err != nil {
 			return nil, err
 		}
 	}
@@ -285,32 +295,39 @@ func ceilingQuiet(o *backtestOptions, cfg *config.Config) (backtest.Quiet, error
 }
 
 // printCeilings prints backtest.Ceilings per unit window and budget, as
-// printBounds prints the bounds.
+// printBounds prints the bounds, a table for each of the alert's waits
+// tried.
 func printCeilings(w io.Writer, h backtest.History, o *backtestOptions, q backtest.Quiet) error {
-	windows := o.ceilingWindows
-	if len(windows) == 0 {
-		windows = []time.Duration{q.UnitWindow}
-	}
-	splits := backtest.Splits(o.heldApart)
-	fmt.Fprintf(w, "\nquiet's ceiling: fires %s or %s into a pause, acts %s later\n\n", model.Duration(q.After), model.Duration(q.ReclaimAfter), model.Duration(q.Grace))
-	fmt.Fprint(w, "| unit window | cold starts per workload-day |")
-	for _, s := range splits {
-		fmt.Fprintf(w, " freed, %s (unit_busy_below, spent) |", s.Name)
-	}
-	fmt.Fprint(w, "\n| --- | --- |"+strings.Repeat(" --- |", len(splits))+"\n")
-	for _, win := range windows {
-		q.UnitWindow = win
-		cols := make([][]backtest.Ceiling, len(splits))
-		for i, s := range splits {
-			cols[i] = backtest.Ceilings(h, o.threshold, o.regret, q, o.boundColdStarts, s.Keep)
+	orClass := func(tried []time.Duration, class time.Duration) []time.Duration {
+		if len(tried) == 0 {
+			return []time.Duration{class}
 		}
-		for row, c := range cols[0] {
-			fmt.Fprintf(w, "| %s | %g |", model.Duration(win), c.ColdStartsPerWorkloadDay)
-			for i := range splits {
-				c := cols[i][row]
-				fmt.Fprintf(w, " %.1f%% (%.3g, %.2f) |", 100*c.Freed, c.UnitBusyBelow, c.Spent)
+		return tried
+	}
+	windows := orClass(o.ceilingWindows, q.UnitWindow)
+	splits := backtest.Splits(o.heldApart)
+	for _, q.After = range orClass(o.ceilingAfters, q.After) {
+		for _, q.ReclaimAfter = range orClass(o.ceilingReclaimAfters, q.ReclaimAfter) {
+			fmt.Fprintf(w, "\nquiet's ceiling: fires %s or %s into a pause, acts %s later\n\n", model.Duration(q.After), model.Duration(q.ReclaimAfter), model.Duration(q.Grace))
+			fmt.Fprint(w, "| unit window | cold starts per workload-day |")
+			for _, s := range splits {
+				fmt.Fprintf(w, " freed, %s (unit_busy_below, spent) |", s.Name)
 			}
-			fmt.Fprintln(w)
+			fmt.Fprint(w, "\n| --- | --- |"+strings.Repeat(" --- |", len(splits))+"\n")
+			for _, q.UnitWindow = range windows {
+				cols := make([][]backtest.Ceiling, len(splits))
+				for i, s := range splits {
+					cols[i] = backtest.Ceilings(h, o.threshold, o.regret, q, o.boundColdStarts, s.Keep)
+				}
+				for row, c := range cols[0] {
+					fmt.Fprintf(w, "| %s | %g |", model.Duration(q.UnitWindow), c.ColdStartsPerWorkloadDay)
+					for i := range splits {
+						c := cols[i][row]
+						fmt.Fprintf(w, " %.1f%% (%.3g, %.2f) |", 100*c.Freed, c.UnitBusyBelow, c.Spent)
+					}
+					fmt.Fprintln(w)
+				}
+			}
 		}
 	}
 	return nil

@@ -73,10 +73,11 @@ func TestBacktestBounds(t *testing.T) {
 // held for the 4 hours quiet looks back, so it waits its 90 minutes and
 // the grace; over the last hour it was busy for 50 minutes of 60 when
 // quiet could first fire, so a share over that takes it 10 minutes in.
+// With a reclaim_after of 30 minutes it waits 30 minutes on the 4 hours.
 func TestBacktestCeiling(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := run(context.Background(), []string{"--history.trace=" + traceFile(t), "--report.bounds", "--bound.delays=25m", "--bound.cold-starts=1",
-		"--ceiling.config=../rules/classes.yaml", "--ceiling.class=serving", "--ceiling.unit-windows=4h,1h"}, &out, &errb)
+		"--ceiling.config=../rules/classes.yaml", "--ceiling.class=serving", "--ceiling.unit-windows=4h,1h", "--ceiling.reclaim-afters=1h30m,30m"}, &out, &errb)
 	require.Zero(t, code, errb.String())
 	require.Equal(t, `| acts after | cold starts per workload-day | freed, all |
 | --- | --- | --- |
@@ -87,6 +88,13 @@ quiet's ceiling: fires 10m or 1h30m into a pause, acts 15m later
 | unit window | cold starts per workload-day | freed, all (unit_busy_below, spent) |
 | --- | --- | --- |
 | 4h | 1 | 41.1% (0, 0.00) |
+| 1h | 1 | 85.6% (0.835, 0.00) |
+
+quiet's ceiling: fires 10m or 30m into a pause, acts 15m later
+
+| unit window | cold starts per workload-day | freed, all (unit_busy_below, spent) |
+| --- | --- | --- |
+| 4h | 1 | 74.4% (0, 0.00) |
 | 1h | 1 | 85.6% (0.835, 0.00) |
 `, out.String())
 }
@@ -110,6 +118,8 @@ func TestBacktestBadFlags(t *testing.T) {
 		{[]string{"--history.trace=" + tr, "--report.bounds", "--bound.cold-starts=-1"}, 2, `--bound.cold-starts: "-1" is not a number of 0 or more`},
 		{[]string{"--history.trace=" + tr, "--rules=r.yml", "--ceiling.config=../rules/classes.yaml"}, 2, "--ceiling.config: give it with --report.bounds"},
 		{[]string{"--history.trace=" + tr, "--report.bounds", "--ceiling.config=../rules/classes.yaml", "--ceiling.unit-windows=4h,0s"}, 2, `--ceiling.unit-windows: "0s" is not a positive duration`},
+		{[]string{"--history.trace=" + tr, "--report.bounds", "--ceiling.config=../rules/classes.yaml", "--ceiling.afters=5m,-5m"}, 2, `--ceiling.afters: "-5m" is not a positive duration`},
+		{[]string{"--history.trace=" + tr, "--report.bounds", "--ceiling.config=../rules/classes.yaml", "--ceiling.reclaim-afters=later"}, 2, `--ceiling.reclaim-afters: "later" is not a positive duration`},
 		{[]string{"--history.trace=" + tr, "--report.bounds", "--ceiling.config=../rules/classes.yaml", "--ceiling.class=training"}, 1, "--ceiling.class: training has no quiet in ../rules/classes.yaml (classes with one: serving)"},
 		{[]string{"--history.trace=" + tr, "--report.bounds", "--ceiling.config=/nonexistent.yaml"}, 1, "--ceiling.config: open /nonexistent.yaml"},
 		{[]string{"--history.trace=" + tr, "--rules=../rules/gpureclaim.rules.yml", "--plot.workload=nobody", "--plot.file=" + filepath.Join(t.TempDir(), "p.svg")}, 1, `no workload "nobody"`},
