@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -273,25 +274,13 @@ func ceilingQuiet(o *backtestOptions, cfg *config.Config) (backtest.Quiet, error
 	if i < 0 {
 		return backtest.Quiet{}, fmt.Errorf("--ceiling.class: no policy of the reclaimer's config acts on %s", alert)
 	}
-	q, reclaimAfter := (*rules.Quiet)(nil), model.Duration(0)
-	if o.ceilingClass == rules.DefaultClass {
-		q, reclaimAfter = c.Idle.Quiet, c.Idle.ReclaimAfter
+	quiets := c.Quiets()
+	k, ok := quiets[o.ceilingClass]
+	if !ok {
+		return backtest.Quiet{}, fmt.Errorf("--ceiling.class: %s has no quiet in %s (classes with one: %s)", o.ceilingClass, o.ceilingConfig, strings.Join(slices.Sorted(maps.Keys(quiets)), ", "))
 	}
-	var withQuiet []string
-	for _, k := range c.Idle.Classes {
-		if k.Quiet == nil {
-			continue
-		}
-		withQuiet = append(withQuiet, k.Name)
-		if k.Name == o.ceilingClass {
-			q, reclaimAfter = k.Quiet, k.ReclaimAfter
-		}
-	}
-	if q == nil {
-		return backtest.Quiet{}, fmt.Errorf("--ceiling.class: %s has no quiet in %s (classes with one: %s)", o.ceilingClass, o.ceilingConfig, strings.Join(withQuiet, ", "))
-	}
-	return backtest.Quiet{After: time.Duration(q.After), ReclaimAfter: time.Duration(reclaimAfter), Grace: cfg.Policies[i].GraceTime(),
-		UnitWindow: time.Duration(q.UnitWindow), Lookback: time.Duration(c.Idle.Lookback)}, nil
+	return backtest.Quiet{After: time.Duration(k.Quiet.After), ReclaimAfter: time.Duration(k.ReclaimAfter), Grace: cfg.Policies[i].GraceTime(),
+		UnitWindow: time.Duration(k.Quiet.UnitWindow), Lookback: time.Duration(c.Idle.Lookback)}, nil
 }
 
 // printCeilings prints backtest.Ceilings per unit window and budget, as

@@ -82,6 +82,31 @@ func (c Config) idleClasses() []idleClass {
 	return append(out, def)
 }
 
+// ClassQuiet is a class's quiet with the class's reclaim_after (how far
+// into a pause on any other unit its idle alert fires), as the rules
+// build them.
+type ClassQuiet struct {
+	Quiet        *Quiet
+	ReclaimAfter model.Duration
+}
+
+// Quiets are the idle classes that have a quiet, by name: DefaultClass for
+// the holders no class selects (idle's own settings).
+func (c Config) Quiets() map[string]ClassQuiet {
+	out := map[string]ClassQuiet{}
+	for _, k := range c.idleClasses() {
+		if k.quiet == nil {
+			continue
+		}
+		name := k.name
+		if name == "" { // no classes configured
+			name = DefaultClass
+		}
+		out[name] = ClassQuiet{Quiet: k.quiet, ReclaimAfter: k.after}
+	}
+	return out
+}
+
 // promql filters RecHeld to the holders a selector matches.
 func (m ClassSelector) promql() string {
 	held := names.RecHeld

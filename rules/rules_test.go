@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpureclaim/gpureclaim/internal/names"
 
@@ -251,5 +252,28 @@ func TestIdleSinceKeep(t *testing.T) {
 			}
 		}
 		require.True(t, found, tc.config)
+	}
+}
+
+// Quiets names the default class by its name whether or not classes are
+// configured, and gives each class its own reclaim_after.
+func TestQuiets(t *testing.T) {
+	for _, tc := range []struct {
+		config string
+		want   map[string]model.Duration // reclaim_after by class
+	}{
+		{"idle: {reclaim_after: 2h, quiet: {}}\n", map[string]model.Duration{DefaultClass: model.Duration(2 * time.Hour)}},
+		{"idle: {reclaim_after: 2h}\n", map[string]model.Duration{}},
+		{"idle:\n  reclaim_after: 2h\n  quiet: {}\n  classes:\n  - {name: serving, match: [{owner_kinds: [ReplicaSet]}], reclaim_after: 90m, quiet: {}}\n  - {name: batch, match: [{namespaces: [batch]}]}\n",
+			map[string]model.Duration{DefaultClass: model.Duration(2 * time.Hour), "serving": model.Duration(90 * time.Minute)}},
+	} {
+		c, err := Parse([]byte(tc.config))
+		require.NoError(t, err, tc.config)
+		got := map[string]model.Duration{}
+		for name, k := range c.Quiets() {
+			require.NotNil(t, k.Quiet, tc.config)
+			got[name] = k.ReclaimAfter
+		}
+		require.Equal(t, tc.want, got, tc.config)
 	}
 }
